@@ -1,0 +1,406 @@
+"""Sessions: one episode's private copy of one or more environments' states, plus the action log.
+
+DESIGN §4.  Every shell (Gymnasium env, servers, trainers) is a thin layer over :class:`Session`.
+
+Isolation: a session owns its state objects; nothing mutable is shared with the spec or with other
+sessions.  States are materialised lazily from JSON bytes (``reset``/``restore``/``fork`` are O(1) in
+the state size; the first tool call pays one Pydantic-core parse), so forking a GRPO group of k
+sessions from one state costs k small object allocations.
+
+A bad model action never raises: :meth:`Session.call` returns a typed :class:`ToolResult`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
+
+from pydantic import BaseModel, ValidationError
+
+from .authoring import ToolError
+from .errors import EnvFactoryError, SpecError
+from .spec import EnvironmentSpec, canonical_json
+from .tools import ArgumentError, ToolSpec
+
+__all__ = ["Session", "ToolResult", "ActionRecord", "ErrorType", "SessionClosedError", "SnapshotError"]
+
+log = logging.getLogger(__name__)
+
+ErrorType = Literal["parse_error", "unknown_tool", "invalid_arguments", "tool_error", "internal_error"]
+
+#: Error types caused by a malformed call (counted as *invalid* calls by the length penalty).
+INVALID_CALL_ERRORS: frozenset[str] = frozenset({"parse_error", "unknown_tool", "invalid_arguments"})
+
+
+class SessionClosedError(EnvFactoryError):
+    """The session was closed; create or fork a new one."""
+
+
+class SnapshotError(EnvFactoryError):
+    """Bytes given to :meth:`Session.restore` are not a snapshot of these environments."""
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """The typed outcome of one tool call.
+
+    Attributes:
+        name: tool name as called.
+        ok: ``True`` when the tool ran and returned ``content``.
+        content: the JSON-serialisable result (``ok``) or ``None``.
+        error_type: ``None`` or one of :data:`ErrorType`.
+        error: human/model-readable message (``None`` when ok).
+        error_code: the :class:`ToolError` code (domain errors) or the error type.
+        details: per-field problems for ``invalid_arguments``.
+        arguments: the validated arguments in canonical JSON form (``None`` if they did not validate).
+        call_id: the id the model gave the call (OpenAI ``tool_call_id``), if any.
+    """
+
+    name: str
+    ok: bool
+    content: Any = None
+    error_type: ErrorType | None = None
+    error: str | None = None
+    error_code: str | None = None
+    details: list[dict[str, str]] | None = None
+    arguments: dict[str, Any] | None = None
+    call_id: str | None = None
+
+    @property
+    def is_invalid_call(self) -> bool:
+        """True for parse errors, unknown tools and invalid arguments (DESIGN §7 ``P_len``)."""
+        return self.error_type in INVALID_CALL_ERRORS
+
+    def to_text(self) -> str:
+        """The tool message content the model sees (JSON)."""
+        if self.ok:
+            return json.dumps(self.content, ensure_ascii=False)
+        body: dict[str, Any] = {"error": {"type": self.error_type, "message": self.error}}
+        if self.error_code and self.error_code != self.error_type:
+            body["error"]["code"] = self.error_code
+        if self.details:
+            body["error"]["details"] = self.details
+        return json.dumps(body, ensure_ascii=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "content": self.content,
+            "error_type": self.error_type,
+            "error": self.error,
+            "error_code": self.error_code,
+            "details": self.details,
+            "arguments": self.arguments,
+            "call_id": self.call_id,
+        }
+
+
+@dataclass(slots=True, frozen=True)
+class ActionRecord:
+    """One entry of the action log: the raw call as received and its typed result."""
+
+    index: int
+    name: str
+    raw_arguments: Any
+    result: ToolResult
+    tag: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "raw_arguments": self.raw_arguments,
+            "result": self.result.to_dict(),
+            "tag": self.tag,
+        }
+
+
+def _resolve_initial_states(
+    envs: Mapping[str, EnvironmentSpec], initial_state: Any
+) -> dict[str, bytes]:
+    """Initial state spec → validated JSON bytes per environment.
+
+    Accepted forms: ``None`` (each environment's default), a state name (``"large"``), a state dict or
+    model (single environment), or a mapping ``{env_name: name | dict | model}`` (several).
+    """
+    names = list(envs)
+    if len(names) == 1:
+        return {names[0]: _one_state(envs[names[0]], initial_state)}
+    if initial_state is None or isinstance(initial_state, str):
+        return {n: _one_state(envs[n], initial_state) for n in names}
+    if not isinstance(initial_state, Mapping) or not set(initial_state) <= set(names):
+        raise SpecError(f"the initial state of a session over {names} must map environment names to states")
+    return {n: _one_state(envs[n], initial_state.get(n)) for n in names}
+
+
+def _one_state(spec: EnvironmentSpec, raw: Any) -> bytes:
+    if raw is None:
+        return spec.initial_state_json()
+    if isinstance(raw, str):
+        return spec.initial_state_json(raw)
+    if isinstance(raw, BaseModel):
+        raw = raw.model_dump(mode="json")
+    return spec.validate_state(raw).model_dump_json().encode()
+
+
+class Session:
+    """One episode's environment state(s) and action log.
+
+    Args:
+        env: one :class:`EnvironmentSpec`, or several for a task that spans environments (their tool
+            names must be distinct).
+        initial_state: see :func:`_resolve_initial_states`.
+        check_writes: validation mode (EnvGen's Validator, ``envfactory validate``): a write tool that
+            reports success without changing the state, a read-only tool that changes it, or a failing
+            tool that leaves a partial write all become ``internal_error`` results.  Costs one state
+            serialisation per call; off in training.
+
+    Raises:
+        SpecError: tool name collisions across environments or an invalid initial state.
+    """
+
+    __slots__ = ("envs", "tools", "check_writes", "_pending", "_states", "_log", "_closed", "_initial")
+
+    def __init__(
+        self,
+        env: EnvironmentSpec | Sequence[EnvironmentSpec],
+        initial_state: Any = None,
+        *,
+        check_writes: bool = False,
+        _states: dict[str, bytes] | None = None,
+    ) -> None:
+        specs = [env] if isinstance(env, EnvironmentSpec) else list(env)
+        if not specs:
+            raise SpecError("a session needs at least one environment")
+        self.envs: dict[str, EnvironmentSpec] = {s.name: s for s in specs}
+        self.tools: dict[str, ToolSpec] = {}
+        for s in specs:
+            for name, t in s.tools.items():
+                if name in self.tools:
+                    raise SpecError(
+                        f"tool {name!r} exists in both {self.tools[name].env} and {s.name}; "
+                        "environments combined in one session need distinct tool names"
+                    )
+                self.tools[name] = t
+        self.check_writes = check_writes
+        self._initial = _states if _states is not None else _resolve_initial_states(self.envs, initial_state)
+        self._pending: dict[str, bytes] = dict(self._initial)
+        self._states: dict[str, BaseModel] = {}
+        self._log: list[ActionRecord] = []
+        self._closed = False
+
+    # ------------------------------------------------------------------ state access
+    def _model(self, env: str) -> BaseModel:
+        m = self._states.get(env)
+        if m is None:
+            m = self.envs[env].state_model.model_validate_json(self._pending.pop(env))
+            self._states[env] = m
+        return m
+
+    def _env_json(self, env: str) -> bytes:
+        m = self._states.get(env)
+        if m is None:
+            return self._pending[env]
+        return m.model_dump_json().encode()
+
+    def state_model(self, env: str | None = None) -> BaseModel:
+        """The live Pydantic state of ``env`` (default: the only/first environment).  Mutating it
+        mutates the session; prefer :meth:`state` for reading."""
+        self._check_open()
+        return self._model(env or next(iter(self.envs)))
+
+    def state(self) -> dict[str, Any]:
+        """Canonical JSON-compatible form of the state (a copy).
+
+        One environment: its state dict.  Several: ``{env_name: state dict}``.
+        """
+        self._check_open()
+        if len(self.envs) == 1:
+            return json.loads(self._env_json(next(iter(self.envs))))
+        return {n: json.loads(self._env_json(n)) for n in self.envs}
+
+    def state_bytes(self) -> bytes:
+        """Canonical JSON bytes of :meth:`state` (sorted keys): byte-identical for equal states."""
+        return canonical_json(self.state())
+
+    @property
+    def action_log(self) -> list[ActionRecord]:
+        """The calls made since the last reset (a copy of the list; records are immutable)."""
+        return list(self._log)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ calls
+    def call(self, name: str, arguments: Any = None, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
+        """Validate and run one tool call; never raises for a bad call.
+
+        Args:
+            name: tool name.
+            arguments: a dict, or a JSON string holding an object (decoded once).
+            call_id: echoed in the result (OpenAI ``tool_call_id``).
+            tag: stored with the action record (the Gymnasium env stores the turn index).
+
+        Returns:
+            :class:`ToolResult`: ok with content, or a typed error (``unknown_tool``,
+            ``invalid_arguments``, ``tool_error``, ``internal_error``).
+
+        Raises:
+            SessionClosedError: the session was closed (a programming error, not a model action).
+        """
+        self._check_open()
+        result = self._run(name, arguments, call_id)
+        self._log.append(ActionRecord(len(self._log), name, arguments, result, tag))
+        return result
+
+    def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
+        """Log a call that could not even be parsed (``parse_error``) so the trajectory keeps it."""
+        self._check_open()
+        result = ToolResult(name=name, ok=False, error_type="parse_error", error=message,
+                            error_code="parse_error", call_id=call_id)
+        self._log.append(ActionRecord(len(self._log), name, raw, result, tag))
+        return result
+
+    def _run(self, name: str, arguments: Any, call_id: str | None) -> ToolResult:
+        tool = self.tools.get(name) if isinstance(name, str) else None
+        if tool is None:
+            known = ", ".join(self.tools)
+            return ToolResult(name=str(name), ok=False, error_type="unknown_tool", error_code="unknown_tool",
+                              error=f"unknown tool {name!r}; available tools: {known}", call_id=call_id)
+        if arguments is None:
+            arguments = {}
+        elif isinstance(arguments, (str, bytes)):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                return ToolResult(name=name, ok=False, error_type="invalid_arguments",
+                                  error_code="invalid_arguments", call_id=call_id,
+                                  error=f"arguments of {name} are not valid JSON: {exc.msg} at position {exc.pos}")
+        try:
+            validated = tool.validate_arguments(arguments)
+        except ArgumentError as exc:
+            return ToolResult(name=name, ok=False, error_type="invalid_arguments", error_code="invalid_arguments",
+                              error=str(exc), details=exc.details, call_id=call_id)
+        normalized = validated.model_dump(mode="json")
+        state = self._model(tool.env)
+        before = state.model_dump_json() if self.check_writes else None
+        try:
+            raw = tool.fn(state, **validated.__dict__)
+            content = tool.output_adapter.dump_python(tool.output_adapter.validate_python(raw), mode="json")
+        except ToolError as exc:
+            result = ToolResult(name=name, ok=False, error_type="tool_error", error=exc.message,
+                                error_code=exc.code, arguments=normalized, call_id=call_id)
+        except ValidationError as exc:
+            log.warning("tool %s produced an invalid result or state: %s", name, exc)
+            result = ToolResult(name=name, ok=False, error_type="internal_error", error_code="internal_error",
+                                error=f"internal error in {name}: result failed validation "
+                                      f"({exc.error_count()} error(s))",
+                                arguments=normalized, call_id=call_id)
+        except Exception as exc:  # noqa: BLE001 - a tool bug must become an observation, not a crash
+            log.exception("tool %s raised", name)
+            result = ToolResult(name=name, ok=False, error_type="internal_error", error_code="internal_error",
+                                error=f"internal error in {name}: {type(exc).__name__}: {exc}",
+                                arguments=normalized, call_id=call_id)
+        else:
+            result = ToolResult(name=name, ok=True, content=content, arguments=normalized, call_id=call_id)
+        if before is not None:
+            result = self._check_write(tool, result, before, state)
+        return result
+
+    def _check_write(self, tool: ToolSpec, result: ToolResult, before: str, state: BaseModel) -> ToolResult:
+        changed = state.model_dump_json() != before
+        problem = None
+        if result.ok and tool.read_only and changed:
+            problem = "read-only tool changed the state"
+        elif result.ok and not tool.read_only and not changed:
+            problem = "write tool reported success but did not change the state (silent no-op write)"
+        elif not result.ok and changed:
+            problem = f"tool failed ({result.error_type}) after partially changing the state"
+        if problem is None:
+            return result
+        return ToolResult(name=result.name, ok=False, error_type="internal_error", error_code="contract_violation",
+                          error=f"{tool.name}: {problem}", arguments=result.arguments, call_id=result.call_id)
+
+    # ------------------------------------------------------------------ lifecycle
+    def reset(self, initial_state: Any = None) -> None:
+        """Return to ``initial_state`` (default: the state this session was created with) and clear the
+        action log.  Nothing of the previous episode survives (CASES C02)."""
+        self._check_open()
+        if initial_state is not None:
+            self._initial = _resolve_initial_states(self.envs, initial_state)
+        self._pending = dict(self._initial)
+        self._states = {}
+        self._log = []
+
+    def snapshot(self) -> bytes:
+        """Serialise states and action log to JSON bytes (portable across processes and hosts)."""
+        self._check_open()
+        envs = b",".join(json.dumps(n).encode() + b":" + self._env_json(n) for n in self.envs)
+        log_json = json.dumps([r.to_dict() for r in self._log], ensure_ascii=False).encode()
+        return b'{"v":1,"envs":{' + envs + b'},"log":' + log_json + b"}"
+
+    def restore(self, data: bytes) -> None:
+        """Replace states and action log with a :meth:`snapshot`.  Raises :class:`SnapshotError`."""
+        self._check_open()
+        try:
+            obj = json.loads(data)
+            envs = obj["envs"]
+            records = obj["log"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SnapshotError(f"not a session snapshot: {exc}") from None
+        if set(envs) != set(self.envs):
+            raise SnapshotError(f"snapshot holds {sorted(envs)}, session has {sorted(self.envs)}")
+        pending = {}
+        for n, raw in envs.items():
+            try:
+                pending[n] = self.envs[n].state_model.model_validate(raw).model_dump_json().encode()
+            except ValidationError as exc:
+                raise SnapshotError(f"snapshot state of {n} is invalid: {exc.error_count()} error(s)") from None
+        self._pending = pending
+        self._states = {}
+        self._log = [
+            ActionRecord(r["index"], r["name"], r["raw_arguments"], ToolResult(**r["result"]), r.get("tag"))
+            for r in records
+        ]
+
+    def fork(self) -> "Session":
+        """An independent copy (state and action log); writes to either never reach the other."""
+        self._check_open()
+        states = {n: self._env_json(n) for n in self.envs}
+        child = Session(list(self.envs.values()), check_writes=self.check_writes, _states=self._initial)
+        child._pending = states
+        child._log = list(self._log)
+        return child
+
+    def fork_many(self, k: int) -> list["Session"]:
+        """``k`` independent forks sharing one serialisation of the current state (GRPO groups)."""
+        self._check_open()
+        states = {n: self._env_json(n) for n in self.envs}
+        out = []
+        for _ in range(k):
+            child = Session(list(self.envs.values()), check_writes=self.check_writes, _states=self._initial)
+            child._pending = dict(states)
+            child._log = list(self._log)
+            out.append(child)
+        return out
+
+    def close(self) -> None:
+        """Release the state.  Idempotent.  Later calls raise :class:`SessionClosedError`."""
+        self._closed = True
+        self._states = {}
+        self._pending = {}
+        self._log = []
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError("session is closed")
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

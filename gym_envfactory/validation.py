@@ -1,0 +1,232 @@
+"""Validation scenarios and the runner that checks an environment by execution.
+
+These are the tests EnvGen's Test Agent writes (EnvFactory paper §3.2, "Validator"); the same runner
+checks hand-written and generated environments.  ``scenarios.jsonl``, one scenario per line::
+
+    {"scenario_id": "cancel-unknown-booking",
+     "level": "error",                              # simple | medium | complex | boundary | error
+     "initial_state": "small",                      # same forms as a task's initial_state
+     "steps": [
+       {"call": "cancel_booking", "arguments": {"booking_id": "BK-9999"},
+        "expect": "tool_error",                     # ok | tool_error | invalid_arguments | unknown_tool
+        "error_code": "not_found",                  # optional
+        "result": {"status": "cancelled"},          # optional: subset match against the result
+        "state": {"bookings.BK-0001.status": "cancelled"},   # optional: dotted paths after the step
+        "state_unchanged": true}                    # optional; errors must never change the state
+     ]}
+
+Sessions run with ``check_writes=True``: a write tool that reports success without changing the state,
+a read-only tool that writes, or an error after a partial write fails the scenario (CASES C14).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import DatasetError, SpecError
+from .tools import format_validation_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .spec import EnvironmentSpec
+
+__all__ = ["Scenario", "ScenarioStep", "ScenarioReport", "ValidationReport", "load_scenarios",
+           "run_scenarios", "validate_environment", "get_path"]
+
+_MISSING = object()
+
+
+class ScenarioStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    call: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    expect: Literal["ok", "tool_error", "invalid_arguments", "unknown_tool"] = "ok"
+    error_code: str | None = None
+    result: Any = None
+    state: dict[str, Any] = Field(default_factory=dict)
+    state_unchanged: bool | None = None
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scenario_id: str
+    level: Literal["simple", "medium", "complex", "boundary", "error"] = "simple"
+    description: str = ""
+    initial_state: str | dict[str, Any] | None = None
+    steps: list[ScenarioStep] = Field(min_length=1)
+
+
+@dataclass
+class ScenarioReport:
+    scenario_id: str
+    level: str
+    passed: bool
+    failures: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ValidationReport:
+    """Result of :func:`validate_environment`: scenarios, coverage, and ground-truth replays."""
+
+    env: str
+    scenarios: list[ScenarioReport] = field(default_factory=list)
+    coverage: dict[str, set[str]] = field(default_factory=dict)
+    coverage_failures: list[str] = field(default_factory=list)
+    task_failures: list[str] = field(default_factory=list)
+    n_tasks: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return (all(s.passed for s in self.scenarios) and not self.coverage_failures
+                and not self.task_failures)
+
+    def failures(self) -> list[str]:
+        out = [f"scenario {s.scenario_id}: {f}" for s in self.scenarios for f in s.failures]
+        return out + self.coverage_failures + self.task_failures
+
+
+def load_scenarios(src: str | Path | Iterable[Mapping[str, Any]]) -> list[Scenario]:
+    """Parse scenarios from a JSON Lines file or objects.  Raises :class:`SpecError` (file, line, field)."""
+    out: list[Scenario] = []
+    if isinstance(src, (str, Path)):
+        path = Path(src)
+        items = []
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    items.append((lineno, json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise SpecError(f"invalid JSON: {exc.msg}", file=path, line=lineno) from None
+    else:
+        path = None
+        items = list(enumerate(src, 1))
+    seen: set[str] = set()
+    for lineno, obj in items:
+        try:
+            sc = Scenario.model_validate(obj)
+        except ValidationError as exc:
+            d = format_validation_error(exc)[0]
+            raise SpecError(d["message"], file=path, line=lineno, field=d["field"]) from None
+        if sc.scenario_id in seen:
+            raise SpecError(f"duplicate scenario_id {sc.scenario_id!r}", file=path, line=lineno, field="scenario_id")
+        seen.add(sc.scenario_id)
+        out.append(sc)
+    return out
+
+
+def get_path(obj: Any, path: str) -> Any:
+    """Value at a dotted path (``bookings.BK-0001.status``; list indices are integers)."""
+    cur = obj
+    for part in path.split("."):
+        if isinstance(cur, dict):
+            if part not in cur:
+                return _MISSING
+            cur = cur[part]
+        elif isinstance(cur, list):
+            try:
+                cur = cur[int(part)]
+            except (ValueError, IndexError):
+                return _MISSING
+        else:
+            return _MISSING
+    return cur
+
+
+def _subset_match(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            k in actual and _subset_match(v, actual[k]) for k, v in expected.items()
+        )
+    if isinstance(expected, list):
+        return (isinstance(actual, list) and len(expected) == len(actual)
+                and all(_subset_match(e, a) for e, a in zip(expected, actual)))
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return isinstance(actual, (int, float)) and not isinstance(actual, bool) and expected == actual
+    return expected == actual
+
+
+def run_scenarios(spec: "EnvironmentSpec", scenarios: list[Scenario] | None = None) -> tuple[list[ScenarioReport], dict[str, set[str]]]:
+    """Execute scenarios in isolated sessions.  Returns reports and per-tool coverage
+    (``{"ok", "error"}`` outcomes observed per tool)."""
+    from .session import Session
+    from .tasks import _apply_ref
+
+    scenarios = spec.scenarios if scenarios is None else scenarios
+    coverage: dict[str, set[str]] = {t: set() for t in spec.tools}
+    reports = []
+    for sc in scenarios:
+        failures: list[str] = []
+        try:
+            initial = _apply_ref(spec, sc.initial_state, {"task_id": sc.scenario_id})
+        except DatasetError as exc:
+            reports.append(ScenarioReport(sc.scenario_id, sc.level, False, [f"initial state: {exc}"]))
+            continue
+        session = Session(spec, _states={spec.name: initial}, check_writes=True)
+        for i, step in enumerate(sc.steps):
+            before = session.state_bytes()
+            res = session.call(step.call, step.arguments)
+            got = "ok" if res.ok else res.error_type
+            if res.ok:
+                coverage.setdefault(step.call, set()).add("ok")
+            elif res.error_type in ("tool_error", "invalid_arguments"):
+                coverage.setdefault(step.call, set()).add("error")
+            pre = f"step {i} ({step.call})"
+            if got != step.expect:
+                failures.append(f"{pre}: expected {step.expect}, got {got}: {res.error or 'ok'}")
+                continue
+            if step.error_code and res.error_code != step.error_code:
+                failures.append(f"{pre}: expected error code {step.error_code!r}, got {res.error_code!r}")
+            if step.result is not None and not _subset_match(step.result, res.content):
+                failures.append(f"{pre}: result {json.dumps(res.content)[:300]} does not match {json.dumps(step.result)[:300]}")
+            after = session.state_bytes()
+            unchanged = step.state_unchanged
+            if unchanged is None and not res.ok:
+                unchanged = True
+            if unchanged and after != before:
+                failures.append(f"{pre}: state changed but the step expects it unchanged")
+            if unchanged is False and after == before:
+                failures.append(f"{pre}: state unchanged but the step expects a change")
+            if step.state:
+                state = session.state()
+                for path, want in step.state.items():
+                    have = get_path(state, path)
+                    if have is _MISSING or not _subset_match(want, have):
+                        failures.append(f"{pre}: state {path} = {'<missing>' if have is _MISSING else json.dumps(have)[:200]}, expected {json.dumps(want)[:200]}")
+        session.close()
+        reports.append(ScenarioReport(sc.scenario_id, sc.level, not failures, failures))
+    return reports, coverage
+
+
+def validate_environment(spec: "EnvironmentSpec", *, replay_tasks: bool = True,
+                         require_coverage: bool = True) -> ValidationReport:
+    """Run every validation scenario, check that each tool has a success and an error path covered,
+    and replay every task's ground truth (DESIGN §3).  Never raises for environment faults: they are
+    collected in the report."""
+    report = ValidationReport(env=spec.name)
+    try:
+        report.scenarios, report.coverage = run_scenarios(spec)
+    except SpecError as exc:
+        report.coverage_failures.append(f"scenarios: {exc}")
+        return report
+    if require_coverage:
+        for tool, seen in report.coverage.items():
+            for kind in ("ok", "error"):
+                if kind not in seen:
+                    report.coverage_failures.append(f"tool {tool}: no scenario covers its {'success' if kind == 'ok' else 'error'} path")
+    if replay_tasks:
+        try:
+            tasks = spec.tasks
+        except SpecError as exc:
+            report.task_failures.append(str(exc))
+            return report
+        report.n_tasks = len(tasks)
+        for task in tasks:
+            try:
+                tasks.replay(task)
+            except SpecError as exc:
+                report.task_failures.append(str(exc))
+    return report
