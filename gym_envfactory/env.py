@@ -1,0 +1,401 @@
+"""The Gymnasium multi-turn tool-use environment (DESIGN §6).
+
+``gym.make("envfactory/HotelBooking-v0", **kwargs)`` builds :class:`EnvFactoryEnv`.  An episode is one
+task: ``reset`` loads the task's initial state into a fresh :class:`~gym_envfactory.session.Session`
+and returns the opening messages (system + first user turn); each ``step`` takes one assistant action,
+executes its tool calls against the episode's own state and returns the tool messages.  An assistant
+action with no tool call ends the user turn: the next user message (scripted from the task, or from a
+pluggable user source) comes back, and after the last turn the episode terminates with the reward of
+DESIGN §7.  Step limits truncate (and the episode is scored as it stands).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Callable, Mapping, Sequence
+
+import gymnasium as gym
+from gymnasium.error import ResetNeeded
+
+from .errors import UnknownTaskError
+from .parsing import ParseError, ToolCall, parse_action
+from .reward import EpisodeScore, RewardConfig, TurnRecord, score_episode, score_turn
+from .session import Session
+from .spaces import AssistantActionSpace, MessagesSpace
+from .spec import EnvironmentSpec, get_environment
+from .tasks import ReplayResult, Task
+
+__all__ = ["EnvFactoryEnv", "UserSource", "scripted_user", "RolloutGroup", "make_group"]
+
+#: ``user_source(conversation, task, turn_index) -> next user message, or None to end the episode``.
+UserSource = Callable[[list[dict[str, Any]], Task, int], "str | None"]
+
+
+def scripted_user(conversation: list[dict[str, Any]], task: Task, turn_index: int) -> str | None:
+    """The default user source: the task's scripted user message for ``turn_index``."""
+    return task.turns[turn_index].user if turn_index < len(task.turns) else None
+
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an assistant that acts for the user through tools. Environment: {description}\n"
+    "Call tools to look things up and make changes; never invent ids or results. If a required detail "
+    "is missing or ambiguous, ask the user instead of guessing. When the request is handled, reply to the "
+    "user without calling a tool."
+)
+
+
+class EnvFactoryEnv(gym.Env):
+    """A stateful, verifiable, multi-turn tool-use environment.
+
+    Args:
+        env: environment name (catalog or programmatic) or an :class:`EnvironmentSpec`.
+        task_id: always use this task (``reset`` options may still override it).
+        split: sample tasks from this split (``"train"``, ``"test"``); ``None`` = all tasks.
+        task_ids: restrict sampling to these task ids.
+        reward: :class:`RewardConfig` or a dict of its fields (``alpha``, ``gamma``, ...).
+        reward_mode: ``"episode"`` (default; the episode reward at the final step, 0 before) or
+            ``"turn"`` (each user turn's reward / number of turns when it ends; the return is the mean
+            turn reward).
+        max_steps: assistant actions per episode before truncation.
+        max_steps_per_turn: assistant actions per user turn before truncation.
+        max_calls_per_step: parallel calls executed per action; more are invalid calls.
+        user: a :data:`UserSource` (default :func:`scripted_user`).
+        system_prompt: overrides the default; ``{description}`` is filled in.
+        render_mode: ``None`` or ``"ansi"``.
+
+    Observation: list of new chat messages (OpenAI format).  Action: see
+    :class:`~gym_envfactory.spaces.AssistantActionSpace`.  ``info`` keys: ``task_id``, ``turn``,
+    ``tools`` (reset), ``parsed_calls``, ``tool_results``, ``errors``, ``turn_ended``, ``turn_score``,
+    and at the end ``episode`` (every reward component, :meth:`EpisodeScore.to_dict`) and
+    ``state_diff``.
+
+    Raises:
+        UnknownEnvironmentError, SpecError: bad environment.  UnknownTaskError, DatasetError: at reset,
+        for an unknown task or one whose ground truth does not replay (CASES C06).
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self,
+        env: str | EnvironmentSpec,
+        *,
+        task_id: str | None = None,
+        split: str | None = None,
+        task_ids: Sequence[str] | None = None,
+        reward: RewardConfig | Mapping[str, float] | None = None,
+        reward_mode: str = "episode",
+        max_steps: int = 32,
+        max_steps_per_turn: int = 16,
+        max_calls_per_step: int = 16,
+        user: UserSource | None = None,
+        system_prompt: str | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        self.spec_env: EnvironmentSpec = env if isinstance(env, EnvironmentSpec) else get_environment(env)
+        if reward_mode not in ("episode", "turn"):
+            raise ValueError(f"reward_mode must be 'episode' or 'turn', got {reward_mode!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if max_steps < 1 or max_steps_per_turn < 1 or max_calls_per_step < 1:
+            raise ValueError("step and call limits must be >= 1")
+        self.tasks = self.spec_env.tasks
+        self.fixed_task_id = task_id
+        if task_id is not None:
+            self.tasks.get(task_id)  # fail early on an unknown id
+        self.split = split
+        self.task_ids = list(task_ids) if task_ids is not None else None
+        self.reward_config = RewardConfig.coerce(reward)
+        self.reward_mode = reward_mode
+        self.max_steps = max_steps
+        self.max_steps_per_turn = max_steps_per_turn
+        self.max_calls_per_step = max_calls_per_step
+        self.user = user or scripted_user
+        self.system_prompt = system_prompt
+        self.render_mode = render_mode
+        self.observation_space = MessagesSpace()
+        self.action_space = AssistantActionSpace(list(self.spec_env.tools))
+        self.session: Session | None = None
+        self.task: Task | None = None
+        self.replay: ReplayResult | None = None
+        self.messages: list[dict[str, Any]] = []
+        self.records: list[TurnRecord] = []
+        self.turn = 0
+        self.steps = 0
+        self.steps_in_turn = 0
+        self.done = True
+        self.last_score: EpisodeScore | None = None
+        self._rendered = 0
+        self._bookkeeping: tuple[str, ...] = ()
+        self._set_fields: tuple[str, ...] = ()
+
+    # ------------------------------------------------------------------ helpers
+    def _pick_task(self, options: Mapping[str, Any]) -> Task:
+        tid = options.get("task_id") or self.fixed_task_id
+        if tid is not None:
+            return self.tasks.get(tid)
+        split = options.get("split", self.split)
+        pool = [t for t in self.tasks.ids(split) if self.task_ids is None or t in self.task_ids]
+        if not pool:
+            raise UnknownTaskError(f"{self.spec_env.name}: no task to sample (split={split!r}, task_ids={self.task_ids})")
+        return self.tasks.get(pool[int(self.np_random.integers(len(pool)))])
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """OpenAI-format tool schemas of the current episode (all environments of its task)."""
+        if self.session is None:
+            return self.spec_env.openai_tools()
+        return [t.openai_schema() for t in self.session.tools.values()]
+
+    def _system_message(self, task: Task, envs: Sequence[EnvironmentSpec]) -> str:
+        if task.system:
+            return task.system
+        desc = " / ".join(f"{e.name}: {e.description}" for e in envs)
+        return (self.system_prompt or DEFAULT_SYSTEM_PROMPT).format(description=desc)
+
+    def _gt_calls(self, t: int) -> list[tuple[str, dict[str, Any], list[str]]]:
+        assert self.task is not None and self.replay is not None
+        return [(c.name, self.replay.turn_calls[t][i], c.masked_arguments)
+                for i, c in enumerate(self.task.turns[t].ground_truth)]
+
+    # ------------------------------------------------------------------ gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        task = self._pick_task(options)
+        replay = self.tasks.replay(task)
+        envs = self.tasks.envs_of(task)
+        if self.session is not None:
+            self.session.close()
+        self.session = Session(envs, _states=replay.initial_state)
+        self.task, self.replay = task, replay
+        if len(envs) == 1:
+            self._bookkeeping, self._set_fields = envs[0].bookkeeping_fields, envs[0].set_fields
+        else:
+            self._bookkeeping = tuple(f"{e.name}.{p}" for e in envs for p in e.bookkeeping_fields)
+            self._set_fields = tuple(f"{e.name}.{p}" for e in envs for p in e.set_fields)
+        first = self.user([], task, 0) or task.turns[0].user
+        self.messages = [
+            {"role": "system", "content": self._system_message(task, envs)},
+            {"role": "user", "content": first},
+        ]
+        self.records = [TurnRecord()]
+        self.turn = self.steps = self.steps_in_turn = 0
+        self.done = False
+        self.last_score = None
+        self._rendered = 0
+        info = {
+            "task_id": task.task_id,
+            "split": task.split,
+            "envs": [e.name for e in envs],
+            "turn": 0,
+            "n_turns": len(task.turns),
+            "tools": self.tools,
+        }
+        return [dict(m) for m in self.messages], info
+
+    def step(self, action: Any) -> tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]]:
+        if self.done or self.session is None or self.task is None:
+            raise ResetNeeded("the episode is over (or was never started): call reset() first")
+        parsed = parse_action(action)
+        self.steps += 1
+        self.steps_in_turn += 1
+        rec = self.records[self.turn]
+        tool_calls: list[dict[str, Any]] = []
+        tool_msgs: list[dict[str, Any]] = []
+        results = []
+        for k, item in enumerate(parsed.items):
+            call_id = item.id or f"call_{self.steps}_{k}"
+            if k >= self.max_calls_per_step:
+                name = item.name or "invalid_tool_call"
+                raw = item.arguments if isinstance(item, ToolCall) else item.raw
+                res = self.session.record_invalid(name, raw, f"more than {self.max_calls_per_step} parallel calls in one message; this call was not executed", call_id=call_id, tag=self.turn)
+            elif isinstance(item, ParseError):
+                res = self.session.record_invalid(item.name or "invalid_tool_call", item.raw, item.message, call_id=call_id, tag=self.turn)
+            else:
+                res = self.session.call(item.name, item.arguments, call_id=call_id, tag=self.turn)
+            results.append(res)
+            rec.calls.append((res.name, res.arguments, res.is_invalid_call))
+            args_text = json.dumps(item.arguments, ensure_ascii=False) if isinstance(item, ToolCall) else item.raw
+            tool_calls.append({"id": call_id, "type": "function", "function": {"name": res.name, "arguments": args_text}})
+            tool_msgs.append({"role": "tool", "tool_call_id": call_id, "name": res.name, "content": res.to_text()})
+        assistant: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        if tool_calls:
+            assistant["tool_calls"] = tool_calls
+        if parsed.content:
+            rec.text = f"{rec.text}\n{parsed.content}" if rec.text else parsed.content
+        self.messages.append(assistant)
+        self.messages.extend(tool_msgs)
+        obs: list[dict[str, Any]] = list(tool_msgs)
+        reward = 0.0
+        terminated = truncated = False
+        info: dict[str, Any] = {
+            "task_id": self.task.task_id,
+            "turn": self.turn,
+            "parsed_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in parsed.calls],
+            "tool_results": [r.to_dict() for r in results],
+            "errors": [{"type": r.error_type, "name": r.name, "message": r.error} for r in results if not r.ok],
+            "turn_ended": False,
+        }
+        if not parsed.attempted_calls:
+            reward += self._end_turn(info)
+            nxt = self.user(self.messages, self.task, self.turn) if self.turn < len(self.task.turns) else None
+            if nxt is None:
+                terminated = True
+            else:
+                user_msg = {"role": "user", "content": nxt}
+                self.messages.append(user_msg)
+                obs.append(dict(user_msg))
+                self.records.append(TurnRecord())
+        if not terminated and (self.steps >= self.max_steps or self.steps_in_turn >= self.max_steps_per_turn):
+            truncated = True
+            info["truncated_reason"] = "max_steps" if self.steps >= self.max_steps else "max_steps_per_turn"
+            if not info["turn_ended"]:
+                reward += self._end_turn(info)
+        if terminated or truncated:
+            score = self._score()
+            self.last_score = score
+            if self.reward_mode == "episode":
+                reward = score.reward
+            info["episode"] = score.to_dict()
+            info["reward_components"] = {k: info["episode"][k] for k in ("reward", "r_traj", "r_state", "r_output", "p_len", "penalty", "vacuous")}
+            info["state_diff"] = [str(d) for d in score.state_diff]
+            self.done = True
+        return obs, float(reward), terminated, truncated, info
+
+    def _end_turn(self, info: dict[str, Any]) -> float:
+        assert self.session is not None and self.task is not None and self.replay is not None
+        rec = self.records[self.turn]
+        rec.state = self.session.state()
+        reward = 0.0
+        if self.turn < len(self.task.turns):
+            ts = score_turn(self.turn, rec, self._gt_calls(self.turn), self.replay.turn_states[self.turn],
+                            self.task.turns[self.turn].expected_outputs, self.reward_config,
+                            bookkeeping=self._bookkeeping, set_fields=self._set_fields)
+            info["turn_score"] = ts.to_dict()
+            if self.reward_mode == "turn":
+                reward = ts.reward / len(self.task.turns)
+        info["turn_ended"] = True
+        self.turn += 1
+        self.steps_in_turn = 0
+        return reward
+
+    def _score(self) -> EpisodeScore:
+        """Score the episode on copies of the state (never mutates the session, CASES C05)."""
+        assert self.session is not None and self.task is not None and self.replay is not None
+        n = len(self.task.turns)
+        return score_episode(
+            self.records,
+            [self._gt_calls(t) for t in range(n)],
+            self.replay.turn_states,
+            [t.expected_outputs for t in self.task.turns],
+            self.session.state(),
+            self.reward_config,
+            bookkeeping=self._bookkeeping,
+            set_fields=self._set_fields,
+        )
+
+    def score(self) -> EpisodeScore:
+        """The reward of the episode so far, as if it ended now (read-only)."""
+        if self.session is None or self.task is None:
+            raise ResetNeeded("call reset() first")
+        return self._score()
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        lines = []
+        for m in self.messages[self._rendered:]:
+            body = m.get("content") or ""
+            if m.get("tool_calls"):
+                body += " " + " ".join(f"{c['function']['name']}({c['function']['arguments']})" for c in m["tool_calls"])
+            lines.append(f"[{m['role']}] {body}".rstrip())
+        self._rendered = len(self.messages)
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        self.done = True
+        super().close()
+
+    # ------------------------------------------------------------------ GRPO groups
+    def fork(self) -> "EnvFactoryEnv":
+        """An independent copy of this episode at its current point (state, conversation, counters,
+        RNG).  Steps on the fork never affect this env."""
+        return self.fork_many(1)[0]
+
+    def fork_many(self, k: int) -> list["EnvFactoryEnv"]:
+        """``k`` independent copies of the current episode (a GRPO group), sharing one serialisation
+        of the state."""
+        if self.session is None:
+            raise ResetNeeded("call reset() before forking")
+        sessions = self.session.fork_many(k)
+        out = []
+        for s in sessions:
+            clone = copy.copy(self)
+            clone.session = s
+            clone.messages = list(self.messages)
+            clone.records = copy.deepcopy(self.records)
+            clone._np_random = copy.deepcopy(self._np_random)
+            out.append(clone)
+        return out
+
+
+class RolloutGroup:
+    """``k`` rollouts of one task from one reset (GRPO, DeepSeekMath §4.1): every member starts from a
+    fork of the same session.  ``step(actions)`` steps every unfinished member."""
+
+    def __init__(self, envs: list[EnvFactoryEnv], observation: list[dict[str, Any]], info: dict[str, Any]) -> None:
+        self.envs = envs
+        self.observation = observation
+        self.info = info
+        self.rewards: list[float] = [0.0] * len(envs)
+        self.finished: list[bool] = [False] * len(envs)
+
+    def __len__(self) -> int:
+        return len(self.envs)
+
+    def step(self, actions: Sequence[Any]) -> list[tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]] | None]:
+        """Step member ``i`` with ``actions[i]`` (``None`` for finished members)."""
+        if len(actions) != len(self.envs):
+            raise ValueError(f"expected {len(self.envs)} actions, got {len(actions)}")
+        out: list[Any] = []
+        for i, (env, a) in enumerate(zip(self.envs, actions)):
+            if self.finished[i]:
+                out.append(None)
+                continue
+            res = env.step(a)
+            self.rewards[i] += res[1]
+            self.finished[i] = res[2] or res[3]
+            out.append(res)
+        return out
+
+    @property
+    def done(self) -> bool:
+        return all(self.finished)
+
+    def close(self) -> None:
+        for e in self.envs:
+            e.close()
+
+
+def make_group(env: str | EnvFactoryEnv, k: int, *, seed: int | None = None, options: dict[str, Any] | None = None,
+               **make_kwargs: Any) -> RolloutGroup:
+    """Reset one env and fork it ``k`` times: ``k`` isolated rollouts of the same task.
+
+    ``env`` is a gym id (``"envfactory/HotelBooking-v0"``), an environment name, or an env instance.
+    """
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    if isinstance(env, EnvFactoryEnv):
+        base = env
+    elif isinstance(env, str) and "/" in env:
+        base = gym.make(env, **make_kwargs).unwrapped  # type: ignore[assignment]
+    else:
+        base = EnvFactoryEnv(env, **make_kwargs)
+    obs, info = base.reset(seed=seed, options=options)
+    members = [base] + base.fork_many(k - 1)
+    return RolloutGroup(members, obs, info)

@@ -1,0 +1,220 @@
+"""Tool-call parsing: every form a policy's action can take → ordered calls and typed parse errors.
+
+Accepted actions (DESIGN §6):
+
+- an OpenAI chat-completions assistant message ``{"role": "assistant", "content": ..., "tool_calls":
+  [{"id", "type": "function", "function": {"name", "arguments": "<json>"}}]}`` (OpenAI API reference,
+  "Chat Completions / tool calls"); the legacy ``function_call`` field too;
+- a raw model string in the Hermes / Qwen format: ``<tool_call>{"name": ..., "arguments": {...}}
+  </tool_call>`` blocks, any number (parallel calls), with reasoning inside ``<think>...</think>``
+  ignored (also a bare ``...</think>`` prefix, as Qwen3 templates emit);
+- a plain JSON call ``{"name": ..., "arguments": {...}}`` (or a list of them), optionally in a
+  Markdown code fence;
+- typed calls: a :class:`ToolCall`, or a list of ToolCall / ``{"name", "arguments"}`` dicts.
+
+``arguments`` may be an object, a JSON string holding an object, or a doubly encoded JSON string
+(CASES C09).  Scalar strings inside the arguments are never converted here: that is the tool argument
+policy's job (CASES C08, :mod:`gym_envfactory.tools`).  Malformed input becomes a :class:`ParseError`
+item in order, never an exception and never an empty call (CASES C13).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["ToolCall", "ParseError", "ParsedAction", "parse_action"]
+
+_THINK_RE = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
+_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+_FENCE_RE = re.compile(r"^```(?:json|JSON)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A parsed tool call.  ``arguments`` is a dict; ``id`` is the model's call id if it gave one."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    def to_openai(self, call_id: str) -> dict[str, Any]:
+        return {
+            "id": self.id or call_id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
+        }
+
+
+@dataclass(slots=True)
+class ParseError:
+    """A call the policy attempted but that could not be parsed.  ``name`` is set when recoverable."""
+
+    message: str
+    raw: str
+    name: str | None = None
+    id: str | None = None
+
+
+@dataclass
+class ParsedAction:
+    """Result of :func:`parse_action`.
+
+    Attributes:
+        content: the reply text with reasoning and tool-call blocks removed (stripped).
+        reasoning: text inside ``<think>`` blocks (never executed or matched), or ``None``.
+        items: calls and parse errors in the order they appeared.
+    """
+
+    content: str = ""
+    reasoning: str | None = None
+    items: list[ToolCall | ParseError] = field(default_factory=list)
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [i for i in self.items if isinstance(i, ToolCall)]
+
+    @property
+    def errors(self) -> list[ParseError]:
+        return [i for i in self.items if isinstance(i, ParseError)]
+
+    @property
+    def attempted_calls(self) -> bool:
+        """True when the action contains calls or call attempts (the user turn continues)."""
+        return bool(self.items)
+
+
+def _decode_arguments(raw: Any) -> dict[str, Any]:
+    """Object, JSON string of an object, or doubly encoded JSON string → dict.  Raises ValueError."""
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if isinstance(raw, str):
+        text = raw.strip()
+        if not text:
+            return {}
+        value: Any = text
+        for _ in range(2):  # at most double encoding
+            if not isinstance(value, str):
+                break
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"arguments are not valid JSON: {exc.msg} at position {exc.pos}") from None
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
+    raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
+
+
+def _call_from_obj(obj: Any, raw: str, call_id: str | None = None) -> ToolCall | ParseError:
+    if not isinstance(obj, Mapping):
+        return ParseError(f"a tool call must be a JSON object, got {type(obj).__name__}", raw, id=call_id)
+    if "function" in obj and isinstance(obj["function"], Mapping):  # OpenAI tool_calls entry
+        call_id = obj.get("id") or call_id
+        obj = obj["function"]
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return ParseError("tool call has no 'name'", raw, id=call_id)
+    args_raw = obj["arguments"] if "arguments" in obj else obj.get("parameters")
+    try:
+        args = _decode_arguments(args_raw)
+    except ValueError as exc:
+        return ParseError(f"tool call {name}: {exc}", raw, name=name, id=call_id)
+    return ToolCall(name=name.strip(), arguments=args, id=call_id or obj.get("id"))
+
+
+def _items_from_json_text(text: str) -> list[ToolCall | ParseError]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        name_m = re.search(r'"name"\s*:\s*"([^"]+)"', text)
+        return [ParseError(f"tool call is not valid JSON: {exc.msg} at position {exc.pos}", text,
+                           name=name_m.group(1) if name_m else None)]
+    objs = obj if isinstance(obj, list) else [obj]
+    return [_call_from_obj(o, text) for o in objs]
+
+
+def _looks_like_json_call(text: str) -> bool:
+    return bool(re.match(r'^\s*[\[{]', text)) and '"name"' in text
+
+
+def _parse_string(text: str) -> ParsedAction:
+    reasoning_parts = [m.group(0)[7:].removesuffix("</think>") for m in _THINK_RE.finditer(text)]
+    body = _THINK_RE.sub("", text)
+    if "</think>" in body:  # a bare closing tag: everything before it is reasoning
+        before, _, body = body.rpartition("</think>")
+        reasoning_parts.insert(0, before)
+    out = ParsedAction(reasoning="\n".join(p.strip() for p in reasoning_parts) or None)
+    blocks = list(_TOOL_CALL_RE.finditer(body))
+    if blocks:
+        for m in blocks:
+            inner = m.group(1).strip()
+            fence = _FENCE_RE.match(inner)
+            out.items.extend(_items_from_json_text(fence.group(1) if fence else inner))
+        out.content = _TOOL_CALL_RE.sub("", body).strip()
+        return out
+    stripped = body.strip()
+    fence = _FENCE_RE.match(stripped)
+    candidate = fence.group(1) if fence else stripped
+    if _looks_like_json_call(candidate):
+        try:
+            obj = json.loads(candidate)
+        except json.JSONDecodeError:
+            obj = None
+        if isinstance(obj, Mapping) and ("tool_calls" in obj or "role" in obj):
+            return parse_action(dict(obj))
+        if obj is not None:
+            objs = obj if isinstance(obj, list) else [obj]
+            if all(isinstance(o, Mapping) and "name" in o and ("arguments" in o or "parameters" in o) for o in objs):
+                out.items.extend(_call_from_obj(o, candidate) for o in objs)
+                return out
+        elif candidate.startswith("{") and re.search(r'"(arguments|parameters)"', candidate):
+            out.items.extend(_items_from_json_text(candidate))
+            return out
+    out.content = stripped
+    return out
+
+
+def parse_action(action: Any) -> ParsedAction:
+    """Parse a policy's action (module docstring) into ordered calls and parse errors.  Never raises."""
+    if isinstance(action, str):
+        return _parse_string(action)
+    if isinstance(action, ToolCall):
+        return ParsedAction(items=[ToolCall(action.name, dict(action.arguments), action.id)])
+    if isinstance(action, Mapping):
+        if "tool_calls" in action or "function_call" in action or action.get("role") == "assistant":
+            content = action.get("content")
+            if isinstance(content, list):  # content parts
+                content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+            content = content or ""
+            raw_calls = action.get("tool_calls") or []
+            if not raw_calls and action.get("function_call"):
+                raw_calls = [{"function": action["function_call"]}]
+            if not raw_calls:
+                parsed = _parse_string(content)
+                if action.get("reasoning_content") and not parsed.reasoning:
+                    parsed.reasoning = action["reasoning_content"]
+                return parsed
+            text = _parse_string(content) if content else ParsedAction()
+            out = ParsedAction(content=text.content, reasoning=text.reasoning or action.get("reasoning_content"))
+            for rc in raw_calls:
+                raw = json.dumps(rc, ensure_ascii=False, default=str)
+                out.items.append(_call_from_obj(rc, raw, rc.get("id") if isinstance(rc, Mapping) else None))
+            return out
+        if "name" in action:
+            return ParsedAction(items=[_call_from_obj(action, json.dumps(action, default=str))])
+        return ParsedAction(items=[ParseError("a dict action must be an assistant message or a tool call",
+                                              json.dumps(action, default=str)[:500])])
+    if isinstance(action, (list, tuple)):
+        out = ParsedAction()
+        for a in action:
+            if isinstance(a, ToolCall):
+                out.items.append(ToolCall(a.name, dict(a.arguments), a.id))
+            else:
+                out.items.append(_call_from_obj(a, json.dumps(a, default=str)))
+        return out
+    return ParsedAction(items=[ParseError(f"unsupported action type {type(action).__name__}", repr(action)[:500])])

@@ -1,0 +1,418 @@
+"""The composite reward (DESIGN §7; EnvFactory paper §4, Eq. for robust RL):
+
+    R = α·R_traj + (1−α)·R_state − γ·P_len,   clipped to [0, 1]
+
+- ``R_state``: canonical equivalence of the final domain state with the ground-truth final state (1 or
+  0), bookkeeping fields excluded, numbers by value, lists ordered unless declared sets; the
+  difference report lists paths.
+- ``R_traj``: multiset matching of predicted against ground-truth calls, per turn; each ground-truth
+  call is consumed at most once (CASES C01); independent calls match in any order; masked arguments are
+  ignored; arguments compare after the tools' own validation (CASES C08/C09).
+- ``P_len``: surplus calls (valid calls beyond the number of ground-truth calls of the turn) plus
+  invalid calls (parse errors, unknown tools, invalid arguments); tool calls on a clarification turn
+  are surplus (CASES C12).  The penalty is ``min(γ·P_len, penalty_cap)``.
+- ``R_output`` (optional, weight ``output_weight``, default 0): required outputs found in the assistant's
+  replies at token boundaries (CASES C10).
+
+Components enter with weights ``α``, ``1−α``, ``output_weight``.  A component with no criteria in a
+task (no ground-truth calls; no expected outputs) is *vacuous*: reported as such and left out, the
+remaining weights renormalised; it never counts as 1.0 (CASES C11).  If every weighted component is
+vacuous the task score is 0.0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = [
+    "RewardConfig",
+    "StateDiff",
+    "state_diff",
+    "match_calls",
+    "contains_output",
+    "TurnRecord",
+    "TurnScore",
+    "EpisodeScore",
+    "score_turn",
+    "score_episode",
+]
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Reward weights.  ``alpha`` ∈ [0, 1] (paper: 0.5 best); ``gamma`` per penalised call;
+    ``penalty_cap`` bounds ``γ·P_len``; ``output_weight`` ≥ 0 enables ``R_output``.
+
+    Raises:
+        ValueError: weights out of range.
+    """
+
+    alpha: float = 0.5
+    gamma: float = 0.05
+    penalty_cap: float = 0.5
+    output_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+        if self.gamma < 0 or self.penalty_cap < 0 or self.output_weight < 0:
+            raise ValueError("gamma, penalty_cap and output_weight must be >= 0")
+
+    @classmethod
+    def coerce(cls, value: "RewardConfig | Mapping[str, float] | None") -> "RewardConfig":
+        if value is None:
+            return cls()
+        if isinstance(value, RewardConfig):
+            return value
+        return cls(**dict(value))
+
+
+# ---------------------------------------------------------------------------- state equivalence
+
+
+@dataclass(frozen=True)
+class StateDiff:
+    """One difference: dotted ``path``, and the ``expected`` / ``actual`` values (truncated JSON)."""
+
+    path: str
+    expected: str
+    actual: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: expected {self.expected}, got {self.actual}"
+
+
+def _compile(patterns: Iterable[str]) -> list[re.Pattern[str]]:
+    out = []
+    for p in patterns:
+        rx = "^" + r"\.".join("[^.]+" if seg == "*" else re.escape(seg) for seg in p.split(".")) + "$"
+        out.append(re.compile(rx))
+    return out
+
+
+def _short(v: Any) -> str:
+    if v is _ABSENT:
+        return "<absent>"
+    s = json.dumps(v, ensure_ascii=False, sort_keys=True, default=str)
+    return s if len(s) <= 120 else s[:117] + "..."
+
+
+_ABSENT = object()
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _canon_key(v: Any) -> str:
+    return json.dumps(_num_canon(v), sort_keys=True, ensure_ascii=False)
+
+
+def _num_canon(v: Any) -> Any:
+    if _is_number(v):
+        f = float(v)
+        return int(f) if f.is_integer() and abs(f) < 2**53 else f
+    if isinstance(v, dict):
+        return {k: _num_canon(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_num_canon(x) for x in v]
+    return v
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Structural equality with numbers by value (``5 == 5.0``; ``True`` is not ``1``)."""
+    if _is_number(a) and _is_number(b):
+        return a == b
+    if type(a) is not type(b) and not (isinstance(a, dict) and isinstance(b, dict)):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def state_diff(
+    actual: Any,
+    expected: Any,
+    *,
+    bookkeeping: Sequence[str] = (),
+    set_fields: Sequence[str] = (),
+    limit: int = 50,
+) -> list[StateDiff]:
+    """Differences between two canonical states (DESIGN §7).  Empty list ⇔ equivalent.
+
+    Args:
+        bookkeeping: dotted path patterns (``*`` = any key) excluded from the comparison (CASES C07).
+        set_fields: path patterns of lists compared as multisets.
+        limit: at most this many differences are reported.
+    """
+    skip = _compile(bookkeeping)
+    sets = _compile(set_fields)
+    out: list[StateDiff] = []
+
+    def walk(a: Any, e: Any, path: str) -> None:
+        if len(out) >= limit:
+            return
+        if path and any(p.match(path) for p in skip):
+            return
+        if isinstance(a, dict) and isinstance(e, dict):
+            for k in e:
+                walk(a.get(k, _ABSENT), e[k], f"{path}.{k}" if path else str(k))
+            for k in a:
+                if k not in e:
+                    walk(a[k], _ABSENT, f"{path}.{k}" if path else str(k))
+            return
+        if isinstance(a, list) and isinstance(e, list):
+            if any(p.match(path) for p in sets):
+                if sorted(map(_canon_key, a)) != sorted(map(_canon_key, e)):
+                    out.append(StateDiff(path, _short(e), _short(a)))
+                return
+            if len(a) != len(e):
+                out.append(StateDiff(f"{path}.length", str(len(e)), str(len(a))))
+            for i, (x, y) in enumerate(zip(a, e)):
+                walk(x, y, f"{path}.{i}")
+            return
+        if a is _ABSENT or e is _ABSENT or not values_equal(a, e):
+            out.append(StateDiff(path or "<root>", _short(e), _short(a)))
+
+    walk(actual, expected, "")
+    return out
+
+
+# ---------------------------------------------------------------------------- trajectory matching
+
+
+def _strip_masked(args: Mapping[str, Any], masked: Iterable[str]) -> dict[str, Any]:
+    m = set(masked)
+    return {k: v for k, v in args.items() if k not in m}
+
+
+def match_calls(
+    predicted: Sequence[tuple[str, Mapping[str, Any] | None]],
+    ground_truth: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]],
+) -> list[int | None]:
+    """Multiset matching (CASES C01): for each ground-truth call ``(name, args, masked)`` the index of
+    the predicted call ``(name, normalised args or None)`` consuming it, or ``None``.
+
+    Each predicted call is consumed at most once; order is free.  Because call equality is an
+    equivalence relation, greedy assignment yields a maximum matching.
+    """
+    used: set[int] = set()
+    out: list[int | None] = []
+    for g_name, g_args, masked in ground_truth:
+        want = _strip_masked(g_args, masked)
+        hit = None
+        for i, (p_name, p_args) in enumerate(predicted):
+            if i in used or p_name != g_name or p_args is None:
+                continue
+            if values_equal(_strip_masked(p_args, masked), want):
+                hit = i
+                break
+        if hit is not None:
+            used.add(hit)
+        out.append(hit)
+    return out
+
+
+# ---------------------------------------------------------------------------- outputs
+
+_NUM_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])(?!\.\d)")
+_NUMERIC_NEEDLE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
+
+
+def contains_output(text: str, needle: str) -> bool:
+    """``needle`` occurs in ``text`` at token boundaries (CASES C10).
+
+    Numbers compare by value among the numbers of the text (``"10"`` matches ``"Your total is 10."``
+    and ``"10.00"``, not ``"100 nights"`` or ``"1.10"``); other strings match case-insensitively,
+    not inside a longer word or number.
+    """
+    n = needle.strip()
+    if not n:
+        return False
+    if _NUMERIC_NEEDLE.match(n):
+        want = float(n.replace(",", ""))
+        return any(float(m.group(0).replace(",", "")) == want for m in _NUM_RE.finditer(text))
+    rx = re.compile(r"(?<![\w])(?<!\d[.,])" + re.escape(n) + r"(?![\w])(?![.,]\d)", re.IGNORECASE)
+    return rx.search(text) is not None
+
+
+# ---------------------------------------------------------------------------- scoring
+
+
+@dataclass
+class TurnRecord:
+    """What the policy did in one user turn.
+
+    ``calls``: ``(name, normalised args or None, invalid)`` for every attempted call in order
+    (``invalid`` = parse error / unknown tool / invalid arguments); ``text``: the assistant's replies
+    concatenated; ``state``: the canonical state at the end of the turn (``None`` if not reached).
+    """
+
+    calls: list[tuple[str, dict[str, Any] | None, bool]] = field(default_factory=list)
+    text: str = ""
+    state: Any = None
+
+
+@dataclass
+class TurnScore:
+    turn: int
+    r_traj: float | None
+    r_state: float | None
+    r_output: float | None
+    matched: int
+    n_ground_truth: int
+    surplus: int
+    invalid: int
+    penalty: float
+    reward: float
+    vacuous: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class EpisodeScore:
+    """Episode reward and every component (DESIGN §7).  ``None`` components are vacuous/disabled."""
+
+    reward: float
+    r_traj: float | None
+    r_state: float | None
+    r_output: float | None
+    p_len: int
+    penalty: float
+    matched: int
+    n_ground_truth: int
+    surplus: int
+    invalid: int
+    vacuous: list[str]
+    state_diff: list[StateDiff]
+    turns: list[TurnScore]
+    config: RewardConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reward": self.reward,
+            "r_traj": self.r_traj,
+            "r_state": self.r_state,
+            "r_output": self.r_output,
+            "p_len": self.p_len,
+            "penalty": self.penalty,
+            "matched": self.matched,
+            "n_ground_truth": self.n_ground_truth,
+            "surplus": self.surplus,
+            "invalid": self.invalid,
+            "vacuous": list(self.vacuous),
+            "state_diff": [asdict(d) for d in self.state_diff],
+            "turns": [t.to_dict() for t in self.turns],
+            "config": asdict(self.config),
+        }
+
+
+def _combine(cfg: RewardConfig, traj: float | None, state: float | None, output: float | None) -> tuple[float, list[str]]:
+    parts = [("r_traj", cfg.alpha, traj), ("r_state", 1.0 - cfg.alpha, state), ("r_output", cfg.output_weight, output)]
+    vacuous = [name for name, w, v in parts if w > 0 and v is None]
+    active = [(w, v) for _, w, v in parts if w > 0 and v is not None]
+    total = sum(w for w, _ in active)
+    if total <= 0:
+        return 0.0, vacuous
+    return sum(w * v for w, v in active) / total, vacuous
+
+
+def _clip(x: float) -> float:
+    return min(1.0, max(0.0, x))
+
+
+def _turn_counts(rec: TurnRecord, gt: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]]) -> tuple[int, int, int]:
+    valid = [(n, a) for n, a, bad in rec.calls if not bad]
+    invalid = sum(1 for _, _, bad in rec.calls if bad)
+    matches = match_calls(valid, gt)
+    matched = sum(1 for m in matches if m is not None)
+    surplus = max(0, len(valid) - len(gt))
+    return matched, surplus, invalid
+
+
+def score_turn(
+    turn_index: int,
+    record: TurnRecord,
+    gt_calls: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]],
+    gt_state: Any,
+    expected_outputs: Sequence[str],
+    cfg: RewardConfig,
+    *,
+    bookkeeping: Sequence[str] = (),
+    set_fields: Sequence[str] = (),
+) -> TurnScore:
+    """Score one turn against the ground truth of that turn and the ground-truth state after it."""
+    matched, surplus, invalid = _turn_counts(record, gt_calls)
+    r_traj = matched / len(gt_calls) if gt_calls else None
+    r_state = None
+    if record.state is not None:
+        r_state = 0.0 if state_diff(record.state, gt_state, bookkeeping=bookkeeping, set_fields=set_fields, limit=1) else 1.0
+    r_output = (sum(contains_output(record.text, o) for o in expected_outputs) / len(expected_outputs)
+                if expected_outputs else None)
+    task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)
+    penalty = min(cfg.penalty_cap, cfg.gamma * (surplus + invalid))
+    return TurnScore(turn_index, r_traj, r_state, r_output, matched, len(gt_calls), surplus, invalid,
+                     penalty, _clip(task_score - penalty), vacuous)
+
+
+def score_episode(
+    records: Sequence[TurnRecord],
+    gt_turn_calls: Sequence[Sequence[tuple[str, Mapping[str, Any], Sequence[str]]]],
+    gt_turn_states: Sequence[Any],
+    expected_outputs: Sequence[Sequence[str]],
+    final_state: Any,
+    cfg: RewardConfig,
+    *,
+    bookkeeping: Sequence[str] = (),
+    set_fields: Sequence[str] = (),
+) -> EpisodeScore:
+    """Score an episode.  ``records`` may be shorter than the task (a truncated episode): turns not
+    reached contribute their ground-truth calls as unmatched.  Pure function of its inputs: scoring
+    never touches a session (CASES C05)."""
+    turns: list[TurnScore] = []
+    matched = surplus = invalid = 0
+    n_gt = sum(len(c) for c in gt_turn_calls)
+    found = 0
+    n_out = sum(len(o) for o in expected_outputs)
+    for t, gt in enumerate(gt_turn_calls):
+        if t < len(records):
+            ts = score_turn(t, records[t], gt, gt_turn_states[t], expected_outputs[t], cfg,
+                            bookkeeping=bookkeeping, set_fields=set_fields)
+            turns.append(ts)
+            matched += ts.matched
+            surplus += ts.surplus
+            invalid += ts.invalid
+            found += sum(contains_output(records[t].text, o) for o in expected_outputs[t])
+    for rec in records[len(gt_turn_calls):]:  # extra turns from a custom user source
+        surplus += sum(1 for _, _, bad in rec.calls if not bad)
+        invalid += sum(1 for _, _, bad in rec.calls if bad)
+    diff = state_diff(final_state, gt_turn_states[-1], bookkeeping=bookkeeping, set_fields=set_fields)
+    r_traj = matched / n_gt if n_gt else None
+    r_state = 0.0 if diff else 1.0
+    r_output = found / n_out if n_out else None
+    task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)
+    p_len = surplus + invalid
+    penalty = min(cfg.penalty_cap, cfg.gamma * p_len)
+    return EpisodeScore(
+        reward=_clip(task_score - penalty),
+        r_traj=r_traj,
+        r_state=r_state,
+        r_output=r_output,
+        p_len=p_len,
+        penalty=penalty,
+        matched=matched,
+        n_ground_truth=n_gt,
+        surplus=surplus,
+        invalid=invalid,
+        vacuous=vacuous,
+        state_diff=diff,
+        turns=turns,
+        config=cfg,
+    )
