@@ -27,8 +27,6 @@ from typing import Any, Mapping
 
 __all__ = ["ToolCall", "ParseError", "ParsedAction", "parse_action"]
 
-_THINK_RE = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
-_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _FENCE_RE = re.compile(r"^```(?:json|JSON)?\s*(.*?)\s*```$", re.DOTALL)
 
 
@@ -142,20 +140,48 @@ def _looks_like_json_call(text: str) -> bool:
     return bool(re.match(r'^\s*[\[{]', text)) and '"name"' in text
 
 
+def _scan(text: str) -> tuple[list[str], list[str], str]:
+    """Split raw output into reasoning parts, ``<tool_call>`` block bodies and the remaining reply.
+
+    A sequential scan, so a tag-like string inside a tool call's JSON is never mistaken for a tag.
+    """
+    reasoning: list[str] = []
+    blocks: list[str] = []
+    rest: list[str] = []
+    first_open = min((i for i in (text.find("<think>"), text.find("<tool_call>")) if i >= 0), default=len(text))
+    close = text.find("</think>")
+    pos = 0
+    if 0 <= close < first_open:  # bare closing tag (Qwen3 templates open <think> in the prompt)
+        reasoning.append(text[:close])
+        pos = close + len("</think>")
+    while pos < len(text):
+        t = text.find("<think>", pos)
+        c = text.find("<tool_call>", pos)
+        nxt = min((i for i in (t, c) if i >= 0), default=-1)
+        if nxt < 0:
+            rest.append(text[pos:])
+            break
+        rest.append(text[pos:nxt])
+        if nxt == t:
+            end = text.find("</think>", t)
+            reasoning.append(text[t + 7:] if end < 0 else text[t + 7:end])
+            pos = len(text) if end < 0 else end + len("</think>")
+        else:
+            end = text.find("</tool_call>", c)
+            blocks.append(text[c + 11:] if end < 0 else text[c + 11:end])
+            pos = len(text) if end < 0 else end + len("</tool_call>")
+    return reasoning, blocks, "".join(rest)
+
+
 def _parse_string(text: str) -> ParsedAction:
-    reasoning_parts = [m.group(0)[7:].removesuffix("</think>") for m in _THINK_RE.finditer(text)]
-    body = _THINK_RE.sub("", text)
-    if "</think>" in body:  # a bare closing tag: everything before it is reasoning
-        before, _, body = body.rpartition("</think>")
-        reasoning_parts.insert(0, before)
+    reasoning_parts, blocks, body = _scan(text)
     out = ParsedAction(reasoning="\n".join(p.strip() for p in reasoning_parts) or None)
-    blocks = list(_TOOL_CALL_RE.finditer(body))
     if blocks:
-        for m in blocks:
-            inner = m.group(1).strip()
+        for inner in blocks:
+            inner = inner.strip()
             fence = _FENCE_RE.match(inner)
             out.items.extend(_items_from_json_text(fence.group(1) if fence else inner))
-        out.content = _TOOL_CALL_RE.sub("", body).strip()
+        out.content = body.strip()
         return out
     stripped = body.strip()
     fence = _FENCE_RE.match(stripped)

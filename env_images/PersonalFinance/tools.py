@@ -39,6 +39,7 @@ class AccountSummary(BaseModel):
     type: str
     owner_ids: list[str]
     currency: str
+    iban: str | None
     balance: float
     available_balance: float
     credit_limit: float | None = None
@@ -274,7 +275,7 @@ def list_accounts(
 ) -> list[AccountSummary]:
     """List the household's bank accounts (checking, savings, credit card).
 
-    Returns for each account: account_id, name, type, owner_ids, currency (EUR), balance (negative on a
+    Returns for each account: account_id, name, type, owner_ids, currency (EUR), iban, balance (negative on a
     credit card = amount owed), available_balance (balance plus pending transactions; for a credit card
     the available credit), credit_limit and the ids of its cards.
     Errors: not_found (unknown customer_id).
@@ -287,8 +288,8 @@ def list_accounts(
             continue
         out.append(AccountSummary(
             account_id=acc.account_id, name=acc.name, type=acc.type, owner_ids=acc.owner_ids,
-            currency=acc.currency, balance=acc.balance, available_balance=_available(state, acc),
-            credit_limit=acc.credit_limit,
+            currency=acc.currency, iban=acc.iban, balance=acc.balance,
+            available_balance=_available(state, acc), credit_limit=acc.credit_limit,
             card_ids=[c.card_id for c in state.cards.values() if c.account_id == acc.account_id]))
     return out
 

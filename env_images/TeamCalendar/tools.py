@@ -42,6 +42,7 @@ class BusyBlock(BaseModel):
     event_id: str | None = None
     title: str | None = None
     ooo_id: str | None = None
+    note: str | None = None
 
 
 class FreeBusy(BaseModel):
@@ -108,10 +109,17 @@ class CancelResult(BaseModel):
     notice_ids: list[str]
 
 
+class EventRef(BaseModel):
+    event_id: str
+    title: str
+    start: datetime
+    end: datetime
+
+
 class OutOfOfficeResult(BaseModel):
     out_of_office: OutOfOffice
     declined_event_ids: list[str] = Field(description="Invitations declined because of this block")
-    organized_conflicts: list[str] = Field(
+    organized_conflicts: list[EventRef] = Field(
         description="Events this person organizes inside the block (left unchanged; reschedule or cancel them)"
     )
 
@@ -200,7 +208,7 @@ def _busy(state: CalendarDB, person_id: str, start: datetime, end: datetime,
                 break
     for o in state.out_of_office.values():
         if o.person_id == person_id and _overlaps(o.start, o.end, start, end):
-            out.append(BusyBlock(start=o.start, end=o.end, kind="out_of_office", ooo_id=o.ooo_id))
+            out.append(BusyBlock(start=o.start, end=o.end, kind="out_of_office", ooo_id=o.ooo_id, note=o.note))
     out.sort(key=lambda b: (b.start, b.end, b.event_id or b.ooo_id or ""))
     return out
 
@@ -709,8 +717,9 @@ def reschedule_event(
 ) -> EventView:
     """Move one upcoming event (one occurrence of a series) to a new time and/or room (organizer only).
 
-    The room (current or new) must be free at the new time. Every invitee's RSVP is reset to
-    needs_action and they get a rescheduled notice. Returns the updated event.
+    The room (current or new) must be free at the new time (to change only the room, pass the
+    current start). When the time changes every invitee's RSVP is reset to needs_action; invitees
+    always get a rescheduled notice. Returns the updated event.
     Errors: not_found, already_cancelled, not_organizer, invalid_state (event already started or
     nothing would change), invalid_time, capacity_exceeded, room_conflict, attendee_conflict.
     """
@@ -739,12 +748,18 @@ def reschedule_event(
             raise ToolError("Attendee conflict: " + "; ".join(msgs) + ". Pick another time or pass allow_conflicts=true",
                             code="attendee_conflict")
     old = f"{ev.start:%Y-%m-%d %H:%M}"
+    time_changed = (new_start, end) != (ev.start, ev.end)
     ev.start, ev.end, ev.room_id = new_start, end, room_id
     invitees = [a.person_id for a in ev.attendees if a.person_id != ev.organizer_id]
-    for a in ev.attendees:
-        if a.person_id != ev.organizer_id:
-            a.rsvp = "needs_action"
-    _notify(state, ev, invitees, "rescheduled", f"{_fmt(ev)} was moved from {old}; please respond again")
+    if time_changed:
+        for a in ev.attendees:
+            if a.person_id != ev.organizer_id:
+                a.rsvp = "needs_action"
+        msg = f"{_fmt(ev)} was moved from {old}; please respond again"
+    else:
+        room = state.rooms.get(room_id) if room_id else None
+        msg = f"{_fmt(ev)} moved to room {room.name if room else 'none'}"
+    _notify(state, ev, invitees, "rescheduled", msg)
     return _view(state, ev)
 
 
@@ -847,12 +862,12 @@ def set_out_of_office(
             raise ToolError(f"Overlaps the existing out-of-office block {o.ooo_id} ({o.start.isoformat()} to {o.end.isoformat()})",
                             code="invalid_state")
     declined: list[str] = []
-    organized: list[str] = []
+    organized: list[EventRef] = []
     for ev in sorted(state.events.values(), key=lambda x: (x.start, x.event_id)):
         if ev.status != "confirmed" or not _overlaps(ev.start, ev.end, start, end):
             continue
         if ev.organizer_id == person_id:
-            organized.append(ev.event_id)
+            organized.append(EventRef(event_id=ev.event_id, title=ev.title, start=ev.start, end=ev.end))
             continue
         if decline_meetings:
             for a in ev.attendees:

@@ -1,0 +1,227 @@
+"""The ``envfactory`` command line: list, info, validate, rollout.
+
+``envfactory rollout envfactory/HotelBooking-v0`` runs the noisy oracle on every task of the
+environment on the in-process backend and prints a per-episode reward table and a summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .errors import EnvFactoryError
+from .spec import get_environment, list_environments
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="gym_envfactory: stateful, verifiable tool-use environments for RL (EnvFactory).")
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True)
+
+
+class PolicyKind(str, Enum):
+    oracle = "oracle"
+    noisy = "noisy"
+    random = "random"
+    openai = "openai"
+
+
+class Backend(str, Enum):
+    inprocess = "inprocess"
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "vacuous"
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return str(v)
+
+
+@app.command("list")
+def list_cmd() -> None:
+    """List the catalog: every environment with its gym id, domain, tools and tasks."""
+    table = Table(title="envfactory catalog")
+    for col in ("gym id", "domain", "version", "tools (write)", "tasks (multi-turn)", "initial states"):
+        table.add_column(col)
+    for name in list_environments():
+        try:
+            spec = get_environment(name)
+            tasks = spec.tasks
+        except EnvFactoryError as exc:
+            table.add_row(name, "-", "-", "-", "-", f"[red]broken: {exc}[/red]")
+            continue
+        writes = sum(not t.read_only for t in spec.tools.values())
+        table.add_row(spec.gym_id, spec.domain, spec.version, f"{len(spec.tools)} ({writes})",
+                      f"{len(tasks)} ({sum(t.multi_turn for t in tasks)})", ", ".join(spec.initial_state_names()))
+    console.print(table)
+
+
+@app.command("info")
+def info_cmd(env: Annotated[str, typer.Argument(help="environment name or gym id")]) -> None:
+    """Show an environment's manifest, tools, initial states and task statistics."""
+    spec = _load(env)
+    console.print(f"[bold]{spec.name}[/bold] v{spec.version} ({spec.domain}) — {spec.description}")
+    console.print(f"gym id: {spec.gym_id}   provenance: {spec.manifest.provenance.kind}   path: {spec.path}")
+    table = Table(title="tools")
+    for col in ("tool", "kind", "parameters", "description"):
+        table.add_column(col)
+    for t in spec.tools.values():
+        kind = "read" if t.read_only else ("write, destructive" if t.annotations.destructive else "write")
+        params = ", ".join(f"{p}{'' if p in t.input_schema.get('required', []) else '?'}"
+                           for p in t.input_schema.get("properties", {}))
+        table.add_row(t.name, kind, params, t.description.splitlines()[0][:70])
+    console.print(table)
+    tasks = spec.tasks
+    clar = sum(any(tt.clarification for tt in t.turns) for t in tasks)
+    console.print(f"initial states: {', '.join(spec.initial_state_names())}")
+    console.print(f"tasks: {len(tasks)} (multi-turn {sum(t.multi_turn for t in tasks)}, with clarification {clar}, "
+                  f"splits {', '.join(f'{s}={len(tasks.ids(s))}' for s in tasks.splits())}); "
+                  f"validation scenarios: {len(spec.scenarios)}")
+
+
+@app.command("validate")
+def validate_cmd(
+    env: Annotated[Optional[str], typer.Argument(help="environment name or gym id")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="validate every catalog environment")] = False,
+) -> None:
+    """Run validation scenarios (every tool's success and error paths) and replay every task's ground
+    truth.  Exit code 1 if anything fails."""
+    from .validation import validate_environment
+
+    if not env and not all_:
+        raise typer.BadParameter("give an environment or --all")
+    names = list_environments() if all_ else [env]  # type: ignore[list-item]
+    ok = True
+    for name in names:
+        try:
+            spec = get_environment(name)
+            report = validate_environment(spec)
+        except EnvFactoryError as exc:
+            console.print(f"[red]✗ {name}: {exc}[/red]")
+            ok = False
+            continue
+        n_pass = sum(s.passed for s in report.scenarios)
+        status = "[green]✓[/green]" if report.passed else "[red]✗[/red]"
+        console.print(f"{status} {spec.name}: scenarios {n_pass}/{len(report.scenarios)} passed, "
+                      f"tools covered {sum(len(v) == 2 for v in report.coverage.values())}/{len(report.coverage)}, "
+                      f"tasks replayed {report.n_tasks - len(report.task_failures)}/{report.n_tasks}")
+        for f in report.failures():
+            console.print(f"    [red]{f}[/red]")
+        ok &= report.passed
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command("rollout")
+def rollout_cmd(
+    env_id: Annotated[str, typer.Argument(help="gym id (envfactory/HotelBooking-v0) or environment name")],
+    policy: Annotated[PolicyKind, typer.Option(help="oracle replays ground truth; noisy perturbs it; random samples tools; openai calls an endpoint")] = PolicyKind.noisy,
+    episodes: Annotated[Optional[int], typer.Option(help="number of episodes (default: every task once)")] = None,
+    seed: Annotated[int, typer.Option(help="seed for task order and policy randomness")] = 0,
+    split: Annotated[Optional[str], typer.Option(help="only tasks of this split (train/test)")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="write trajectories as JSON Lines")] = None,
+    noise: Annotated[float, typer.Option(help="perturbation probability per call (noisy policy)")] = 0.3,
+    model: Annotated[Optional[str], typer.Option(help="model name (openai policy)")] = None,
+    base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")] = None,
+    api_key_env: Annotated[str, typer.Option(help="environment variable holding the API key")] = "OPENAI_API_KEY",
+    alpha: Annotated[float, typer.Option(help="reward weight of R_traj (R_state gets 1-alpha)")] = 0.5,
+    gamma: Annotated[float, typer.Option(help="penalty per surplus or invalid call")] = 0.05,
+    max_steps: Annotated[int, typer.Option(help="assistant actions per episode before truncation")] = 32,
+    backend: Annotated[Backend, typer.Option(help="where sessions run")] = Backend.inprocess,
+) -> None:
+    """Run a policy through episodes and print a per-episode reward table and a summary."""
+    from .env import EnvFactoryEnv
+    from .policies import PolicyError, make_policy
+    from .rollout import episode_task_ids, run_episode, write_trajectories
+
+    spec = _load(env_id)
+    try:
+        pol = make_policy(policy.value, seed=seed, noise=noise, model=model, base_url=base_url, api_key_env=api_key_env)
+        env = EnvFactoryEnv(spec, reward={"alpha": alpha, "gamma": gamma}, max_steps=max_steps)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    ids = episode_task_ids(env, episodes, seed, split)
+    if not ids:
+        err_console.print(f"[red]{spec.name} has no tasks{' in split ' + split if split else ''}[/red]")
+        raise typer.Exit(1)
+    results = []
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as progress:
+        bar = progress.add_task(f"{spec.name} · {pol.name} · {backend.value}", total=len(ids))
+        for i, tid in enumerate(ids):
+            try:
+                results.append(run_episode(env, pol, task_id=tid, seed=seed + i))
+            except PolicyError as exc:
+                err_console.print(f"[red]policy failed on {tid}: {exc}[/red]")
+                raise typer.Exit(2) from None
+            except EnvFactoryError as exc:
+                err_console.print(f"[red]{tid}: {exc}[/red]")
+                raise typer.Exit(1) from None
+            progress.advance(bar)
+    env.close()
+    _print_results(spec.gym_id, pol.name, results)
+    if out:
+        n = write_trajectories(out, results)
+        console.print(f"wrote {n} trajectories to {out}")
+
+
+def _print_results(gym_id: str, policy: str, results: list) -> None:
+    table = Table(title=f"{gym_id} · policy={policy} · {len(results)} episodes")
+    for col, just in (("task", "left"), ("turns", "right"), ("steps", "right"), ("calls ok/gt", "right"),
+                      ("R_traj", "right"), ("R_state", "right"), ("P_len", "right"), ("reward", "right"), ("why", "left")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in results:
+        c = r.components
+        why = list(r.perturbations)
+        if c.get("state_diff"):
+            d = c["state_diff"][0]
+            why.append(f"state {d['path']}: want {d['expected']} got {d['actual']}"[:90])
+        if c.get("invalid"):
+            why.append(f"{c['invalid']} invalid call(s)")
+        if c.get("surplus"):
+            why.append(f"{c['surplus']} surplus call(s)")
+        if r.truncated:
+            why.append("truncated")
+        style = "green" if r.reward >= 0.999 else ("yellow" if r.reward >= 0.5 else "red")
+        table.add_row(r.task_id, str(len(c.get("turns", []))), str(r.steps), f"{c.get('matched', 0)}/{c.get('n_ground_truth', 0)}",
+                      _fmt(c.get("r_traj")), _fmt(c.get("r_state")), str(c.get("p_len", 0)),
+                      f"[{style}]{r.reward:.2f}[/{style}]", "; ".join(why)[:120])
+    console.print(table)
+    rewards = [r.reward for r in results]
+
+    def mean(key: str) -> str:
+        vals = [r.components.get(key) for r in results if r.components.get(key) is not None]
+        return f"{statistics.fmean(vals):.3f}" if vals else "vacuous"
+
+    summary = Table(title="summary", show_header=True)
+    for col in ("episodes", "mean reward", "reward = 1.0", "mean R_traj", "mean R_state", "mean P_len", "mean penalty", "truncated"):
+        summary.add_column(col, justify="right")
+    summary.add_row(str(len(results)), f"{statistics.fmean(rewards):.3f}",
+                    f"{sum(x >= 0.999 for x in rewards)}/{len(rewards)}", mean("r_traj"), mean("r_state"),
+                    mean("p_len"), mean("penalty"), str(sum(r.truncated for r in results)))
+    console.print(summary)
+
+
+def _load(env: str):
+    try:
+        return get_environment(env)
+    except EnvFactoryError as exc:
+        err_console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

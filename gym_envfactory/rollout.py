@@ -1,0 +1,103 @@
+"""Rollouts: run a policy through episodes and collect trajectories with every reward component.
+
+Used by ``envfactory rollout`` and by tests; trainers use the Gymnasium env directly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .env import EnvFactoryEnv
+from .policies import Policy
+
+__all__ = ["EpisodeResult", "run_episode", "episode_task_ids", "write_trajectories"]
+
+
+@dataclass
+class EpisodeResult:
+    """One finished episode: its task, messages (the trajectory), reward components and notes."""
+
+    task_id: str
+    env: str
+    policy: str
+    seed: int | None
+    reward: float
+    components: dict[str, Any]
+    messages: list[dict[str, Any]]
+    steps: int
+    terminated: bool
+    truncated: bool
+    perturbations: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "env": self.env,
+            "policy": self.policy,
+            "seed": self.seed,
+            "reward": self.reward,
+            "components": self.components,
+            "steps": self.steps,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "perturbations": self.perturbations,
+            "errors": self.errors,
+            "messages": self.messages,
+        }
+
+
+def run_episode(env: EnvFactoryEnv, policy: Policy, *, task_id: str | None = None, seed: int | None = None) -> EpisodeResult:
+    """Reset ``env`` (to ``task_id`` if given), let ``policy`` act until the episode ends, return the
+    result.  Errors the model caused (tool errors, parse errors) are collected, not raised."""
+    obs, info = env.reset(seed=seed, options={"task_id": task_id} if task_id else None)
+    policy.begin(env)
+    errors: list[str] = []
+    terminated = truncated = False
+    reward = 0.0
+    step_info: dict[str, Any] = {}
+    while not (terminated or truncated):
+        action = policy.act(env)
+        obs, r, terminated, truncated, step_info = env.step(action)
+        reward += r
+        errors += [f"{e['type']}: {e['name']}" for e in step_info.get("errors", [])]
+    assert env.task is not None
+    return EpisodeResult(
+        task_id=env.task.task_id,
+        env=env.spec_env.name,
+        policy=policy.name,
+        seed=seed,
+        reward=reward,
+        components=step_info.get("episode", {}),
+        messages=list(env.messages),
+        steps=env.steps,
+        terminated=terminated,
+        truncated=truncated,
+        perturbations=list(policy.perturbations),
+        errors=errors,
+    )
+
+
+def episode_task_ids(env: EnvFactoryEnv, episodes: int | None, seed: int, split: str | None = None) -> list[str]:
+    """Task ids for a run: every task once in file order when ``episodes`` is ``None``, else
+    ``episodes`` ids cycling through a seeded shuffle."""
+    ids = env.tasks.ids(split)
+    if episodes is None:
+        return ids
+    order = list(ids)
+    random.Random(seed).shuffle(order)
+    return [order[i % len(order)] for i in range(episodes)] if order else []
+
+
+def write_trajectories(path: str | Path, results: Iterable[EpisodeResult]) -> int:
+    """Write results as JSON Lines; returns the count."""
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in results:
+            fh.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+            n += 1
+    return n

@@ -1,0 +1,183 @@
+"""The Gymnasium contract (DESIGN §6) on the programmatic Library environment."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import pytest
+from gymnasium.error import ResetNeeded
+from gymnasium.utils.env_checker import check_env
+from pydantic import BaseModel
+
+from gym_envfactory import ToolError, define_environment, tool
+from gym_envfactory.env import EnvFactoryEnv, make_group
+from gym_envfactory.parsing import ToolCall
+
+BORROW = '<tool_call>{"name": "borrow_book", "arguments": {"book_id": "B1", "member": "ada"}}</tool_call>'
+
+
+def test_check_env_passes_without_warnings(library):
+    env = gym.make("envfactory/Library-v0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env.unwrapped)
+
+
+class Tally(BaseModel):
+    count: int = 0
+    log: list[str] = []
+
+
+@tool(read_only=True)
+def read_tally(state: Tally) -> int:
+    """Current count."""
+    return state.count
+
+
+@tool
+def increment(state: Tally, *, by: int = 1, note: str = "") -> int:
+    """Increase the count."""
+    if by < 1:
+        raise ToolError("by must be >= 1", code="invalid_amount")
+    state.count += by
+    state.log.append(note)
+    return state.count
+
+
+@tool(destructive=True)
+def clear_tally(state: Tally) -> int:
+    """Clear the count."""
+    if state.count == 0:
+        raise ToolError("already zero", code="invalid_state")
+    state.count = 0
+    return 0
+
+
+def test_environment_defined_in_code_runs_under_gym_make():
+    define_environment("Tally", Tally, [read_tally, increment, clear_tally], tasks=[
+        {"task_id": "inc", "turns": [{"user": "add three", "ground_truth": [{"name": "increment", "arguments": {"by": 3}}]}]}])
+    env = gym.make("envfactory/Tally-v0")
+    obs, info = env.reset(seed=0)
+    assert obs[-1] == {"role": "user", "content": "add three"} and {t["function"]["name"] for t in info["tools"]} == {"read_tally", "increment", "clear_tally"}
+    obs, r, term, trunc, info = env.step({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "increment", "arguments": '{"by": "3"}'}}]})
+    assert obs == [{"role": "tool", "tool_call_id": "1", "name": "increment", "content": "3"}] and not term
+    obs, r, term, trunc, info = env.step("Done, the count is 3.")
+    assert term and not trunc and r == 1.0 and info["reward_components"]["r_state"] == 1.0
+    check_env(env.unwrapped)
+
+
+def test_full_episode_multi_turn_and_info(library):
+    env = gym.make("envfactory/Library-v0", task_id="borrow-return")
+    obs, info = env.reset(seed=3)
+    assert [m["role"] for m in obs] == ["system", "user"] and info["n_turns"] == 2
+    obs, r, term, trunc, info = env.step([ToolCall("borrow_book", {"book_id": "B2", "member": "bob", "days": 7})])
+    assert info["tool_results"][0]["ok"] and r == 0.0
+    obs, r, term, trunc, info = env.step("Done.")
+    assert info["turn_ended"] and info["turn_score"]["reward"] == 1.0 and obs[-1]["content"].startswith("Actually")
+    obs, r, term, trunc, info = env.step('<tool_call>{"name": "return_book", "arguments": {"loan_id": "L-0001"}}</tool_call>'
+                                          + BORROW)
+    assert len(obs) == 2 and all(m["role"] == "tool" for m in obs)
+    obs, r, term, trunc, info = env.step("All set.")
+    assert term and r == 1.0 and info["episode"]["matched"] == 3 and info["state_diff"] == []
+    with pytest.raises(ResetNeeded):
+        env.step("more")
+
+
+def test_parse_errors_are_observations_and_counted(library):
+    env = EnvFactoryEnv("Library", task_id="borrow-dune")
+    env.reset()
+    obs, r, term, trunc, info = env.step('<tool_call>{"name": "borrow_book", "arguments": {oops</tool_call>' + BORROW)
+    assert not term and [e["type"] for e in info["errors"]] == ["parse_error"]
+    assert "not valid JSON" in obs[0]["content"] and obs[1]["content"].startswith("{")
+    assert env.messages[-3]["tool_calls"][0]["function"]["name"] == "borrow_book"
+    obs, r, term, trunc, info = env.step("Loan L-0001 is yours.")
+    assert term and info["episode"]["invalid"] == 1 and r == pytest.approx(1.0 - 0.05)
+
+
+def test_truncation_on_step_limits(library):
+    env = EnvFactoryEnv("Library", task_id="borrow-dune", max_steps=3)
+    env.reset()
+    for i in range(3):
+        obs, r, term, trunc, info = env.step('<tool_call>{"name": "get_book", "arguments": {"book_id": "B2"}}</tool_call>')
+    assert trunc and not term and info["truncated_reason"] == "max_steps"
+    assert info["episode"]["surplus"] == 2 and info["episode"]["r_traj"] == 0.0 and r < 0.5
+    env = EnvFactoryEnv("Library", task_id="borrow-dune", max_steps_per_turn=2)
+    env.reset()
+    env.step(BORROW)
+    assert env.step(BORROW)[3]
+
+
+def test_task_selection_seeded_split_and_options(library):
+    env = EnvFactoryEnv("Library")
+    a = [env.reset(seed=s)[1]["task_id"] for s in range(10)]
+    b = [env.reset(seed=s)[1]["task_id"] for s in range(10)]
+    assert a == b and len(set(a)) > 1
+    env = EnvFactoryEnv("Library", split="test")
+    assert {env.reset(seed=s)[1]["task_id"] for s in range(5)} == {"borrow-return"}
+    assert env.reset(options={"task_id": "lookup"})[1]["task_id"] == "lookup"
+    with pytest.raises(KeyError):
+        EnvFactoryEnv("Library", task_id="missing")
+
+
+def test_pluggable_user_source(library):
+    seen = []
+
+    def user(conversation, task, turn):
+        seen.append((len(conversation), turn))
+        return None if turn >= 1 else "Please lend Dune to ada (simulated)."
+
+    env = EnvFactoryEnv("Library", task_id="borrow-return", user=user)
+    obs, _ = env.reset()
+    assert obs[-1]["content"].endswith("(simulated).")
+    obs, r, term, trunc, info = env.step("ok")
+    assert term and seen == [(0, 0), (3, 1)]
+    assert info["episode"]["r_traj"] == 0.0  # the scripted ground truth was not done
+
+
+def test_turn_reward_mode_sums_to_mean_turn_reward(library):
+    env = EnvFactoryEnv("Library", task_id="borrow-return", reward_mode="turn")
+    env.reset()
+    total = 0.0
+    for a in [[ToolCall("borrow_book", {"book_id": "B2", "member": "bob", "days": 7})], "ok", "ok"]:
+        total += env.step(a)[1]
+    assert total == pytest.approx(1.0 / 2 + 0.0 / 2)  # turn 1 perfect; turn 2 did nothing: R_traj 0, R_state 0
+
+
+def test_make_vec_and_group(library):
+    vec = gym.make_vec("envfactory/Library-v0", num_envs=3, vectorization_mode="sync", task_id="borrow-dune")
+    obs, info = vec.reset(seed=0)
+    assert len(obs) == 3 and all(o[-1]["content"] == "Borrow Dune for ada." for o in obs)
+    obs, rew, term, trunc, info = vec.step([BORROW, BORROW, "no"])
+    assert list(term) == [False, False, True]
+    vec.close()
+
+    group = make_group("envfactory/Library-v0", 4, options={"task_id": "borrow-dune"})
+    assert len(group) == 4 and group.observation[-1]["content"] == "Borrow Dune for ada."
+    group.step([BORROW, BORROW, BORROW + BORROW, "nothing to do"])
+    res = group.step(["Loan L-0001.", "done", "done", None])
+    assert group.done and res[3] is None
+    # member 2 booked twice: one surplus call and a wrong final state
+    assert group.rewards[:3] == [1.0, 1.0, pytest.approx(0.5 * 1.0 + 0.5 * 0.0 - 0.05)] and group.rewards[3] < 0.5
+    states = [e.session.state()["books"]["B1"]["copies"] for e in group.envs]
+    assert states == [1, 1, 0, 2]  # each fork wrote only to itself
+
+
+def test_fork_midway_is_independent(library):
+    env = EnvFactoryEnv("Library", task_id="borrow-return")
+    env.reset()
+    env.step([ToolCall("borrow_book", {"book_id": "B2", "member": "bob", "days": 7})])
+    f = env.fork()
+    f.step([ToolCall("return_book", {"loan_id": "L-0001"})])
+    assert env.session.state()["loans"]["L-0001"]["status"] == "open"
+    assert len(f.messages) == len(env.messages) + 2
+
+
+def test_render_ansi(library):
+    env = EnvFactoryEnv("Library", task_id="borrow-dune", render_mode="ansi")
+    env.reset()
+    env.step(BORROW)
+    text = env.render()
+    assert "[user] Borrow Dune" in text and "borrow_book(" in text and "[tool]" in text
+    assert env.render() == ""

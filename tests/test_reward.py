@@ -1,0 +1,86 @@
+"""The composite reward (DESIGN §7)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gym_envfactory.reward import (RewardConfig, TurnRecord, contains_output, match_calls, score_episode,
+                                   state_diff, values_equal)
+
+
+def gt(*calls):
+    return [(n, a, m) for n, a, m in calls]
+
+
+def test_multiset_matching_consumes_each_ground_truth_once():
+    g = gt(("weather", {"city": "Oslo"}, []), ("weather", {"city": "Lima"}, []))
+    assert match_calls([("weather", {"city": "Lima"}), ("weather", {"city": "Lima"})], g) == [None, 0]
+    assert match_calls([("weather", {"city": "Lima"}), ("weather", {"city": "Oslo"})], g) == [1, 0]
+
+
+def test_masked_arguments_ignored_and_invalid_never_match():
+    g = gt(("note", {"id": 1, "text": "hello"}, ["text"]))
+    assert match_calls([("note", {"id": 1, "text": "whatever"})], g) == [0]
+    assert match_calls([("note", None)], g) == [None]
+
+
+def test_numbers_compare_by_value_bools_are_not_numbers():
+    assert values_equal({"a": [5]}, {"a": [5.0]})
+    assert not values_equal(True, 1) and not values_equal({"a": 1}, {"a": 1, "b": 2})
+
+
+def test_state_diff_paths_bookkeeping_and_sets():
+    a = {"count": 3, "items": {"x": {"status": "open", "tags": ["b", "a"]}}}
+    e = {"count": 9, "items": {"x": {"status": "closed", "tags": ["a", "b"]}}}
+    d = state_diff(a, e, bookkeeping=["count"], set_fields=["items.*.tags"])
+    assert [x.path for x in d] == ["items.x.status"]
+    assert "closed" in d[0].expected and "open" in d[0].actual
+    assert state_diff({"l": [1, 2]}, {"l": [2, 1]}) != []
+    assert state_diff({"k": 1}, {}) [0].path == "k"
+
+
+def test_token_boundary_outputs():
+    assert not contains_output("That is 100 nights", "10")
+    assert contains_output("Your total is 10.", "10")
+    assert contains_output("Total: 1,250.00 EUR", "1250")
+    assert not contains_output("version 1.10", "10")
+    assert contains_output("Booked at casa azul!", "Casa Azul")
+    assert not contains_output("BK-00012", "BK-0001")
+    assert contains_output("id BK-0001.", "BK-0001")
+
+
+def _score(records, gt_calls, gt_states, outputs, final, **cfg):
+    return score_episode(records, gt_calls, gt_states, outputs, final, RewardConfig(**cfg))
+
+
+def test_episode_reward_formula_and_penalty_cap():
+    g = [gt(("f", {"x": 1}, []), ("f", {"x": 2}, []))]
+    rec = [TurnRecord(calls=[("f", {"x": 1}, False), ("f", {"x": 1}, False)], text="ok", state={"s": 1})]
+    s = _score(rec, g, [{"s": 1}], [[]], {"s": 1})
+    assert s.r_traj == 0.5 and s.r_state == 1.0 and s.p_len == 0 and s.reward == pytest.approx(0.75)
+    rec = [TurnRecord(calls=[("f", {"x": 1}, False), ("f", {"x": 2}, False)] + [("g", None, True)] * 30, text="", state={"s": 1})]
+    s = _score(rec, g, [{"s": 1}], [[]], {"s": 1})
+    assert s.invalid == 30 and s.penalty == 0.5 and s.reward == pytest.approx(0.5)
+    s = _score(rec, g, [{"s": 1}], [[]], {"s": 1}, alpha=1.0, gamma=0.0)
+    assert s.reward == 1.0
+
+
+def test_vacuous_components_are_reported_not_counted():
+    rec = [TurnRecord(calls=[], text="hi", state={"s": 1})]
+    s = _score(rec, [[]], [{"s": 2}], [[]], {"s": 1}, output_weight=1.0)
+    assert s.r_traj is None and s.r_output is None
+    assert set(s.vacuous) == {"r_traj", "r_output"}
+    assert s.reward == 0.0  # only R_state remains and it is 0, not a silent 1.0
+
+
+def test_truncated_episode_counts_unreached_turns():
+    g = [gt(("f", {"x": 1}, [])), gt(("f", {"x": 2}, []))]
+    rec = [TurnRecord(calls=[("f", {"x": 1}, False)], state={"s": 1})]
+    s = _score(rec, g, [{"s": 1}, {"s": 2}], [[], []], {"s": 1})
+    assert s.r_traj == 0.5 and s.r_state == 0.0 and len(s.turns) == 1
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        RewardConfig(alpha=1.5)
+    assert RewardConfig.coerce({"alpha": 0.7}).alpha == 0.7
