@@ -274,7 +274,10 @@ class OpenAIPolicy(Policy):
                  temperature: float = 0.0, seed: int | None = 0, max_tokens: int | None = 1024,
                  timeout: float = 60.0, max_retries: int = 3) -> None:
         super().__init__()
-        import openai
+        try:
+            import openai
+        except ImportError as exc:  # the optional extra
+            raise ValueError("the openai policy needs the 'openai' extra: pip install 'gym-envfactory[openai]'") from exc
 
         self.model = model
         self.temperature = temperature

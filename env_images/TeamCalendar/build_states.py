@@ -32,6 +32,7 @@ def event(eid, title, org, att, start, end, room_id=None, *, status="confirmed",
     for a in att:
         pid, rsvp = (a, "needs_action") if isinstance(a, str) else a
         attendees.append({"person_id": pid, "rsvp": rsvp, "comment": ""})
+    attendees[1:] = sorted(attendees[1:], key=lambda a: a["person_id"])
     return {"event_id": eid, "title": title, "organizer_id": org, "attendees": attendees,
             "start": start, "end": end, "room_id": room_id, "recurrence": recurrence, "series_id": series,
             "status": status, "agenda": agenda, "cancellation_reason": reason,

@@ -46,7 +46,7 @@ class Event(BaseModel):
     event_id: str = Field(description="Event id, e.g. EV-0007")
     title: str
     organizer_id: str
-    attendees: list[Attendee] = Field(description="Everyone invited, the organizer included")
+    attendees: list[Attendee] = Field(description="Everyone invited: the organizer first, then by person_id")
     start: datetime
     end: datetime
     room_id: str | None = None

@@ -75,7 +75,7 @@ class EventView(BaseModel):
     organizer_name: str
     room_id: str | None
     room_name: str | None
-    attendees: list[AttendeeView]
+    attendees: list[AttendeeView] = Field(description="Organizer first, then by person_id")
     recurrence: Recurrence
     series_id: str | None
     agenda: str
@@ -287,6 +287,11 @@ def _require_future(state: CalendarDB, e: Event) -> None:
             f"Event {e.event_id} started at {e.start.isoformat()} (now is {state.now.isoformat()}); it can no longer be changed",
             code="invalid_state",
         )
+
+
+def _sort_attendees(e: Event) -> None:
+    """Canonical attendee order: the organizer first, then by person_id."""
+    e.attendees.sort(key=lambda a: (a.person_id != e.organizer_id, a.person_id))
 
 
 def _fmt(e: Event) -> str:
@@ -589,6 +594,7 @@ def create_event(
                    + [Attendee(person_id=p) for p in invitees],
                    start=s, end=e, room_id=room_id, recurrence=recurrence, series_id=series_id,
                    agenda=agenda, created_at=state.now)
+        _sort_attendees(ev)
         state.events[eid] = ev
         ids.append(eid)
     first = state.events[ids[0]]
@@ -639,6 +645,7 @@ def invite_attendees(
                             code="attendee_conflict")
     for pid in new:
         ev.attendees.append(Attendee(person_id=pid))
+    _sort_attendees(ev)
     _notify(state, ev, new, "invited", f"{state.people[ev.organizer_id].name} invited you to {_fmt(ev)}")
     return _view(state, ev)
 
@@ -801,7 +808,7 @@ def cancel_event(
     *,
     event_id: Annotated[str, Field(description="Event id")],
     requested_by: Annotated[str, Field(description="Person id of whoever asks; must be the organizer")],
-    reason: Annotated[str, Field(description="Reason sent to attendees")] = "",
+    reason: Annotated[str, Field(description="Reason, recorded on the event and shown to attendees")] = "",
     scope: Annotated[Literal["this_event", "entire_series"], Field(description="'entire_series' cancels every upcoming occurrence of a recurring event")] = "this_event",
 ) -> CancelResult:
     """Cancel an upcoming event, or every upcoming occurrence of its series (organizer only).
@@ -829,7 +836,7 @@ def cancel_event(
         t.status = "cancelled"
         t.cancellation_reason = reason
         invitees = [a.person_id for a in t.attendees if a.person_id != t.organizer_id]
-        msg = f"{_fmt(t)} was cancelled by {state.people[t.organizer_id].name}" + (f": {reason}" if reason else "")
+        msg = f"{_fmt(t)} was cancelled by {state.people[t.organizer_id].name}"
         notices += _notify(state, t, invitees, "cancelled", msg)
         notified += [p for p in invitees if p not in notified]
     return CancelResult(cancelled_event_ids=[t.event_id for t in targets], notified_person_ids=notified,
