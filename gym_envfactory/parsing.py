@@ -140,6 +140,19 @@ def _looks_like_json_call(text: str) -> bool:
     return bool(re.match(r'^\s*[\[{]', text)) and '"name"' in text
 
 
+def _block_end(text: str, start: int) -> int:
+    """Index of the ``</tool_call>`` closing the block that starts at ``start``: the first one after
+    which the block is valid JSON (a JSON string may itself contain ``</tool_call>``), else the first."""
+    first = end = text.find("</tool_call>", start)
+    while end >= 0:
+        try:
+            json.loads(text[start:end])
+            return end
+        except json.JSONDecodeError:
+            end = text.find("</tool_call>", end + 1)
+    return first
+
+
 def _scan(text: str) -> tuple[list[str], list[str], str]:
     """Split raw output into reasoning parts, ``<tool_call>`` block bodies and the remaining reply.
 
@@ -167,7 +180,7 @@ def _scan(text: str) -> tuple[list[str], list[str], str]:
             reasoning.append(text[t + 7:] if end < 0 else text[t + 7:end])
             pos = len(text) if end < 0 else end + len("</think>")
         else:
-            end = text.find("</tool_call>", c)
+            end = _block_end(text, c + 11)
             blocks.append(text[c + 11:] if end < 0 else text[c + 11:end])
             pos = len(text) if end < 0 else end + len("</tool_call>")
     return reasoning, blocks, "".join(rest)

@@ -58,6 +58,12 @@ def test_broken_block_yields_one_error_and_other_call_survives():
     assert p.calls[0].name == "a" and p.errors[0].name == "b"
 
 
+def test_tag_text_inside_arguments_is_data():
+    args = {"note": "say </tool_call> and <think> literally"}
+    p = parse_action(f"<tool_call>{json.dumps({'name': 'f', 'arguments': args})}</tool_call>")
+    assert p.errors == [] and p.calls[0].arguments == args
+
+
 def test_bare_closing_think_and_plain_json_call():
     p = parse_action('reasoning here</think>\n```json\n{"name": "f", "arguments": {"a": 1}}\n```')
     assert p.reasoning.startswith("reasoning") and p.calls[0].arguments == {"a": 1}

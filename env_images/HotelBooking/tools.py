@@ -581,7 +581,7 @@ def list_guest_bookings(
 
 
 @tool(read_only=True)
-def get_booking(state: HotelDB, *, booking_id: BookingId) -> BookingDetails:
+def get_hotel_booking(state: HotelDB, *, booking_id: BookingId) -> BookingDetails:
     """Get one booking with everything about it: guest, hotel and room, dates, nightly rates, subtotal,
     taxes, fees, total, amount paid, the card it is paid with, status, cancellation details, and the
     payment and refund records.
@@ -706,7 +706,7 @@ def create_hotel_booking(
     _take(rt, nights, +1)
     q.status = "booked"
     q.booking_id = bid
-    return get_booking(state, booking_id=bid)
+    return get_hotel_booking(state, booking_id=bid)
 
 
 @tool

@@ -1,0 +1,164 @@
+"""Runtime benchmark (DESIGN §9): in-process sessions against MCP, side by side in one run.
+
+Measures on HotelBooking's large initial state (~1,000 records):
+  1. tool-call latency: direct Python function call, Session.call (validation + typed result), and a
+     FastMCP in-memory client call of the same tool;
+  2. episode start: Session.reset (and reset + first call, which materialises the state) against
+     starting one stdio MCP server process per episode (upstream EnvFactory) up to its first result;
+  3. GRPO fork of 8 sessions (and fork + first call in each).
+Prints figures and ratios against the targets and writes bench/results/runtime.json.
+Usage: python bench/bench_runtime.py [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from gym_envfactory import Session, get_environment
+
+HERE = Path(__file__).resolve().parent
+QUICK = "--quick" in sys.argv
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def timeit(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def summary(xs: list[float]) -> dict[str, float]:
+    return {"p50_us": pct(xs, 50) * 1e6, "p99_us": pct(xs, 99) * 1e6, "mean_us": statistics.fmean(xs) * 1e6, "n": len(xs)}
+
+
+def main() -> None:
+    spec = get_environment("HotelBooking")
+    session = Session(spec, "large")
+    state = session.state_model()
+    hotel_id = next(iter(state.hotels))
+    args = {"hotel_id": hotel_id}
+    tool = spec.tools["get_hotel_details"]
+    n = 2000 if QUICK else 20000
+    results: dict[str, object] = {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "state": {"env": "HotelBooking", "initial_state": "large", "bytes": len(spec.initial_state_json("large"))},
+        "tool": "get_hotel_details",
+    }
+
+    # 1. tool-call latency
+    direct = timeit(lambda: tool.fn(state, hotel_id=hotel_id), n)
+    call = timeit(lambda: session.call("get_hotel_details", args), n)
+    session.reset()
+
+    from fastmcp import Client, FastMCP
+
+    mcp = FastMCP("bench")
+    mcp_session = Session(spec, "large")
+
+    @mcp.tool
+    def get_hotel_details(hotel_id: str) -> dict:
+        """Details of one hotel."""
+        r = mcp_session.call("get_hotel_details", {"hotel_id": hotel_id})
+        return r.content if r.ok else {"error": r.error}
+
+    async def mcp_calls(k: int) -> list[float]:
+        out = []
+        async with Client(mcp) as c:
+            await c.call_tool("get_hotel_details", args)
+            for _ in range(k):
+                t = time.perf_counter()
+                await c.call_tool("get_hotel_details", args)
+                out.append(time.perf_counter() - t)
+        return out
+
+    mcp_mem = asyncio.run(mcp_calls(300 if QUICK else 2000))
+    results["tool_call"] = {
+        "direct_python": summary(direct),
+        "session_call": summary(call),
+        "fastmcp_in_memory": summary(mcp_mem),
+        "ratio_fastmcp_over_session_p50": pct(mcp_mem, 50) / pct(call, 50),
+        "target_ratio": 20.0,
+    }
+
+    # 2. episode start
+    reset = timeit(lambda: session.reset(), 2000)
+    def reset_first():
+        session.reset()
+        session.call("get_hotel_details", args)
+    reset_first_call = timeit(reset_first, 200 if QUICK else 1000)
+    init = spec.initial_state_json("large")
+    new_session = timeit(lambda: Session(spec, "large").call("get_hotel_details", args), 200 if QUICK else 1000)
+
+    from fastmcp.client.transports import StdioTransport
+
+    async def stdio_episode() -> float:
+        t = time.perf_counter()
+        transport = StdioTransport(command=sys.executable, args=[str(HERE / "_stdio_server.py"), "large"],
+                                   env={**os.environ, "PYTHONPATH": str(HERE.parent), "FASTMCP_LOG_LEVEL": "WARNING"})
+        async with Client(transport) as c:
+            await c.call_tool("get_hotel_details", args)
+        return time.perf_counter() - t
+
+    stdio = [asyncio.run(stdio_episode()) for _ in range(3 if QUICK else 8)]
+    results["episode_start"] = {
+        "session_reset": summary(reset),
+        "session_reset_plus_first_call": summary(reset_first_call),
+        "new_session_plus_first_call": summary(new_session),
+        "stdio_server_per_episode_to_first_result": summary(stdio),
+        "ratio_stdio_over_reset_p50": pct(stdio, 50) / pct(reset, 50),
+        "ratio_stdio_over_reset_plus_first_call_p50": pct(stdio, 50) / pct(reset_first_call, 50),
+        "target_ratio": 500.0,
+        "state_json_bytes": len(init),
+    }
+
+    # 3. GRPO fork of 8
+    base = Session(spec, "large")
+    base.call("get_hotel_details", args)  # materialised, as mid-episode
+    fork8 = timeit(lambda: base.fork_many(8), 500)
+    def fork8_first():
+        for f in base.fork_many(8):
+            f.call("get_hotel_details", args)
+    fork8_first_call = timeit(fork8_first, 50 if QUICK else 200)
+    results["grpo_fork_8"] = {
+        "fork_many_8": summary(fork8),
+        "fork_many_8_plus_first_call_each": summary(fork8_first_call),
+        "target_us": 1000.0,
+    }
+
+    out_dir = HERE / "results"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / "runtime.json").write_text(json.dumps(results, indent=2))
+
+    tc, es, fk = results["tool_call"], results["episode_start"], results["grpo_fork_8"]
+    print(f"HotelBooking large state ({es['state_json_bytes'] / 1024:.0f} KiB JSON), tool get_hotel_details")
+    print("tool call p50 / p99:")
+    for k in ("direct_python", "session_call", "fastmcp_in_memory"):
+        print(f"  {k:<22} {tc[k]['p50_us']:10.1f} us {tc[k]['p99_us']:10.1f} us")
+    print(f"  ratio FastMCP in-memory / Session.call = {tc['ratio_fastmcp_over_session_p50']:.1f}x (target >= 20x)")
+    print("episode start p50:")
+    for k in ("session_reset", "session_reset_plus_first_call", "new_session_plus_first_call", "stdio_server_per_episode_to_first_result"):
+        print(f"  {k:<42} {es[k]['p50_us'] / 1000:10.3f} ms")
+    print(f"  ratio stdio server / reset              = {es['ratio_stdio_over_reset_p50']:.0f}x (target >= 500x)")
+    print(f"  ratio stdio server / reset + first call = {es['ratio_stdio_over_reset_plus_first_call_p50']:.0f}x")
+    print("GRPO fork of 8 p50:")
+    print(f"  fork_many(8)                       {fk['fork_many_8']['p50_us']:10.1f} us (target <= 1000 us)")
+    print(f"  fork_many(8) + first call in each  {fk['fork_many_8_plus_first_call_each']['p50_us']:10.1f} us")
+    print(f"wrote {out_dir / 'runtime.json'}")
+
+
+if __name__ == "__main__":
+    main()
