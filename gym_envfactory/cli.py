@@ -175,7 +175,7 @@ def rollout_cmd(
 
 def _print_results(gym_id: str, policy: str, results: list) -> None:
     table = Table(title=f"{gym_id} · policy={policy} · {len(results)} episodes")
-    for col, just in (("task", "left"), ("turns", "right"), ("steps", "right"), ("calls ok/gt", "right"),
+    for col, just in (("task", "left"), ("turns", "right"), ("steps", "right"), ("matched/gt", "right"),
                       ("R_traj", "right"), ("R_state", "right"), ("P_len", "right"), ("reward", "right"), ("why", "left")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in results:

@@ -171,9 +171,9 @@ class EnvFactoryEnv(gym.Env):
         self.session = Session(envs, _states=replay.initial_state)
         self.task, self.replay = task, replay
         if len(envs) == 1:
-            self._bookkeeping, self._set_fields = envs[0].bookkeeping_fields, envs[0].set_fields
+            self._bookkeeping, self._set_fields = envs[0].excluded_fields, envs[0].set_fields
         else:
-            self._bookkeeping = tuple(f"{e.name}.{p}" for e in envs for p in e.bookkeeping_fields)
+            self._bookkeeping = tuple(f"{e.name}.{p}" for e in envs for p in e.excluded_fields)
             self._set_fields = tuple(f"{e.name}.{p}" for e in envs for p in e.set_fields)
         first = self.user([], task, 0) or task.turns[0].user
         self.messages = [

@@ -106,11 +106,12 @@ class NoisyPolicy(OraclePolicy):
         self.p = p
         self.rng = random.Random(seed)
 
-    def _mutate(self, args: dict[str, Any]) -> dict[str, Any] | None:
-        if not args:
+    def _mutate(self, args: dict[str, Any], masked: list[str]) -> dict[str, Any] | None:
+        keys = sorted(k for k in args if k not in masked)
+        if not keys:
             return None
         out = copy.deepcopy(args)
-        key = self.rng.choice(sorted(out))
+        key = self.rng.choice(keys)
         v = out[key]
         if isinstance(v, bool):
             out[key] = not v
@@ -142,7 +143,7 @@ class NoisyPolicy(OraclePolicy):
                 plan += [call, ToolCall(c.name, dict(c.arguments))]
                 self.perturbations.append(f"t{turn}:duplicate {c.name}")
             elif kind == "wrong_argument":
-                m = self._mutate(call.arguments)
+                m = self._mutate(call.arguments, c.masked_arguments)
                 if m is None:
                     plan.append(call)
                     continue

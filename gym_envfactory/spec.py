@@ -88,7 +88,8 @@ class Manifest(BaseModel):
     ``domain`` (one of :data:`DOMAINS`), ``description``, ``state_model`` (``"module:Class"`` inside
     the package), ``tools_module``, ``default_initial_state``, ``bookkeeping_fields`` (dotted paths
     excluded from state equivalence, ``*`` matches any key), ``set_fields`` (lists compared as
-    multisets), ``provenance``.
+    multisets), ``free_text_fields`` (dotted paths of free text such as notes and reasons that tasks
+    mask in calls; excluded from state equivalence, since any faithful wording is right), ``provenance``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -101,6 +102,7 @@ class Manifest(BaseModel):
     tools_module: str = "tools"
     default_initial_state: str = "small"
     bookkeeping_fields: list[str] = Field(default_factory=list)
+    free_text_fields: list[str] = Field(default_factory=list)
     set_fields: list[str] = Field(default_factory=list)
     provenance: Provenance = Field(default_factory=Provenance)
 
@@ -144,6 +146,7 @@ class EnvironmentSpec:
         self.state_model = state_model
         self.path = path
         self.bookkeeping_fields = tuple(manifest.bookkeeping_fields)
+        self.free_text_fields = tuple(manifest.free_text_fields)
         self.set_fields = tuple(manifest.set_fields)
         self.tools: dict[str, ToolSpec] = {}
         for t in tools:
@@ -161,6 +164,11 @@ class EnvironmentSpec:
 
     def __repr__(self) -> str:
         return f"EnvironmentSpec({self.name!r}, v{self.version}, {len(self.tools)} tools)"
+
+    @property
+    def excluded_fields(self) -> tuple[str, ...]:
+        """Paths left out of state equivalence: bookkeeping plus free text (DESIGN §7, CASES C07)."""
+        return self.bookkeeping_fields + self.free_text_fields
 
     @property
     def major(self) -> int:
@@ -425,6 +433,7 @@ def define_environment(
     version: str = "0.1.0",
     description: str = "",
     bookkeeping_fields: Sequence[str] = (),
+    free_text_fields: Sequence[str] = (),
     set_fields: Sequence[str] = (),
     register: bool = True,
 ) -> EnvironmentSpec:
@@ -461,6 +470,7 @@ def define_environment(
         description=description or (state_model.__doc__ or name).strip(),
         state_model=f"{state_model.__module__}:{state_model.__qualname__}",
         bookkeeping_fields=list(bookkeeping_fields),
+        free_text_fields=list(free_text_fields),
         set_fields=list(set_fields),
         provenance=Provenance(kind="programmatic"),
     )

@@ -12,6 +12,8 @@ checks hand-written and generated environments.  ``scenarios.jsonl``, one scenar
         "error_code": "not_found",                  # optional
         "result": {"status": "cancelled"},          # optional: subset match against the result
         "state": {"bookings.BK-0001.status": "cancelled"},   # optional: dotted paths after the step
+        "state_absent": ["holds.H-1"],              # optional: paths that must not exist after the step
+        "exact": false,                             # true: result/state values must equal, not contain
         "state_unchanged": true}                    # optional; errors must never change the state
      ]}
 
@@ -48,6 +50,8 @@ class ScenarioStep(BaseModel):
     error_code: str | None = None
     result: Any = None
     state: dict[str, Any] = Field(default_factory=dict)
+    state_absent: list[str] = Field(default_factory=list)
+    exact: bool = False
     state_unchanged: bool | None = None
 
 
@@ -136,14 +140,18 @@ def get_path(obj: Any, path: str) -> Any:
     return cur
 
 
-def _subset_match(expected: Any, actual: Any) -> bool:
+def _subset_match(expected: Any, actual: Any, exact: bool = False) -> bool:
+    """``expected`` is contained in ``actual`` (dict keys as a subset; lists element-wise, same
+    length); with ``exact`` dicts must have the same keys too.  Numbers compare by value."""
+    if exact and isinstance(expected, dict) and (not isinstance(actual, dict) or expected.keys() != actual.keys()):
+        return False
     if isinstance(expected, dict):
         return isinstance(actual, dict) and all(
-            k in actual and _subset_match(v, actual[k]) for k, v in expected.items()
+            k in actual and _subset_match(v, actual[k], exact) for k, v in expected.items()
         )
     if isinstance(expected, list):
         return (isinstance(actual, list) and len(expected) == len(actual)
-                and all(_subset_match(e, a) for e, a in zip(expected, actual)))
+                and all(_subset_match(e, a, exact) for e, a in zip(expected, actual)))
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         return isinstance(actual, (int, float)) and not isinstance(actual, bool) and expected == actual
     return expected == actual
@@ -180,7 +188,7 @@ def run_scenarios(spec: "EnvironmentSpec", scenarios: list[Scenario] | None = No
                 continue
             if step.error_code and res.error_code != step.error_code:
                 failures.append(f"{pre}: expected error code {step.error_code!r}, got {res.error_code!r}")
-            if step.result is not None and not _subset_match(step.result, res.content):
+            if step.result is not None and not _subset_match(step.result, res.content, step.exact):
                 failures.append(f"{pre}: result {json.dumps(res.content)[:300]} does not match {json.dumps(step.result)[:300]}")
             after = session.state_bytes()
             unchanged = step.state_unchanged
@@ -190,11 +198,14 @@ def run_scenarios(spec: "EnvironmentSpec", scenarios: list[Scenario] | None = No
                 failures.append(f"{pre}: state changed but the step expects it unchanged")
             if unchanged is False and after == before:
                 failures.append(f"{pre}: state unchanged but the step expects a change")
-            if step.state:
+            if step.state or step.state_absent:
                 state = session.state()
+                for path in step.state_absent:
+                    if get_path(state, path) is not _MISSING:
+                        failures.append(f"{pre}: state {path} exists but the step expects it absent")
                 for path, want in step.state.items():
                     have = get_path(state, path)
-                    if have is _MISSING or not _subset_match(want, have):
+                    if have is _MISSING or not _subset_match(want, have, step.exact):
                         failures.append(f"{pre}: state {path} = {'<missing>' if have is _MISSING else json.dumps(have)[:200]}, expected {json.dumps(want)[:200]}")
         session.close()
         reports.append(ScenarioReport(sc.scenario_id, sc.level, not failures, failures))

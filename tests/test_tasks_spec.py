@@ -164,3 +164,20 @@ def test_initial_state_patches(pkg):
                                       "turns": [{"user": "x"}]}])
     with pytest.raises(DatasetError, match="patch failed"):
         ts.replay("q")
+
+
+def test_scenario_exact_and_absent_checks(library):
+    from gym_envfactory.validation import load_scenarios, run_scenarios
+
+    sc = load_scenarios([
+        {"scenario_id": "exact-ok", "steps": [{"call": "add_members", "arguments": {"members": [{"name": "cy", "age": 9}]},
+                                               "state": {"members.cy": {"name": "cy", "age": 9}}, "exact": True,
+                                               "state_absent": ["members.dan"], "result": ["cy"]}]},
+        {"scenario_id": "exact-fails", "steps": [{"call": "get_book", "arguments": {"book_id": "B2"},
+                                                  "result": {"title": "Emma"}, "exact": True}]},
+        {"scenario_id": "absent-fails", "steps": [{"call": "get_book", "arguments": {"book_id": "B2"}, "state_absent": ["books.B2"]}]},
+        {"scenario_id": "subset-ok", "steps": [{"call": "get_book", "arguments": {"book_id": "B2"}, "result": {"title": "Emma"}}]},
+    ])
+    reports, coverage = run_scenarios(library, sc)
+    assert [r.passed for r in reports] == [True, False, False, True]
+    assert "absent" in reports[2].failures[0] and coverage["get_book"] == {"ok"}
