@@ -91,6 +91,8 @@ def set_fee(state: LibraryDB, *, book_id: str, fee: float) -> Book:
         raise ToolError(f"no book {book_id}", code="not_found")
     if fee < 0:
         raise ToolError("fee must be >= 0", code="invalid_amount")
+    if state.books[book_id].fee == fee:
+        raise ToolError(f"the fee of {book_id} is already {fee}", code="no_change")
     state.books[book_id].fee = fee
     return state.books[book_id]
 
