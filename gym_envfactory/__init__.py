@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .authoring import ToolAnnotations, ToolError, tool
 from .errors import DatasetError, EnvFactoryError, SpecError, UnknownEnvironmentError, UnknownTaskError
+from .parsing import ToolCall
 from .session import Session, ToolResult
 from .spec import EnvironmentSpec, define_environment, get_environment, list_environments, load_environment
 
@@ -25,6 +26,7 @@ __all__ = [
     "ToolAnnotations",
     "tool",
     "Session",
+    "ToolCall",
     "ToolResult",
     "EnvironmentSpec",
     "define_environment",

@@ -52,17 +52,23 @@ def list_cmd() -> None:
     table = Table(title="envfactory catalog")
     for col in ("gym id", "domain", "version", "tools (write)", "tasks (multi-turn)", "initial states"):
         table.add_column(col)
+    broken: list[str] = []
     for name in list_environments():
         try:
             spec = get_environment(name)
             tasks = spec.tasks
         except EnvFactoryError as exc:
-            table.add_row(name, "-", "-", "-", "-", f"[red]broken: {exc}[/red]")
+            table.add_row(name, "-", "-", "-", "-", "[red]broken (see below)[/red]")
+            broken.append(f"{name}: {exc}")
             continue
         writes = sum(not t.read_only for t in spec.tools.values())
         table.add_row(spec.gym_id, spec.domain, spec.version, f"{len(spec.tools)} ({writes})",
                       f"{len(tasks)} ({sum(t.multi_turn for t in tasks)})", ", ".join(spec.initial_state_names()))
     console.print(table)
+    for line in broken:
+        console.print(f"[red]broken: {line}[/red]", soft_wrap=True)
+    if broken:
+        raise typer.Exit(1)
 
 
 @app.command("info")
@@ -78,14 +84,29 @@ def info_cmd(env: Annotated[str, typer.Argument(help="environment name or gym id
         kind = "read" if t.read_only else ("write, destructive" if t.annotations.destructive else "write")
         params = ", ".join(f"{p}{'' if p in t.input_schema.get('required', []) else '?'}"
                            for p in t.input_schema.get("properties", {}))
-        table.add_row(t.name, kind, params, t.description.splitlines()[0][:70])
+        table.add_row(t.name, kind, params, _first_sentence(t.description))
     console.print(table)
-    tasks = spec.tasks
+    try:
+        tasks = spec.tasks
+        n_scenarios = len(spec.scenarios)
+    except EnvFactoryError as exc:
+        err_console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(1) from None
     clar = sum(any(tt.clarification for tt in t.turns) for t in tasks)
+    cross = [t.task_id for t in tasks if len(t.envs) > 1]
     console.print(f"initial states: {', '.join(spec.initial_state_names())}")
     console.print(f"tasks: {len(tasks)} (multi-turn {sum(t.multi_turn for t in tasks)}, with clarification {clar}, "
                   f"splits {', '.join(f'{s}={len(tasks.ids(s))}' for s in tasks.splits())}); "
-                  f"validation scenarios: {len(spec.scenarios)}")
+                  f"validation scenarios: {n_scenarios}")
+    if cross:
+        console.print(f"tasks spanning several environments (their episodes also get those environments' tools): "
+                      f"{', '.join(cross)}")
+
+
+def _first_sentence(text: str) -> str:
+    para = " ".join(text.split("\n\n", 1)[0].split())
+    end = para.find(". ")
+    return para if end < 0 else para[: end + 1]
 
 
 @app.command("validate")
@@ -123,7 +144,7 @@ def validate_cmd(
 @app.command("rollout")
 def rollout_cmd(
     env_id: Annotated[str, typer.Argument(help="gym id (envfactory/HotelBooking-v0) or environment name")],
-    policy: Annotated[PolicyKind, typer.Option(help="oracle replays ground truth; noisy perturbs it; random samples tools; openai calls an endpoint")] = PolicyKind.noisy,
+    policy: Annotated[PolicyKind, typer.Option(help="oracle replays ground truth; noisy (default) perturbs it; random samples tools; openai calls an endpoint")] = PolicyKind.noisy,
     episodes: Annotated[Optional[int], typer.Option(help="number of episodes (default: every task once)")] = None,
     seed: Annotated[int, typer.Option(help="seed for task order and policy randomness")] = 0,
     split: Annotated[Optional[str], typer.Option(help="only tasks of this split (train/test)")] = None,
@@ -181,9 +202,12 @@ def _print_results(gym_id: str, policy: str, results: list) -> None:
     for r in results:
         c = r.components
         why = list(r.perturbations)
+        if c.get("missed"):
+            why.append("missed " + ", ".join(c["missed"]))
         if c.get("state_diff"):
             d = c["state_diff"][0]
-            why.append(f"state {d['path']}: want {d['expected']} got {d['actual']}"[:90])
+            more = f" (+{len(c['state_diff']) - 1} more)" if len(c["state_diff"]) > 1 else ""
+            why.append(f"state {d['path']}: want {d['expected']} got {d['actual']}{more}")
         if c.get("invalid"):
             why.append(f"{c['invalid']} invalid call(s)")
         if c.get("surplus"):
@@ -193,7 +217,7 @@ def _print_results(gym_id: str, policy: str, results: list) -> None:
         style = "green" if r.reward >= 0.999 else ("yellow" if r.reward >= 0.5 else "red")
         table.add_row(r.task_id, str(len(c.get("turns", []))), str(r.steps), f"{c.get('matched', 0)}/{c.get('n_ground_truth', 0)}",
                       _fmt(c.get("r_traj")), _fmt(c.get("r_state")), str(c.get("p_len", 0)),
-                      f"[{style}]{r.reward:.2f}[/{style}]", "; ".join(why)[:120])
+                      f"[{style}]{r.reward:.2f}[/{style}]", "; ".join(why))
     console.print(table)
     rewards = [r.reward for r in results]
 

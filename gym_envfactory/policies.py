@@ -278,9 +278,11 @@ class OpenAIPolicy(Policy):
         try:
             import openai
         except ImportError as exc:  # the optional extra
-            raise ValueError("the openai policy needs the 'openai' extra: pip install 'gym-envfactory[openai]'") from exc
+            raise ValueError("the openai policy needs the 'openai' extra: pip install '.[openai]' in the checkout "
+                             "(or pip install openai==3.57.0)") from exc
 
         self.model = model
+        self.base_url = base_url or "the OpenAI default endpoint"
         self.temperature = temperature
         self.seed = seed
         self.max_tokens = max_tokens
@@ -309,7 +311,8 @@ class OpenAIPolicy(Policy):
         try:
             resp = self.client.chat.completions.create(**kwargs)
         except self._openai.OpenAIError as exc:
-            raise PolicyError(f"chat completion failed: {type(exc).__name__}: {exc}") from exc
+            raise PolicyError(f"chat completion at {self.base_url} failed: {type(exc).__name__}: {exc} "
+                              "(is the server running and serving this model?)") from exc
         self.usage["requests"] += 1
         if resp.usage is not None:
             self.usage["prompt_tokens"] += resp.usage.prompt_tokens or 0

@@ -260,6 +260,8 @@ class TurnRecord:
 
 @dataclass
 class TurnScore:
+    """One turn's components; ``missed`` names the ground-truth calls no predicted call matched."""
+
     turn: int
     r_traj: float | None
     r_state: float | None
@@ -271,6 +273,7 @@ class TurnScore:
     penalty: float
     reward: float
     vacuous: list[str] = field(default_factory=list)
+    missed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -291,6 +294,7 @@ class EpisodeScore:
     surplus: int
     invalid: int
     vacuous: list[str]
+    missed: list[str]
     state_diff: list[StateDiff]
     turns: list[TurnScore]
     config: RewardConfig
@@ -308,6 +312,7 @@ class EpisodeScore:
             "surplus": self.surplus,
             "invalid": self.invalid,
             "vacuous": list(self.vacuous),
+            "missed": list(self.missed),
             "state_diff": [asdict(d) for d in self.state_diff],
             "turns": [t.to_dict() for t in self.turns],
             "config": asdict(self.config),
@@ -328,13 +333,14 @@ def _clip(x: float) -> float:
     return min(1.0, max(0.0, x))
 
 
-def _turn_counts(rec: TurnRecord, gt: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]]) -> tuple[int, int, int]:
+def _turn_counts(rec: TurnRecord, gt: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]]) -> tuple[int, int, int, list[str]]:
     valid = [(n, a) for n, a, bad in rec.calls if not bad]
     invalid = sum(1 for _, _, bad in rec.calls if bad)
     matches = match_calls(valid, gt)
     matched = sum(1 for m in matches if m is not None)
     surplus = max(0, len(valid) - len(gt))
-    return matched, surplus, invalid
+    missed = [g[0] for g, m in zip(gt, matches) if m is None]
+    return matched, surplus, invalid, missed
 
 
 def score_turn(
@@ -349,7 +355,7 @@ def score_turn(
     set_fields: Sequence[str] = (),
 ) -> TurnScore:
     """Score one turn against the ground truth of that turn and the ground-truth state after it."""
-    matched, surplus, invalid = _turn_counts(record, gt_calls)
+    matched, surplus, invalid, missed = _turn_counts(record, gt_calls)
     r_traj = matched / len(gt_calls) if gt_calls else None
     r_state = None
     if record.state is not None:
@@ -359,7 +365,7 @@ def score_turn(
     task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)
     penalty = min(cfg.penalty_cap, cfg.gamma * (surplus + invalid))
     return TurnScore(turn_index, r_traj, r_state, r_output, matched, len(gt_calls), surplus, invalid,
-                     penalty, _clip(task_score - penalty), vacuous)
+                     penalty, _clip(task_score - penalty), vacuous, missed)
 
 
 def score_episode(
@@ -377,6 +383,7 @@ def score_episode(
     reached contribute their ground-truth calls as unmatched.  Pure function of its inputs: scoring
     never touches a session (CASES C05)."""
     turns: list[TurnScore] = []
+    missed: list[str] = []
     matched = surplus = invalid = 0
     n_gt = sum(len(c) for c in gt_turn_calls)
     found = 0
@@ -386,10 +393,13 @@ def score_episode(
             ts = score_turn(t, records[t], gt, gt_turn_states[t], expected_outputs[t], cfg,
                             bookkeeping=bookkeeping, set_fields=set_fields)
             turns.append(ts)
+            missed += [f"t{t}:{m}" for m in ts.missed]
             matched += ts.matched
             surplus += ts.surplus
             invalid += ts.invalid
             found += sum(contains_output(records[t].text, o) for o in expected_outputs[t])
+        else:
+            missed += [f"t{t}:{g[0]}" for g in gt]
     for rec in records[len(gt_turn_calls):]:  # extra turns from a custom user source
         surplus += sum(1 for _, _, bad in rec.calls if not bad)
         invalid += sum(1 for _, _, bad in rec.calls if bad)
@@ -412,6 +422,7 @@ def score_episode(
         surplus=surplus,
         invalid=invalid,
         vacuous=vacuous,
+        missed=missed,
         state_diff=diff,
         turns=turns,
         config=cfg,

@@ -81,16 +81,17 @@ class ValidationReport:
     coverage: dict[str, set[str]] = field(default_factory=dict)
     coverage_failures: list[str] = field(default_factory=list)
     task_failures: list[str] = field(default_factory=list)
+    lint_failures: list[str] = field(default_factory=list)
     n_tasks: int = 0
 
     @property
     def passed(self) -> bool:
         return (all(s.passed for s in self.scenarios) and not self.coverage_failures
-                and not self.task_failures)
+                and not self.task_failures and not self.lint_failures)
 
     def failures(self) -> list[str]:
         out = [f"scenario {s.scenario_id}: {f}" for s in self.scenarios for f in s.failures]
-        return out + self.coverage_failures + self.task_failures
+        return out + self.coverage_failures + self.task_failures + [f"lint: {x}" for x in self.lint_failures]
 
 
 def load_scenarios(src: str | Path | Iterable[Mapping[str, Any]]) -> list[Scenario]:
@@ -213,11 +214,13 @@ def run_scenarios(spec: "EnvironmentSpec", scenarios: list[Scenario] | None = No
 
 
 def validate_environment(spec: "EnvironmentSpec", *, replay_tasks: bool = True,
-                         require_coverage: bool = True) -> ValidationReport:
+                         require_coverage: bool = True, lint: bool = True) -> ValidationReport:
     """Run every validation scenario, check that each tool has a success and an error path covered,
-    and replay every task's ground truth (DESIGN §3).  Never raises for environment faults: they are
-    collected in the report."""
+    replay every task's ground truth, and lint the package for nondeterminism (DESIGN §3).  Never
+    raises for environment faults: they are collected in the report."""
     report = ValidationReport(env=spec.name)
+    if lint:
+        report.lint_failures = lint_environment(spec)
     try:
         report.scenarios, report.coverage = run_scenarios(spec)
     except SpecError as exc:
@@ -241,3 +244,103 @@ def validate_environment(spec: "EnvironmentSpec", *, replay_tasks: bool = True,
             except SpecError as exc:
                 report.task_failures.append(str(exc))
     return report
+
+
+# ------------------------------------------------------------------------------- determinism lint
+
+#: Call targets that read the wall clock or a global entropy source (DESIGN §3).
+_FORBIDDEN_CALLS = {
+    "datetime.now": "wall-clock time (read state.now instead)",
+    "datetime.utcnow": "wall-clock time (read state.now instead)",
+    "datetime.today": "wall-clock time (read state.now instead)",
+    "date.today": "wall-clock time (derive the date from state.now)",
+    "time.time": "wall-clock time", "time.time_ns": "wall-clock time", "time.monotonic": "wall-clock time",
+    "time.perf_counter": "wall-clock time", "time.localtime": "wall-clock time", "time.gmtime": "wall-clock time",
+    "uuid.uuid1": "random ids (use a counter in the state)", "uuid.uuid4": "random ids (use a counter in the state)",
+    "uuid1": "random ids (use a counter in the state)", "uuid4": "random ids (use a counter in the state)",
+    "hash": "the builtin hash() is salted per process (PYTHONHASHSEED)",
+    "os.urandom": "global entropy", "secrets.token_hex": "global entropy", "secrets.token_urlsafe": "global entropy",
+}
+_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque", "bytearray"}
+#: Files of an environment folder that are not imported by the runtime (state generators).
+LINT_SKIP = frozenset({"build_states.py"})
+
+
+def _dotted(node: Any) -> str | None:
+    import ast
+
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def lint_source(source: str, filename: str = "<source>") -> list[str]:
+    """Determinism lint of one module's source (DESIGN §3; EnvGen's generated code is checked the same way).
+
+    Rejects: wall-clock reads (``datetime.now()``, ``date.today()``, ``time.time()``...), ``uuid1/uuid4``,
+    the builtin ``hash()``, the global ``random`` module (``random.Random(seed)`` instances are allowed),
+    ``global`` statements, and module-level mutable state (a lower-case module name bound to a
+    dict/list/set display or constructor; UPPER_CASE names are read-only constants by convention).
+    Returns ``"file:line: message"`` strings; empty means clean.  A syntax error is reported, not raised.
+    """
+    import ast
+
+    try:
+        tree = ast.parse(source, filename)
+    except SyntaxError as exc:
+        return [f"{filename}:{exc.lineno}: syntax error: {exc.msg}"]
+    out: list[str] = []
+    random_names = {"random"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "random":
+            for a in node.names:
+                if a.name != "Random":
+                    out.append(f"{filename}:{node.lineno}: 'from random import {a.name}' uses the global random state; "
+                               "use random.Random(seed) with the seed kept in the state")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "random" and a.asname:
+                    random_names.add(a.asname)
+        elif isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            if name is None:
+                continue
+            if name in _FORBIDDEN_CALLS or any(name.endswith("." + k) and "." in k for k in _FORBIDDEN_CALLS):
+                key = name if name in _FORBIDDEN_CALLS else next(k for k in _FORBIDDEN_CALLS if name.endswith("." + k))
+                out.append(f"{filename}:{node.lineno}: {name}() is nondeterministic: {_FORBIDDEN_CALLS[key]}")
+            head, _, attr = name.partition(".")
+            if head in random_names and attr and attr not in ("Random",):
+                out.append(f"{filename}:{node.lineno}: {name}() uses the global random state; use random.Random(seed)")
+        elif isinstance(node, ast.Global):
+            out.append(f"{filename}:{node.lineno}: 'global {', '.join(node.names)}' is module-level mutable state")
+    for node in tree.body:
+        targets: list[Any] = []
+        value = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        mutable = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) or (
+            isinstance(value, ast.Call) and (_dotted(value.func) or "").split(".")[-1] in _MUTABLE_CALLS)
+        if not mutable:
+            continue
+        for t in targets:
+            if isinstance(t, ast.Name) and not t.id.isupper() and not t.id.startswith("__"):
+                out.append(f"{filename}:{node.lineno}: module-level mutable {t.id!r} would be shared by every session; "
+                           "keep it in the state model (or name a read-only constant in UPPER_CASE)")
+    return out
+
+
+def lint_environment(spec: "EnvironmentSpec") -> list[str]:
+    """:func:`lint_source` over every module of an environment folder (``build_states.py`` skipped)."""
+    if spec.path is None:
+        return []
+    out = []
+    for f in sorted(spec.path.rglob("*.py")):
+        if f.name in LINT_SKIP or "__pycache__" in f.parts:
+            continue
+        out += lint_source(f.read_text(encoding="utf-8"), str(f))
+    return out

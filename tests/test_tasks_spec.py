@@ -181,3 +181,38 @@ def test_scenario_exact_and_absent_checks(library):
     reports, coverage = run_scenarios(library, sc)
     assert [r.passed for r in reports] == [True, False, False, True]
     assert "absent" in reports[2].failures[0] and coverage["get_book"] == {"ok"}
+
+
+def test_determinism_lint():
+    from gym_envfactory.validation import lint_source
+
+    bad = '''
+import random, uuid, time
+from datetime import datetime, date
+import datetime as dt
+from random import choice
+CACHE_OK = {}
+cache = {}
+seen: list = list()
+def tool(state):
+    global cache
+    a = datetime.now(); b = dt.datetime.now(); c = date.today(); d = time.time()
+    e = uuid.uuid4(); f = hash("x"); g = random.random(); h = random.Random(state.seed).random()
+    return state.x.hash()
+'''
+    problems = lint_source(bad, "tools.py")
+    text = "\n".join(problems)
+    for needle in ["from random import choice", "'cache'", "'seen'", "global cache", "datetime.now()", "dt.datetime.now()",
+                   "date.today()", "time.time()", "uuid.uuid4()", "hash()", "random.random()"]:
+        assert needle in text, needle
+    assert "CACHE_OK" not in text and "random.Random()" not in text and "x.hash" not in text
+    assert lint_source("def f(:\n", "x.py")[0].startswith("x.py:1: syntax error")
+
+
+def test_validate_reports_lint_failures(pkg):
+    from gym_envfactory.validation import validate_environment
+
+    d = _fresh(pkg, "TinyLint")
+    (d / "tools.py").write_text(TOOLS + "\nimport uuid\nregistry = {}\n")
+    report = validate_environment(load_environment(d), replay_tasks=False)
+    assert not report.passed and any("registry" in f for f in report.lint_failures)
