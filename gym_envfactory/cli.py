@@ -36,6 +36,9 @@ class PolicyKind(str, Enum):
 
 class Backend(str, Enum):
     inprocess = "inprocess"
+    subprocess = "subprocess"
+    docker = "docker"
+    url = "url"
 
 
 def _fmt(v: object) -> str:
@@ -157,6 +160,7 @@ def rollout_cmd(
     gamma: Annotated[float, typer.Option(help="penalty per surplus or invalid call")] = 0.05,
     max_steps: Annotated[int, typer.Option(help="assistant actions per episode before truncation")] = 32,
     backend: Annotated[Backend, typer.Option(help="where sessions run")] = Backend.inprocess,
+    url: Annotated[Optional[str], typer.Option(help="server URL for --backend url")] = None,
 ) -> None:
     """Run a policy through episodes and print a per-episode reward table and a summary."""
     from .env import EnvFactoryEnv
@@ -166,9 +170,13 @@ def rollout_cmd(
     spec = _load(env_id)
     try:
         pol = make_policy(policy.value, seed=seed, noise=noise, model=model, base_url=base_url, api_key_env=api_key_env)
-        env = EnvFactoryEnv(spec, reward={"alpha": alpha, "gamma": gamma}, max_steps=max_steps)
+        env = EnvFactoryEnv(spec, reward={"alpha": alpha, "gamma": gamma}, max_steps=max_steps,
+                            backend=backend.value, url=url)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    except EnvFactoryError as exc:
+        err_console.print(f"[red]backend {backend.value}: {exc}[/red]")
+        raise typer.Exit(1) from None
     ids = episode_task_ids(env, episodes, seed, split)
     if not ids:
         err_console.print(f"[red]{spec.name} has no tasks{' in split ' + split if split else ''}[/red]")
@@ -192,6 +200,33 @@ def rollout_cmd(
     if out:
         n = write_trajectories(out, results)
         console.print(f"wrote {n} trajectories to {out}")
+
+
+@app.command("serve")
+def serve_cmd(
+    envs: Annotated[Optional[list[str]], typer.Argument(help="environments to serve (default: --all)")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="serve every catalog environment")] = False,
+    host: Annotated[str, typer.Option(help="bind address; beyond loopback a token is required")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0 = any free port)")] = 8765,
+    token: Annotated[Optional[str], typer.Option(envvar="ENVFACTORY_TOKEN", help="bearer token for every route but /healthz")] = None,
+    ttl: Annotated[float, typer.Option(help="idle seconds before a session expires")] = 900.0,
+    max_sessions: Annotated[int, typer.Option(help="most live sessions")] = 10_000,
+    announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
+) -> None:
+    """Serve environments: fast session protocol on /v1/ws, control plane on /v1/rpc, /healthz,
+    /readyz, /metrics."""
+    from .server import serve
+    from .server.app import InsecureBindError
+
+    names = None if (all_ or not envs) else [get_environment(e).name for e in envs]
+    try:
+        serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions, announce=announce)
+    except InsecureBindError as exc:
+        err_console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        err_console.print(f"[red]cannot listen on {host}:{port}: {exc}[/red]")
+        raise typer.Exit(1) from None
 
 
 def _print_results(gym_id: str, policy: str, results: list) -> None:

@@ -21,7 +21,6 @@ from gymnasium.error import ResetNeeded
 from .errors import UnknownTaskError
 from .parsing import ParseError, ToolCall, parse_action
 from .reward import EpisodeScore, RewardConfig, TurnRecord, score_episode, score_turn
-from .session import Session
 from .spaces import AssistantActionSpace, MessagesSpace
 from .spec import EnvironmentSpec, get_environment
 from .tasks import ReplayResult, Task
@@ -63,6 +62,11 @@ class EnvFactoryEnv(gym.Env):
         user: a :data:`UserSource` (default :func:`scripted_user`).
         system_prompt: overrides the default; ``{description}`` is filled in.
         render_mode: ``None`` or ``"ansi"``.
+        backend: where sessions live: ``"inprocess"`` (default), ``"subprocess"`` (a local server
+            process), ``"docker"`` (the environment's container), ``"url"`` (a running server at ``url``),
+            or a :class:`~gym_envfactory.backends.Backend`.  Tasks and rewards are computed locally.
+        url, token: the server for ``backend="url"``; the bearer token (default ``$ENVFACTORY_TOKEN``).
+        backend_options: extra options of the backend (docker: ``image``, ``mem_limit`` ...).
 
     Observation: list of new chat messages (OpenAI format).  Action: see
     :class:`~gym_envfactory.spaces.AssistantActionSpace`.  ``info`` keys: ``task_id``, ``turn``,
@@ -92,6 +96,10 @@ class EnvFactoryEnv(gym.Env):
         user: UserSource | None = None,
         system_prompt: str | None = None,
         render_mode: str | None = None,
+        backend: Any = "inprocess",
+        url: str | None = None,
+        token: str | None = None,
+        backend_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.spec_env: EnvironmentSpec = env if isinstance(env, EnvironmentSpec) else get_environment(env)
         if reward_mode not in ("episode", "turn"):
@@ -114,6 +122,10 @@ class EnvFactoryEnv(gym.Env):
         self.user = user or scripted_user
         self.system_prompt = system_prompt
         self.render_mode = render_mode
+        from .backends import acquire_backend
+
+        served = [self.spec_env.name] + sorted({n for t in self.tasks for n in t.envs} - {self.spec_env.name})
+        self.backend = acquire_backend(backend, envs=served, url=url, token=token, **dict(backend_options or {}))
         self.observation_space = MessagesSpace()
         self.action_space = AssistantActionSpace(list(self.spec_env.tools))
         self.session: Session | None = None
@@ -168,7 +180,7 @@ class EnvFactoryEnv(gym.Env):
         envs = self.tasks.envs_of(task)
         if self.session is not None:
             self.session.close()
-        self.session = Session(envs, _states=replay.initial_state)
+        self.session = self.backend.create_session(envs, replay.initial_state, task.task_id)
         self.task, self.replay = task, replay
         if len(envs) == 1:
             self._bookkeeping, self._set_fields = envs[0].excluded_fields, envs[0].set_fields
@@ -319,6 +331,8 @@ class EnvFactoryEnv(gym.Env):
             self.session.close()
             self.session = None
         self.done = True
+        if not getattr(self, "_forked", False) and getattr(self, "backend", None) is not None:
+            self.backend.release()
         super().close()
 
     # ------------------------------------------------------------------ GRPO groups
@@ -340,6 +354,7 @@ class EnvFactoryEnv(gym.Env):
             clone.messages = list(self.messages)
             clone.records = copy.deepcopy(self.records)
             clone._np_random = copy.deepcopy(self._np_random)
+            clone._forked = True  # the backend stays owned by the env it was forked from
             out.append(clone)
         return out
 

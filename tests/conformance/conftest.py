@@ -1,12 +1,17 @@
 """The backend parametrisation of the conformance suite (DESIGN §5).
 
 Every backend must pass the same tests: same episodes, same rewards, same typed errors as the
-in-process reference.  Only the in-process backend exists so far; the container issue adds
-``subprocess``, ``docker`` and ``url`` here.
+in-process reference.  ``inprocess`` runs sessions in the test process; ``subprocess`` starts a local
+server process (shared by the envs of the test session); ``url`` talks to a server started here with
+a token, as a remote catalog would be used.  ``docker`` is added by tests/docker/ when Docker runs.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -14,23 +19,33 @@ import pytest
 
 import gym_envfactory  # noqa: F401  (registers the catalog)
 
-BACKENDS = ["inprocess"]
+BACKENDS = ["inprocess", "subprocess", "url"]
+TOKEN = "conformance-token"
 
 
-def _inprocess(env_id: str, **kwargs: Any) -> gym.Env:
-    return gym.make(env_id, **kwargs)
-
-
-FACTORIES: dict[str, Callable[..., gym.Env]] = {"inprocess": _inprocess}
+@pytest.fixture(scope="session")
+def url_server():
+    """An `envfactory serve --all` process with a token, for the url backend."""
+    env = {**os.environ, "ENVFACTORY_TOKEN": TOKEN}
+    proc = subprocess.Popen([sys.executable, "-m", "gym_envfactory.cli", "serve", "--all", "--port", "0", "--announce"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    assert line.startswith("{"), proc.stderr.read()
+    yield json.loads(line)["listening"]
+    proc.terminate()
+    proc.wait(timeout=10)
 
 
 @pytest.fixture(params=BACKENDS)
 def make_env(request) -> Callable[..., gym.Env]:
     """``make_env(env_id, **gym_kwargs) -> env`` on the parametrised backend; envs are closed after."""
     made: list[gym.Env] = []
+    extra: dict[str, Any] = {"backend": request.param}
+    if request.param == "url":
+        extra.update(url=request.getfixturevalue("url_server"), token=TOKEN)
 
     def factory(env_id: str, **kwargs: Any) -> gym.Env:
-        env = FACTORIES[request.param](env_id, **kwargs)
+        env = gym.make(env_id, **{**extra, **kwargs})
         made.append(env)
         return env
 

@@ -1,0 +1,307 @@
+"""Clients of the fast session protocol (DESIGN §5) and a remote :class:`~gym_envfactory.session.Session`.
+
+- :class:`AsyncSessionClient`: one WebSocket, many sessions multiplexed by JSON-RPC id; ``batch``
+  sends many calls (a GRPO group's) in one frame.
+- :class:`SessionClient`: the same API, synchronous (an event loop in a background thread), safe to
+  share between many gym envs and threads.
+- :class:`RemoteSession`: the Session API over a client; what the gym's remote backends use.
+
+A lost connection (server killed, container stopped) raises :class:`BackendUnavailableError` on the
+next request instead of hanging; requests time out after ``timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+from typing import Any, Sequence
+
+from .errors import EnvFactoryError
+from .session import ActionRecord, ToolResult
+from .spec import EnvironmentSpec, get_environment
+from .tools import ToolSpec
+
+__all__ = ["AsyncSessionClient", "SessionClient", "RemoteSession", "BackendUnavailableError", "RemoteError"]
+
+
+class BackendUnavailableError(EnvFactoryError, ConnectionError):
+    """The environment server cannot be reached (refused, closed, timed out)."""
+
+
+class RemoteError(EnvFactoryError):
+    """The server answered a request with a JSON-RPC error.  ``code`` is the JSON-RPC code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"server error {code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def ws_url(url: str) -> str:
+    """``http://host:port`` (or ``ws://...``) → ``ws://host:port/v1/ws``."""
+    u = url.rstrip("/")
+    if u.startswith("http://"):
+        u = "ws://" + u[7:]
+    elif u.startswith("https://"):
+        u = "wss://" + u[8:]
+    if not u.endswith("/v1/ws"):
+        u += "/v1/ws"
+    return u
+
+
+class AsyncSessionClient:
+    """Async JSON-RPC client over one WebSocket.  Use ``await client.connect()`` or ``async with``."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0, max_size: int = 64 * 1024 * 1024) -> None:
+        self.url = ws_url(url)
+        self.token = token
+        self.timeout = timeout
+        self.max_size = max_size
+        self._ws: Any = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._closed_reason: str | None = None
+
+    async def connect(self) -> "AsyncSessionClient":
+        import websockets
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            self._ws = await asyncio.wait_for(
+                websockets.connect(self.url, additional_headers=headers, max_size=self.max_size,
+                                   open_timeout=self.timeout, ping_interval=20, ping_timeout=20),
+                self.timeout)
+        except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as exc:
+            raise BackendUnavailableError(f"cannot connect to {self.url}: {type(exc).__name__}: {exc}") from None
+        self._closed_reason = None
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        import websockets
+
+        try:
+            async for frame in self._ws:
+                msg = json.loads(frame)
+                for r in msg if isinstance(msg, list) else [msg]:
+                    fut = self._pending.pop(r.get("id"), None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(r)
+            reason = "server closed the connection"
+        except websockets.exceptions.ConnectionClosed as exc:
+            reason = f"connection closed ({exc.rcvd.code if exc.rcvd else 'no close frame'})"
+        except (OSError, ValueError) as exc:
+            reason = f"connection failed: {exc}"
+        self._closed_reason = reason
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(BackendUnavailableError(f"{self.url}: {reason}"))
+        self._pending.clear()
+
+    async def _send(self, payload: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self._ws is None or self._closed_reason is not None:
+            raise BackendUnavailableError(f"{self.url}: {self._closed_reason or 'not connected'}")
+        loop = asyncio.get_running_loop()
+        futs = []
+        for req in payload:
+            fut = loop.create_future()
+            self._pending[req["id"]] = fut
+            futs.append(fut)
+        frame = json.dumps(payload if len(payload) > 1 else payload[0], ensure_ascii=False)
+        try:
+            await self._ws.send(frame)
+            return list(await asyncio.wait_for(asyncio.gather(*futs), self.timeout))
+        except asyncio.TimeoutError:
+            for req in payload:
+                self._pending.pop(req["id"], None)
+            raise BackendUnavailableError(f"{self.url}: no answer within {self.timeout} s") from None
+        except Exception as exc:
+            if isinstance(exc, EnvFactoryError):
+                raise
+            raise BackendUnavailableError(f"{self.url}: {type(exc).__name__}: {exc}") from None
+
+    @staticmethod
+    def _result(resp: dict[str, Any]) -> Any:
+        if "error" in resp:
+            raise RemoteError(resp["error"].get("code", 0), resp["error"].get("message", ""))
+        return resp.get("result")
+
+    async def request(self, method: str, **params: Any) -> Any:
+        """One JSON-RPC request; returns its result or raises :class:`RemoteError`."""
+        (resp,) = await self._send([{"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}])
+        return self._result(resp)
+
+    async def batch(self, requests: Sequence[tuple[str, dict[str, Any]]]) -> list[Any]:
+        """Many requests in one frame; results in order.  A failed request's slot holds its
+        :class:`RemoteError` (not raised), so one bad call does not lose the others."""
+        if not requests:
+            return []
+        payload = [{"jsonrpc": "2.0", "id": next(self._ids), "method": m, "params": p} for m, p in requests]
+        out = []
+        for resp in await self._send(payload):
+            try:
+                out.append(self._result(resp))
+            except RemoteError as exc:
+                out.append(exc)
+        return out
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
+        self._ws = None
+
+    async def __aenter__(self) -> "AsyncSessionClient":
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class SessionClient:
+    """Synchronous wrapper: an :class:`AsyncSessionClient` on a private event-loop thread.
+    Thread-safe; one instance can serve many gym envs (it multiplexes their sessions)."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="envfactory-client", daemon=True)
+        self._thread.start()
+        self._client = AsyncSessionClient(url, token=token, timeout=timeout)
+        self._run(self._client.connect())
+
+    def _run(self, coro: Any) -> Any:
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(self.timeout + 5)
+        except TimeoutError:
+            fut.cancel()
+            raise BackendUnavailableError(f"{self.url}: no answer within {self.timeout} s") from None
+
+    def request(self, method: str, **params: Any) -> Any:
+        return self._run(self._client.request(method, **params))
+
+    def batch(self, requests: Sequence[tuple[str, dict[str, Any]]]) -> list[Any]:
+        return self._run(self._client.batch(requests))
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            try:
+                self._run(self._client.close())
+            except EnvFactoryError:
+                pass
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+
+def _tool_result(d: dict[str, Any]) -> ToolResult:
+    return ToolResult(**d)
+
+
+class RemoteSession:
+    """The :class:`~gym_envfactory.session.Session` API over a :class:`SessionClient`.
+
+    The tool specs come from the local catalog (the client needs the same environments installed for
+    tasks and reward); state and tool execution live on the server.
+
+    Raises:
+        BackendUnavailableError: the server is gone.  RemoteError: the server refused a request.
+    """
+
+    def __init__(self, client: SessionClient, session_id: str, envs: Sequence[EnvironmentSpec]) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.envs = {e.name: e for e in envs}
+        self.tools: dict[str, ToolSpec] = {n: t for e in envs for n, t in e.tools.items()}
+        self._closed = False
+
+    @classmethod
+    def create(cls, client: SessionClient, envs: Sequence[EnvironmentSpec], *, task_id: str | None = None,
+               initial_state: Any = None) -> "RemoteSession":
+        names = [e.name for e in envs]
+        res = client.request("create", env=names if len(names) > 1 else names[0], task_id=task_id,
+                             initial_state=initial_state)
+        for e in envs:
+            remote_v = res.get("versions", {}).get(e.name)
+            if remote_v is not None and remote_v != e.version:
+                client.request("close", session_id=res["session_id"])
+                raise RemoteError(-32003, f"server serves {e.name} v{remote_v}, this client has v{e.version}")
+        return cls(client, res["session_id"], envs)
+
+    def call(self, name: str, arguments: Any = None, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
+        return _tool_result(self.client.request("call", session_id=self.session_id, name=name, arguments=arguments,
+                                                call_id=call_id, tag=tag))
+
+    def call_many(self, calls: Sequence[tuple[str, Any, str | None, Any]]) -> list[ToolResult]:
+        """Several calls of this session in one frame (executed in order on the server)."""
+        res = self.client.batch([("call", {"session_id": self.session_id, "name": n, "arguments": a,
+                                           "call_id": c, "tag": t}) for n, a, c, t in calls])
+        for r in res:
+            if isinstance(r, Exception):
+                raise r
+        return [_tool_result(r) for r in res]
+
+    def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
+        try:
+            json.dumps(raw)
+        except (TypeError, ValueError):
+            raw = repr(raw)
+        return _tool_result(self.client.request("record_invalid", session_id=self.session_id, name=name, raw=raw,
+                                                message=message, call_id=call_id, tag=tag))
+
+    def state(self) -> Any:
+        return self.client.request("state", session_id=self.session_id)
+
+    def state_bytes(self) -> bytes:
+        from .spec import canonical_json
+
+        return canonical_json(self.state())
+
+    def state_model(self, env: str | None = None) -> Any:
+        name = env or next(iter(self.envs))
+        st = self.state()
+        return self.envs[name].state_model.model_validate(st if len(self.envs) == 1 else st[name])
+
+    @property
+    def action_log(self) -> list[ActionRecord]:
+        return [ActionRecord(r["index"], r["name"], r["raw_arguments"], _tool_result(r["result"]), r.get("tag"))
+                for r in self.client.request("action_log", session_id=self.session_id)]
+
+    def snapshot(self) -> bytes:
+        return self.client.request("snapshot", session_id=self.session_id).encode()
+
+    def restore(self, data: bytes) -> None:
+        self.client.request("restore", session_id=self.session_id, snapshot=data.decode())
+
+    def reset(self, initial_state: Any = None) -> None:
+        if initial_state is not None:
+            raise NotImplementedError("a remote reset returns to the session's creation state; create a new session instead")
+        self.client.request("reset", session_id=self.session_id)
+
+    def fork(self) -> "RemoteSession":
+        return self.fork_many(1)[0]
+
+    def fork_many(self, k: int) -> list["RemoteSession"]:
+        ids = self.client.request("fork", session_id=self.session_id, k=k)
+        return [RemoteSession(self.client, i, list(self.envs.values())) for i in ids]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            try:
+                self.client.request("close", session_id=self.session_id)
+            except EnvFactoryError:
+                pass  # the server is gone: nothing left to close
+
+
+def envs_by_name(names: Sequence[str]) -> list[EnvironmentSpec]:
+    return [get_environment(n) for n in names]

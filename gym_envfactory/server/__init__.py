@@ -1,0 +1,53 @@
+"""The environment server: many isolated sessions per process over the fast session protocol
+(JSON-RPC 2.0 over WebSocket), an HTTP control plane, health/readiness and Prometheus metrics.
+
+Needs the ``server`` extra (starlette, uvicorn, websockets, prometheus-client).
+"""
+
+from .manager import BadRequestError, CapacityError, ManagedSession, SessionManager, UnknownSessionError
+
+__all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError", "serve"]
+
+
+def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
+          ttl_s: float = 900.0, max_sessions: int = 10_000, announce: bool = False, log_level: str = "warning") -> None:
+    """Run the server until interrupted (blocking).  ``port=0`` picks a free port; with ``announce``
+    the bound address is printed as one JSON line on stdout (``{"listening": "http://127.0.0.1:PORT"}``)
+    so a parent process can find it.
+
+    Raises:
+        InsecureBindError: ``host`` is not loopback and no ``token`` is given.
+    """
+    import asyncio
+    import json
+    import socket
+    import sys
+
+    import uvicorn
+
+    from .app import ServerConfig, build_app
+
+    manager = SessionManager(envs, ttl_s=ttl_s, max_sessions=max_sessions)
+    config = ServerConfig(envs=envs, token=token, ttl_s=ttl_s, max_sessions=max_sessions, host=host)
+    app = build_app(manager, config)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    ucfg = uvicorn.Config(app, log_level=log_level, ws_max_size=config.max_body_bytes, lifespan="on",
+                          timeout_graceful_shutdown=5)
+    server = uvicorn.Server(ucfg)
+
+    async def main() -> None:
+        sock.listen(2048)
+        if announce:
+            print(json.dumps({"listening": f"http://{host}:{bound}"}), flush=True)
+        await server.serve(sockets=[sock])
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:  # pragma: no cover
+        pass
+    finally:
+        sock.close()
+        sys.stdout.flush()

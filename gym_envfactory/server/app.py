@@ -1,0 +1,204 @@
+"""The environment server's HTTP application (Starlette/ASGI, served by uvicorn).
+
+Routes:
+- ``GET /healthz`` (process alive), ``GET /readyz`` (catalog loaded; lists environments),
+  ``GET /metrics`` (Prometheus text format: sessions, calls, errors, latency histograms);
+- ``WS /v1/ws``: the fast session protocol (:mod:`.fastproto`), JSON-RPC 2.0 frames;
+- ``POST /v1/rpc``: the same methods over plain HTTP, one request or a batch per POST — the control
+  plane (create/reset/snapshot/restore/fork/state/close) for clients that do not speak WebSocket.
+  Bad control requests get a 4xx with a message and change nothing.
+
+Security: when ``token`` is set every route but ``/healthz`` requires ``Authorization: Bearer <token>``;
+:func:`build_app` refuses to serve beyond loopback without one.  Request bodies are capped
+(``max_body_bytes``).  Idle sessions expire after ``ttl_s`` (checked every ``ttl_s / 4``, at most 30 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+from typing import Any, AsyncIterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from .fastproto import ERR_BAD_REQUEST, ERR_CAPACITY, ERR_UNKNOWN_SESSION, dispatch_frame
+from .manager import SessionManager
+
+__all__ = ["build_app", "ServerConfig", "is_loopback", "InsecureBindError"]
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+class InsecureBindError(RuntimeError):
+    """Refusing to listen beyond loopback without a control-plane token."""
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK or host.startswith("127.")
+
+
+class ServerConfig:
+    """Server settings.  ``token``: bearer token (required beyond loopback); ``ttl_s``: idle session
+    expiry; ``max_sessions``; ``max_body_bytes``: request/frame size cap."""
+
+    def __init__(self, *, envs: list[str] | None = None, token: str | None = None, ttl_s: float = 900.0,
+                 max_sessions: int = 10_000, max_body_bytes: int = 4 * 1024 * 1024, host: str = "127.0.0.1") -> None:
+        self.envs = envs
+        self.token = token
+        self.ttl_s = ttl_s
+        self.max_sessions = max_sessions
+        self.max_body_bytes = max_body_bytes
+        self.host = host
+
+
+class _ManagerCollector:
+    """Reads the session manager's counters at scrape time (one source of truth for all transports)."""
+
+    def __init__(self, manager: SessionManager) -> None:
+        self.manager = manager
+
+    def collect(self) -> Any:
+        m = self.manager
+        yield GaugeMetricFamily("envfactory_sessions", "Live sessions", value=len(m.sessions))
+        for key, help_ in (("created", "Sessions created"), ("closed", "Sessions closed"),
+                           ("expired", "Sessions expired after the idle TTL"), ("calls", "Tool calls"),
+                           ("errors", "Tool calls that returned a typed error")):
+            yield CounterMetricFamily(f"envfactory_{key}", help_, value=m.counters[key])
+
+
+class Metrics:
+    def __init__(self, manager: SessionManager) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_ManagerCollector(manager))
+        self.requests = Counter("envfactory_requests", "Protocol requests", ["method", "outcome"], registry=self.registry)
+        self.latency = Histogram("envfactory_frame_seconds", "Latency of one request or batch frame (seconds)",
+                                 ["transport"],
+                                 buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+                                 registry=self.registry)
+
+
+_HTTP_STATUS = {ERR_UNKNOWN_SESSION: 404, ERR_CAPACITY: 429, ERR_BAD_REQUEST: 400}
+
+
+def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: list[Any] | None = None,
+              lifespan_hooks: list[Any] | None = None) -> Starlette:
+    """Build the ASGI app over ``manager``.
+
+    Raises:
+        InsecureBindError: ``config.host`` is not loopback and no token is set.
+    """
+    if not is_loopback(config.host) and not config.token:
+        raise InsecureBindError(
+            f"refusing to serve the control plane on {config.host} without a token: pass --token or set ENVFACTORY_TOKEN")
+    metrics = Metrics(manager)
+    started = time.time()
+
+    def authorized(headers: Any) -> bool:
+        if not config.token:
+            return True
+        got = headers.get("authorization", "")
+        return got.startswith("Bearer ") and secrets.compare_digest(got[7:].encode(), config.token.encode())
+
+    def observe(method: str, ok: bool) -> None:
+        metrics.requests.labels(method, "ok" if ok else "error").inc()
+
+    def handle(frame: str | bytes, transport: str) -> str | None:
+        t0 = time.perf_counter()
+        out = dispatch_frame(manager, frame, observe)
+        metrics.latency.labels(transport).observe(time.perf_counter() - t0)
+        return out
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "uptime_s": round(time.time() - started, 3)})
+
+    async def readyz(request: Request) -> Response:
+        if not authorized(request.headers):
+            return JSONResponse({"error": "unauthorized"}, status_code=401)
+        return JSONResponse({"status": "ready", "envs": manager.catalog(), "sessions": len(manager.sessions)})
+
+    async def metrics_route(request: Request) -> Response:
+        if not authorized(request.headers):
+            return JSONResponse({"error": "unauthorized"}, status_code=401)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def rpc(request: Request) -> Response:
+        if not authorized(request.headers):
+            return JSONResponse({"error": "unauthorized: send Authorization: Bearer <token>"}, status_code=401)
+        length = int(request.headers.get("content-length") or 0)
+        if length > config.max_body_bytes:
+            return JSONResponse({"error": f"request body over {config.max_body_bytes} bytes"}, status_code=413)
+        body = await request.body()
+        if len(body) > config.max_body_bytes:
+            return JSONResponse({"error": f"request body over {config.max_body_bytes} bytes"}, status_code=413)
+        out = handle(body, "http")
+        if out is None:
+            return Response(status_code=204)
+        parsed = json.loads(out)
+        status = 200
+        if isinstance(parsed, dict) and "error" in parsed:
+            status = _HTTP_STATUS.get(parsed["error"]["code"], 400)
+        return Response(out, status_code=status, media_type="application/json")
+
+    async def ws(websocket: WebSocket) -> None:
+        if not authorized(websocket.headers):
+            await websocket.close(code=4401, reason="unauthorized")
+            return
+        await websocket.accept()
+        try:
+            while True:
+                frame = await websocket.receive_text()
+                if len(frame) > config.max_body_bytes:
+                    await websocket.send_text(json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                        "code": -32600, "message": f"frame over {config.max_body_bytes} bytes"}}))
+                    continue
+                out = handle(frame, "ws")
+                if out is not None:
+                    await websocket.send_text(out)
+        except WebSocketDisconnect:
+            pass
+
+    async def expiry_loop() -> None:
+        period = max(0.05, min(30.0, config.ttl_s / 4))
+        while True:
+            await asyncio.sleep(period)
+            n = manager.expire()
+            if n:
+                log.info("expired %d idle session(s)", n)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(expiry_loop())
+        async with contextlib.AsyncExitStack() as stack:
+            for hook in lifespan_hooks or []:
+                await stack.enter_async_context(hook(app))
+            try:
+                yield
+            finally:
+                task.cancel()
+                manager.close_all()
+
+    routes: list[Any] = [
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics_route),
+        Route("/v1/rpc", rpc, methods=["POST"]),
+        WebSocketRoute("/v1/ws", ws),
+    ] + list(extra_routes or [])
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.manager = manager
+    app.state.config = config
+    app.state.authorized = authorized
+    return app

@@ -1,0 +1,220 @@
+"""Server-side session registry: many isolated sessions of the catalog's environments in one process.
+
+Every transport (the fast session protocol, the MCP endpoint, the HTTP control plane) goes through
+one :class:`SessionManager`.  Sessions are identified by unguessable ids, expire after ``ttl_s``
+seconds without use, and are bounded by ``max_sessions``.  All methods are synchronous and cheap;
+the manager is driven from one asyncio event loop (no locking needed) or guarded by the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..errors import EnvFactoryError
+from ..session import Session
+from ..spec import EnvironmentSpec, get_environment, list_environments
+
+__all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError"]
+
+log = logging.getLogger(__name__)
+
+
+class UnknownSessionError(EnvFactoryError, KeyError):
+    """No live session with that id (never created, closed, or expired)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown session"
+
+
+class CapacityError(EnvFactoryError):
+    """The server holds ``max_sessions`` sessions already."""
+
+
+class BadRequestError(EnvFactoryError, ValueError):
+    """A control request is malformed (unknown environment, bad parameters)."""
+
+
+@dataclass
+class ManagedSession:
+    """A live session and its bookkeeping (ids, environments, task, last use)."""
+
+    session_id: str
+    session: Session
+    envs: list[str]
+    task_id: str | None
+    created: float
+    last_used: float
+    calls: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class SessionManager:
+    """Create, look up, fork, snapshot and expire sessions.
+
+    Args:
+        envs: environment names this server serves (default: the whole catalog).
+        ttl_s: idle seconds after which :meth:`expire` closes a session.
+        max_sessions: hard cap; :meth:`create` raises :class:`CapacityError` beyond it.
+        clock: monotonic time source in seconds (injectable for tests).
+    """
+
+    def __init__(self, envs: Sequence[str] | None = None, *, ttl_s: float = 900.0, max_sessions: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        names = list(envs) if envs else list_environments()
+        self.specs: dict[str, EnvironmentSpec] = {}
+        for n in names:
+            spec = get_environment(n)
+            self.specs[spec.name] = spec
+        self.ttl_s = ttl_s
+        self.max_sessions = max_sessions
+        self.clock = clock
+        self.sessions: dict[str, ManagedSession] = {}
+        self.counters = {"created": 0, "closed": 0, "expired": 0, "calls": 0, "errors": 0}
+
+    # ------------------------------------------------------------------ helpers
+    def _spec(self, name: str) -> EnvironmentSpec:
+        spec = self.specs.get(name)
+        if spec is None:
+            raise BadRequestError(f"this server does not serve {name!r}; it serves {', '.join(self.specs)}")
+        return spec
+
+    def _register(self, session: Session, envs: list[str], task_id: str | None) -> ManagedSession:
+        if len(self.sessions) >= self.max_sessions:
+            self.expire()
+            if len(self.sessions) >= self.max_sessions:
+                session.close()
+                raise CapacityError(f"server holds {self.max_sessions} sessions; close some or raise max_sessions")
+        now = self.clock()
+        sid = secrets.token_hex(16)
+        ms = ManagedSession(sid, session, envs, task_id, now, now)
+        self.sessions[sid] = ms
+        self.counters["created"] += 1
+        return ms
+
+    def get(self, session_id: str) -> ManagedSession:
+        """The live session ``session_id`` (touches its idle timer).  Raises :class:`UnknownSessionError`."""
+        ms = self.sessions.get(session_id) if isinstance(session_id, str) else None
+        if ms is None:
+            raise UnknownSessionError(f"no live session {session_id!r} (closed, expired, or from another server)")
+        ms.last_used = self.clock()
+        return ms
+
+    # ------------------------------------------------------------------ control plane
+    def create(self, env: str | Sequence[str], *, task_id: str | None = None, initial_state: Any = None,
+               snapshot: str | bytes | None = None) -> ManagedSession:
+        """Create a session of ``env`` (one name or several) from a task's initial state, an explicit
+        initial state (a state name or dict), a :meth:`snapshot`, or the default initial state.
+
+        Raises:
+            BadRequestError: unknown environment or task, invalid state or snapshot.
+            CapacityError: too many sessions.
+        """
+        names = [env] if isinstance(env, str) else list(env)
+        if not names:
+            raise BadRequestError("give at least one environment")
+        specs = [self._spec(n) for n in names]
+        try:
+            if task_id is not None:
+                tasks = specs[0].tasks
+                task = tasks.get(task_id)
+                if task.envs != [s.name for s in specs] and len(names) == 1:
+                    specs = tasks.envs_of(task)
+                    for s in specs:
+                        self._spec(s.name)
+                session = Session(specs, _states=tasks.initial_state(task))
+            else:
+                session = Session(specs, initial_state)
+            if snapshot is not None:
+                session.restore(snapshot if isinstance(snapshot, bytes) else snapshot.encode())
+        except (EnvFactoryError, KeyError) as exc:
+            raise BadRequestError(str(exc)) from None
+        return self._register(session, [s.name for s in specs], task_id)
+
+    def fork(self, session_id: str, k: int = 1) -> list[ManagedSession]:
+        """``k`` independent copies of a session (GRPO groups)."""
+        if not isinstance(k, int) or not 1 <= k <= 1024:
+            raise BadRequestError("k must be an integer in 1..1024")
+        src = self.get(session_id)
+        return [self._register(s, list(src.envs), src.task_id) for s in src.session.fork_many(k)]
+
+    def close(self, session_id: str) -> bool:
+        """Close and forget a session; ``False`` if it did not exist."""
+        ms = self.sessions.pop(session_id, None)
+        if ms is None:
+            return False
+        ms.session.close()
+        self.counters["closed"] += 1
+        return True
+
+    def expire(self) -> int:
+        """Close every session idle for longer than ``ttl_s``; returns how many."""
+        cutoff = self.clock() - self.ttl_s
+        stale = [sid for sid, ms in self.sessions.items() if ms.last_used < cutoff]
+        for sid in stale:
+            self.sessions.pop(sid).session.close()
+        self.counters["expired"] += len(stale)
+        return len(stale)
+
+    def close_all(self) -> None:
+        for sid in list(self.sessions):
+            self.close(sid)
+
+    # ------------------------------------------------------------------ session operations
+    def call(self, session_id: str, name: str, arguments: Any = None, *, call_id: str | None = None,
+             tag: Any = None) -> dict[str, Any]:
+        """Run one tool call; returns :meth:`ToolResult.to_dict` (typed errors, never raises for a bad call)."""
+        ms = self.get(session_id)
+        res = ms.session.call(name, arguments, call_id=call_id, tag=tag)
+        ms.calls += 1
+        self.counters["calls"] += 1
+        if not res.ok:
+            self.counters["errors"] += 1
+        return res.to_dict()
+
+    def record_invalid(self, session_id: str, name: str, raw: Any, message: str, *, call_id: str | None = None,
+                       tag: Any = None) -> dict[str, Any]:
+        ms = self.get(session_id)
+        self.counters["errors"] += 1
+        return ms.session.record_invalid(name, raw, message, call_id=call_id, tag=tag).to_dict()
+
+    def state(self, session_id: str) -> Any:
+        return self.get(session_id).session.state()
+
+    def snapshot(self, session_id: str) -> str:
+        return self.get(session_id).session.snapshot().decode()
+
+    def restore(self, session_id: str, snapshot: str | bytes) -> None:
+        try:
+            self.get(session_id).session.restore(snapshot if isinstance(snapshot, bytes) else snapshot.encode())
+        except EnvFactoryError as exc:
+            if isinstance(exc, UnknownSessionError):
+                raise
+            raise BadRequestError(str(exc)) from None
+
+    def reset(self, session_id: str) -> None:
+        self.get(session_id).session.reset()
+
+    def info(self, session_id: str) -> dict[str, Any]:
+        ms = self.get(session_id)
+        return {"session_id": ms.session_id, "envs": ms.envs, "task_id": ms.task_id, "calls": ms.calls,
+                "idle_s": self.clock() - ms.last_used,
+                "tools": [t.openai_schema() for t in ms.session.tools.values()]}
+
+    def action_log(self, session_id: str) -> list[dict[str, Any]]:
+        return [r.to_dict() for r in self.get(session_id).session.action_log]
+
+    def stats(self) -> dict[str, Any]:
+        return {"sessions": len(self.sessions), **self.counters, "envs": list(self.specs)}
+
+    def catalog(self) -> list[dict[str, Any]]:
+        return [{"name": s.name, "version": s.version, "domain": s.domain, "tools": len(s.tools),
+                 "tasks": len(s.tasks), "gym_id": s.gym_id} for s in self.specs.values()]
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
