@@ -41,6 +41,10 @@ class Backend:
     def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> Any:
         raise NotImplementedError
 
+    def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> Any:
+        """A new session holding a :meth:`Session.snapshot` (state and action log)."""
+        raise NotImplementedError
+
     def release(self) -> None:
         """Called once by each env that acquired this backend when it closes."""
 
@@ -50,6 +54,11 @@ class InProcessBackend(Backend):
 
     def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> Session:
         return Session(list(envs), _states=initial)
+
+    def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> Session:
+        s = Session(list(envs))
+        s.restore(snapshot)
+        return s
 
 
 class RemoteBackend(Backend):
@@ -66,6 +75,11 @@ class RemoteBackend(Backend):
             return RemoteSession.create(self.client, envs, task_id=task_id)
         states = {n: json.loads(b) for n, b in initial.items()}
         return RemoteSession.create(self.client, envs, initial_state=states if len(states) > 1 else next(iter(states.values())))
+
+    def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> RemoteSession:
+        names = [e.name for e in envs]
+        res = self.client.request("create", env=names if len(names) > 1 else names[0], snapshot=snapshot.decode())
+        return RemoteSession(self.client, res["session_id"], envs)
 
     def close(self) -> None:
         self.client.close()
@@ -97,6 +111,9 @@ class _PooledBackend(Backend):
 
     def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> Any:
         return self._shared.backend.create_session(envs, initial, task_id)
+
+    def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> Any:
+        return self._shared.backend.restore_session(envs, snapshot)
 
     def release(self) -> None:
         if self._released:

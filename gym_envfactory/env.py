@@ -211,14 +211,13 @@ class EnvFactoryEnv(gym.Env):
         if self.done or self.session is None or self.task is None:
             raise ResetNeeded("the episode is over (or was never started): call reset() first")
         parsed = parse_action(action)
-        self.steps += 1
-        self.steps_in_turn += 1
         rec = self.records[self.turn]
         tool_calls: list[dict[str, Any]] = []
         tool_msgs: list[dict[str, Any]] = []
         results = []
+        step_no = self.steps + 1
         for k, item in enumerate(parsed.items):
-            call_id = item.id or f"call_{self.steps}_{k}"
+            call_id = item.id or f"call_{step_no}_{k}"
             if k >= self.max_calls_per_step:
                 name = item.name or "invalid_tool_call"
                 raw = item.arguments if isinstance(item, ToolCall) else item.raw
@@ -228,10 +227,13 @@ class EnvFactoryEnv(gym.Env):
             else:
                 res = self.session.call(item.name, item.arguments, call_id=call_id, tag=self.turn)
             results.append(res)
-            rec.calls.append((res.name, res.arguments, res.is_invalid_call))
             args_text = json.dumps(item.arguments, ensure_ascii=False) if isinstance(item, ToolCall) else item.raw
             tool_calls.append({"id": call_id, "type": "function", "function": {"name": res.name, "arguments": args_text}})
             tool_msgs.append({"role": "tool", "tool_call_id": call_id, "name": res.name, "content": res.to_text()})
+        # Every call ran (a lost backend raises above and leaves the episode's bookkeeping untouched).
+        self.steps += 1
+        self.steps_in_turn += 1
+        rec.calls.extend((r.name, r.arguments, r.is_invalid_call) for r in results)
         assistant: dict[str, Any] = {"role": "assistant", "content": parsed.content}
         if tool_calls:
             assistant["tool_calls"] = tool_calls
@@ -307,6 +309,19 @@ class EnvFactoryEnv(gym.Env):
             bookkeeping=self._bookkeeping,
             set_fields=self._set_fields,
         )
+
+    def resume(self, snapshot: bytes, backend: Any = None) -> None:
+        """Continue the current episode on a new session restored from ``snapshot`` (a
+        :meth:`Session.snapshot` taken earlier), optionally on another backend — e.g. after the
+        container serving the episode died.  Conversation, turn and reward bookkeeping are kept."""
+        if self.task is None or self.replay is None:
+            raise ResetNeeded("call reset() before resume()")
+        if backend is not None:
+            if not getattr(self, "_forked", False):
+                self.backend.release()
+            self.backend = backend
+        envs = self.tasks.envs_of(self.task)
+        self.session = self.backend.restore_session(envs, snapshot)
 
     def score(self) -> EpisodeScore:
         """The reward of the episode so far, as if it ended now (read-only)."""

@@ -137,12 +137,22 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
     async def rpc(request: Request) -> Response:
         if not authorized(request.headers):
             return JSONResponse({"error": "unauthorized: send Authorization: Bearer <token>"}, status_code=401)
-        length = int(request.headers.get("content-length") or 0)
-        if length > config.max_body_bytes:
-            return JSONResponse({"error": f"request body over {config.max_body_bytes} bytes"}, status_code=413)
-        body = await request.body()
-        if len(body) > config.max_body_bytes:
-            return JSONResponse({"error": f"request body over {config.max_body_bytes} bytes"}, status_code=413)
+        too_big = JSONResponse({"error": f"request body over {config.max_body_bytes} bytes"}, status_code=413,
+                               headers={"Connection": "close"})
+        try:
+            length = int(request.headers.get("content-length") or 0)
+        except ValueError:
+            return JSONResponse({"error": "bad Content-Length"}, status_code=400)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size <= config.max_body_bytes:
+                chunks.append(chunk)
+            elif size > 16 * config.max_body_bytes or length > 16 * config.max_body_bytes:
+                return too_big  # stop reading an absurd body; the client sees the connection close
+        if size > config.max_body_bytes:
+            return too_big  # drained, so the client reads this 413
+        body = b"".join(chunks)
         out = handle(body, "http")
         if out is None:
             return Response(status_code=204)
