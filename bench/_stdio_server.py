@@ -1,4 +1,4 @@
-"""A stdio MCP server over one HotelBooking session, started once per episode by bench_runtime.py.
+"""A FastMCP server (stdio, or streamable HTTP) over one HotelBooking session, started once per episode by bench_runtime.py.
 
 This is the upstream EnvFactory pattern (one server process per episode) used as the comparison
 point; it is not the product's server (that arrives with the container issue).
@@ -25,4 +25,7 @@ def get_hotel_details(hotel_id: str) -> dict:
 
 
 if __name__ == "__main__":
-    mcp.run(show_banner=False) if "show_banner" in FastMCP.run.__code__.co_varnames else mcp.run()
+    if len(sys.argv) > 2 and sys.argv[2] == "http":  # python _stdio_server.py large http PORT
+        mcp.run(transport="http", host="127.0.0.1", port=int(sys.argv[3]), show_banner=False)
+    else:
+        mcp.run(show_banner=False)
