@@ -25,6 +25,7 @@ test: $(BIN)/python
 bench: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python bench/bench_runtime.py
+	$(BIN)/python bench/bench_server.py
 
 validate: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
