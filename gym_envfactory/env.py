@@ -19,7 +19,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from .errors import UnknownTaskError
-from .parsing import ParseError, ToolCall, parse_action
+from .parsing import ParseError, ToolCall, parse_action, scrub
 from .reward import EpisodeScore, RewardConfig, TurnRecord, score_episode, score_turn
 from .spaces import AssistantActionSpace, MessagesSpace
 from .spec import EnvironmentSpec, get_environment
@@ -140,11 +140,14 @@ class EnvFactoryEnv(gym.Env):
         self.last_score: EpisodeScore | None = None
         self._rendered = 0
         self._bookkeeping: tuple[str, ...] = ()
+        self._initial_state: Any = None
         self._set_fields: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ helpers
     def _pick_task(self, options: Mapping[str, Any]) -> Task:
-        tid = options.get("task_id") or self.fixed_task_id
+        tid = options.get("task_id")
+        if tid is None:
+            tid = self.fixed_task_id
         if tid is not None:
             return self.tasks.get(tid)
         split = options.get("split", self.split)
@@ -174,6 +177,8 @@ class EnvFactoryEnv(gym.Env):
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         super().reset(seed=seed)
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"options must be a dict (task_id, split), got {type(options).__name__}")
         options = dict(options or {})
         task = self._pick_task(options)
         replay = self.tasks.replay(task)
@@ -182,6 +187,7 @@ class EnvFactoryEnv(gym.Env):
             self.session.close()
         self.session = self.backend.create_session(envs, replay.initial_state, task.task_id)
         self.task, self.replay = task, replay
+        self._initial_state = replay.initial
         if len(envs) == 1:
             self._bookkeeping, self._set_fields = envs[0].excluded_fields, envs[0].set_fields
         else:
@@ -234,14 +240,14 @@ class EnvFactoryEnv(gym.Env):
         self.steps += 1
         self.steps_in_turn += 1
         rec.calls.extend((r.name, r.arguments, r.is_invalid_call) for r in results)
-        assistant: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        assistant: dict[str, Any] = {"role": "assistant", "content": scrub(parsed.content)}
         if tool_calls:
             assistant["tool_calls"] = tool_calls
         if parsed.content:
             rec.text = f"{rec.text}\n{parsed.content}" if rec.text else parsed.content
         self.messages.append(assistant)
         self.messages.extend(tool_msgs)
-        obs: list[dict[str, Any]] = list(tool_msgs)
+        obs: list[dict[str, Any]] = [dict(m) for m in tool_msgs]  # the caller may mutate them
         reward = 0.0
         terminated = truncated = False
         info: dict[str, Any] = {
@@ -284,9 +290,10 @@ class EnvFactoryEnv(gym.Env):
         rec.state = self.session.state()
         reward = 0.0
         if self.turn < len(self.task.turns):
+            prev = self.replay.turn_states[self.turn - 1] if self.turn > 0 else self._initial_state
             ts = score_turn(self.turn, rec, self._gt_calls(self.turn), self.replay.turn_states[self.turn],
                             self.task.turns[self.turn].expected_outputs, self.reward_config,
-                            bookkeeping=self._bookkeeping, set_fields=self._set_fields)
+                            bookkeeping=self._bookkeeping, set_fields=self._set_fields, gt_prev_state=prev)
             info["turn_score"] = ts.to_dict()
             if self.reward_mode == "turn":
                 reward = ts.reward / len(self.task.turns)
@@ -308,6 +315,7 @@ class EnvFactoryEnv(gym.Env):
             self.reward_config,
             bookkeeping=self._bookkeeping,
             set_fields=self._set_fields,
+            initial_state=self._initial_state,
         )
 
     def resume(self, snapshot: bytes, backend: Any = None) -> None:
@@ -366,7 +374,7 @@ class EnvFactoryEnv(gym.Env):
         for s in sessions:
             clone = copy.copy(self)
             clone.session = s
-            clone.messages = list(self.messages)
+            clone.messages = copy.deepcopy(self.messages)
             clone.records = copy.deepcopy(self.records)
             clone._np_random = copy.deepcopy(self._np_random)
             clone._forked = True  # the backend stays owned by the env it was forked from

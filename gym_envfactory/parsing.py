@@ -27,7 +27,67 @@ from typing import Any, Mapping
 
 __all__ = ["ToolCall", "ParseError", "ParsedAction", "parse_action"]
 
-_FENCE_RE = re.compile(r"^```(?:json|JSON)?\s*(.*?)\s*```$", re.DOTALL)
+#: Errors json.loads raises on hostile input: malformed text, nesting too deep, huge integers.
+JSON_ERRORS = (ValueError, RecursionError)
+_MAX_BLOCK_END_TRIES = 8
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def _unfence(text: str) -> str | None:
+    """The body of a Markdown code fence (```json ... ```), or None.  Linear time."""
+    t = text.strip()
+    if len(t) < 6 or not t.startswith("```") or not t.endswith("```"):
+        return None
+    body = t[3:-3]
+    nl = body.find("\n")
+    first = body[:nl] if nl >= 0 else ""
+    if nl >= 0 and first.strip().lower() in ("json", ""):
+        body = body[nl + 1:]
+    elif body[:4].lower() == "json":
+        body = body[4:]
+    return body.strip()
+
+
+def has_lone_surrogate(obj: Any) -> bool:
+    """True when a string anywhere in ``obj`` holds a lone UTF-16 surrogate (not encodable as UTF-8)."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+            return False
+        except UnicodeEncodeError:
+            return True
+    if isinstance(obj, Mapping):
+        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return any(has_lone_surrogate(v) for v in obj)
+    return False
+
+
+def scrub(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD (safe to store, log and send)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE_RE.sub("\ufffd", text)
+
+
+def _json_safe(value: Any) -> Any:
+    """A copy of ``value`` if it is JSON data (dict/list/str/int/float/bool/None), else raise ValueError."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"object keys must be strings, got {type(k).__name__}")
+            out[k] = _json_safe(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    raise ValueError(f"{type(value).__name__} is not JSON data")
 
 
 @dataclass(slots=True)
@@ -85,16 +145,24 @@ class ParsedAction:
 
 
 def _decode_arguments(raw: Any) -> dict[str, Any]:
-    """Object, JSON string of an object, or doubly encoded JSON string → dict.  Raises ValueError."""
+    """Object, JSON string of an object, or doubly encoded JSON string → a fresh dict of JSON data.
+
+    Raises:
+        ValueError: malformed or too deeply nested JSON, not an object, non-JSON values, or strings
+            holding lone surrogates.
+    """
     if raw is None:
         return {}
     if isinstance(raw, Mapping):
-        return dict(raw)
-    if isinstance(raw, str):
+        try:
+            value = _json_safe(raw)
+        except RecursionError:
+            raise ValueError("arguments are nested too deeply") from None
+    elif isinstance(raw, str):
         text = raw.strip()
         if not text:
             return {}
-        value: Any = text
+        value = text
         for _ in range(2):  # at most double encoding
             if not isinstance(value, str):
                 break
@@ -102,36 +170,56 @@ def _decode_arguments(raw: Any) -> dict[str, Any]:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"arguments are not valid JSON: {exc.msg} at position {exc.pos}") from None
-        if isinstance(value, Mapping):
-            return dict(value)
+            except JSON_ERRORS as exc:
+                raise ValueError(f"arguments are not usable JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
+        if not isinstance(value, Mapping):
+            raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
+    else:
+        raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
+    if not isinstance(value, Mapping):
         raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
-    raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
+    if has_lone_surrogate(value):
+        raise ValueError("arguments contain invalid Unicode (a lone UTF-16 surrogate)")
+    return dict(value)
 
 
 def _call_from_obj(obj: Any, raw: str, call_id: str | None = None) -> ToolCall | ParseError:
     if not isinstance(obj, Mapping):
         return ParseError(f"a tool call must be a JSON object, got {type(obj).__name__}", raw, id=call_id)
     if "function" in obj and isinstance(obj["function"], Mapping):  # OpenAI tool_calls entry
-        call_id = obj.get("id") or call_id
+        call_id = _id(obj.get("id")) or call_id
         obj = obj["function"]
     name = obj.get("name")
     if not isinstance(name, str) or not name.strip():
-        return ParseError("tool call has no 'name'", raw, id=call_id)
+        return ParseError("tool call has no 'name' (a non-empty string)", raw, id=call_id)
+    if has_lone_surrogate(name):
+        return ParseError("tool name contains invalid Unicode", scrub(raw), id=call_id)
     args_raw = obj["arguments"] if "arguments" in obj else obj.get("parameters")
     try:
         args = _decode_arguments(args_raw)
     except ValueError as exc:
         return ParseError(f"tool call {name}: {exc}", raw, name=name, id=call_id)
-    return ToolCall(name=name.strip(), arguments=args, id=call_id or obj.get("id"))
+    return ToolCall(name=name.strip(), arguments=args, id=call_id or _id(obj.get("id")))
+
+
+def _id(value: Any) -> str | None:
+    """A model-given call id as a string (ints are converted; anything else is dropped)."""
+    if isinstance(value, str) and value:
+        return value[:200]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
 def _items_from_json_text(text: str) -> list[ToolCall | ParseError]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        name_m = re.search(r'"name"\s*:\s*"([^"]+)"', text)
-        return [ParseError(f"tool call is not valid JSON: {exc.msg} at position {exc.pos}", text,
-                           name=name_m.group(1) if name_m else None)]
+        name_m = re.search(r'"name"\s*:\s*"([^"]{1,200})"', text[:10_000])
+        return [ParseError(f"tool call is not valid JSON: {exc.msg} at position {exc.pos}", scrub(text[:2000]),
+                           name=scrub(name_m.group(1)) if name_m else None)]
+    except JSON_ERRORS as exc:
+        return [ParseError(f"tool call is not usable JSON: {type(exc).__name__}", scrub(text[:2000]))]
     objs = obj if isinstance(obj, list) else [obj]
     return [_call_from_obj(o, text) for o in objs]
 
@@ -144,11 +232,13 @@ def _block_end(text: str, start: int) -> int:
     """Index of the ``</tool_call>`` closing the block that starts at ``start``: the first one after
     which the block is valid JSON (a JSON string may itself contain ``</tool_call>``), else the first."""
     first = end = text.find("</tool_call>", start)
-    while end >= 0:
+    for _ in range(_MAX_BLOCK_END_TRIES):
+        if end < 0:
+            break
         try:
             json.loads(text[start:end])
             return end
-        except json.JSONDecodeError:
+        except JSON_ERRORS:
             end = text.find("</tool_call>", end + 1)
     return first
 
@@ -192,17 +282,17 @@ def _parse_string(text: str) -> ParsedAction:
     if blocks:
         for inner in blocks:
             inner = inner.strip()
-            fence = _FENCE_RE.match(inner)
-            out.items.extend(_items_from_json_text(fence.group(1) if fence else inner))
+            fence = _unfence(inner)
+            out.items.extend(_items_from_json_text(fence if fence is not None else inner))
         out.content = body.strip()
         return out
     stripped = body.strip()
-    fence = _FENCE_RE.match(stripped)
-    candidate = fence.group(1) if fence else stripped
+    fence = _unfence(stripped)
+    candidate = fence if fence is not None else stripped
     if _looks_like_json_call(candidate):
         try:
             obj = json.loads(candidate)
-        except json.JSONDecodeError:
+        except JSON_ERRORS:
             obj = None
         if isinstance(obj, Mapping) and ("tool_calls" in obj or "role" in obj):
             return parse_action(dict(obj))
@@ -223,37 +313,67 @@ def parse_action(action: Any) -> ParsedAction:
     if isinstance(action, str):
         return _parse_string(action)
     if isinstance(action, ToolCall):
-        return ParsedAction(items=[ToolCall(action.name, dict(action.arguments), action.id)])
+        return ParsedAction(items=[_typed(action)])
     if isinstance(action, Mapping):
         if "tool_calls" in action or "function_call" in action or action.get("role") == "assistant":
             content = action.get("content")
+            bad_content = None
             if isinstance(content, list):  # content parts
-                content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
-            content = content or ""
+                content = "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+            elif content is not None and not isinstance(content, str):
+                bad_content = ParseError(f"message content must be a string or a list of text parts, got "
+                                         f"{type(content).__name__}", scrub(repr(content)[:500]))
+                content = ""
+            content = scrub(content or "")
             raw_calls = action.get("tool_calls") or []
             if not raw_calls and action.get("function_call"):
                 raw_calls = [{"function": action["function_call"]}]
+            if not isinstance(raw_calls, list):
+                out = _parse_string(content) if content else ParsedAction()
+                out.items.append(ParseError(f"tool_calls must be a list, got {type(raw_calls).__name__}",
+                                            scrub(repr(raw_calls)[:500])))
+                return out
             if not raw_calls:
                 parsed = _parse_string(content)
-                if action.get("reasoning_content") and not parsed.reasoning:
+                if isinstance(action.get("reasoning_content"), str) and not parsed.reasoning:
                     parsed.reasoning = action["reasoning_content"]
+                if bad_content is not None:
+                    parsed.items.append(bad_content)
                 return parsed
             text = _parse_string(content) if content else ParsedAction()
-            out = ParsedAction(content=text.content, reasoning=text.reasoning or action.get("reasoning_content"))
+            reasoning = text.reasoning or (action.get("reasoning_content") if isinstance(action.get("reasoning_content"), str) else None)
+            out = ParsedAction(content=text.content, reasoning=reasoning)
             for rc in raw_calls:
-                raw = json.dumps(rc, ensure_ascii=False, default=str)
-                out.items.append(_call_from_obj(rc, raw, rc.get("id") if isinstance(rc, Mapping) else None))
+                out.items.append(_call_from_obj(rc, _raw(rc), _id(rc.get("id")) if isinstance(rc, Mapping) else None))
+            if bad_content is not None:
+                out.items.append(bad_content)
             return out
         if "name" in action:
-            return ParsedAction(items=[_call_from_obj(action, json.dumps(action, default=str))])
+            return ParsedAction(items=[_call_from_obj(action, _raw(action))])
         return ParsedAction(items=[ParseError("a dict action must be an assistant message or a tool call",
-                                              json.dumps(action, default=str)[:500])])
+                                              _raw(action))])
     if isinstance(action, (list, tuple)):
         out = ParsedAction()
         for a in action:
-            if isinstance(a, ToolCall):
-                out.items.append(ToolCall(a.name, dict(a.arguments), a.id))
-            else:
-                out.items.append(_call_from_obj(a, json.dumps(a, default=str)))
+            out.items.append(_typed(a) if isinstance(a, ToolCall) else _call_from_obj(a, _raw(a)))
         return out
-    return ParsedAction(items=[ParseError(f"unsupported action type {type(action).__name__}", repr(action)[:500])])
+    return ParsedAction(items=[ParseError(f"unsupported action type {type(action).__name__}", scrub(repr(action)[:500]))])
+
+
+def _typed(call: ToolCall) -> ToolCall | ParseError:
+    if not isinstance(call.name, str) or not call.name.strip():
+        return ParseError("tool call has no 'name' (a non-empty string)", scrub(repr(call)[:500]))
+    try:
+        args = _decode_arguments(call.arguments)
+    except ValueError as exc:
+        return ParseError(f"tool call {scrub(call.name)}: {exc}", scrub(repr(call)[:500]), name=scrub(call.name), id=_id(call.id))
+    return ToolCall(call.name.strip(), args, _id(call.id))
+
+
+def _raw(obj: Any) -> str:
+    """A printable, storable rendering of what the policy sent (for error observations and logs)."""
+    try:
+        text = json.dumps(obj, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(obj)
+    return scrub(text[:2000])

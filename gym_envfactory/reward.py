@@ -4,7 +4,8 @@
 
 - ``R_state``: canonical equivalence of the final domain state with the ground-truth final state (1 or
   0), bookkeeping fields excluded, numbers by value, lists ordered unless declared sets; the
-  difference report lists paths.
+  difference report lists paths.  When the ground truth changes nothing (a read-only task), an
+  unchanged state is vacuous (doing nothing must not earn it) and a changed one scores 0.
 - ``R_traj``: multiset matching of predicted against ground-truth calls, per turn; each ground-truth
   call is consumed at most once (CASES C01); independent calls match in any order; masked arguments are
   ignored; arguments compare after the tools' own validation (CASES C08/C09).
@@ -56,6 +57,12 @@ class RewardConfig:
     output_weight: float = 0.0
 
     def __post_init__(self) -> None:
+        import math
+
+        for name in ("alpha", "gamma", "penalty_cap", "output_weight"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, got {v!r}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
         if self.gamma < 0 or self.penalty_cap < 0 or self.output_weight < 0:
@@ -198,23 +205,32 @@ def match_calls(
     """Multiset matching (CASES C01): for each ground-truth call ``(name, args, masked)`` the index of
     the predicted call ``(name, normalised args or None)`` consuming it, or ``None``.
 
-    Each predicted call is consumed at most once; order is free.  Because call equality is an
-    equivalence relation, greedy assignment yields a maximum matching.
+    Each predicted call is consumed at most once and order is free.  A maximum bipartite matching
+    (augmenting paths; calls per turn are few) — greedy is not enough once ground-truth calls of the
+    same tool mask different arguments.
     """
-    used: set[int] = set()
-    out: list[int | None] = []
+    edges: list[list[int]] = []
     for g_name, g_args, masked in ground_truth:
         want = _strip_masked(g_args, masked)
-        hit = None
-        for i, (p_name, p_args) in enumerate(predicted):
-            if i in used or p_name != g_name or p_args is None:
+        edges.append([i for i, (p_name, p_args) in enumerate(predicted)
+                      if p_name == g_name and p_args is not None and values_equal(_strip_masked(p_args, masked), want)])
+    owner: dict[int, int] = {}  # predicted index -> ground-truth index
+
+    def augment(g: int, seen: set[int]) -> bool:
+        for p in edges[g]:
+            if p in seen:
                 continue
-            if values_equal(_strip_masked(p_args, masked), want):
-                hit = i
-                break
-        if hit is not None:
-            used.add(hit)
-        out.append(hit)
+            seen.add(p)
+            if p not in owner or augment(owner[p], seen):
+                owner[p] = g
+                return True
+        return False
+
+    for g in range(len(ground_truth)):
+        augment(g, set())
+    out: list[int | None] = [None] * len(ground_truth)
+    for p, g in owner.items():
+        out[g] = p
     return out
 
 
@@ -333,6 +349,22 @@ def _clip(x: float) -> float:
     return min(1.0, max(0.0, x))
 
 
+def _state_score(actual: Any, expected: Any, before: Any, bookkeeping: Sequence[str], set_fields: Sequence[str],
+                 limit: int = 50) -> tuple[float | None, list[StateDiff]]:
+    """``R_state`` and the difference report.
+
+    When the ground truth leaves the state unchanged (``expected`` equals ``before``: a read-only task
+    or turn), an unchanged final state is no evidence of success — doing nothing would earn it — so
+    ``R_state`` is vacuous; a changed state still scores 0.  Otherwise 1.0 iff equivalent.
+    """
+    diff = state_diff(actual, expected, bookkeeping=bookkeeping, set_fields=set_fields, limit=limit)
+    if diff:
+        return 0.0, diff
+    if before is not _ABSENT and not state_diff(expected, before, bookkeeping=bookkeeping, set_fields=set_fields, limit=1):
+        return None, diff
+    return 1.0, diff
+
+
 def _turn_counts(rec: TurnRecord, gt: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]]) -> tuple[int, int, int, list[str]]:
     valid = [(n, a) for n, a, bad in rec.calls if not bad]
     invalid = sum(1 for _, _, bad in rec.calls if bad)
@@ -353,13 +385,15 @@ def score_turn(
     *,
     bookkeeping: Sequence[str] = (),
     set_fields: Sequence[str] = (),
+    gt_prev_state: Any = _ABSENT,
 ) -> TurnScore:
-    """Score one turn against the ground truth of that turn and the ground-truth state after it."""
+    """Score one turn against the ground truth of that turn and the ground-truth state after it
+    (``gt_prev_state``: the ground-truth state before it, for the no-change rule of :func:`_state_score`)."""
     matched, surplus, invalid, missed = _turn_counts(record, gt_calls)
     r_traj = matched / len(gt_calls) if gt_calls else None
     r_state = None
     if record.state is not None:
-        r_state = 0.0 if state_diff(record.state, gt_state, bookkeeping=bookkeeping, set_fields=set_fields, limit=1) else 1.0
+        r_state = _state_score(record.state, gt_state, gt_prev_state, bookkeeping, set_fields, limit=1)[0]
     r_output = (sum(contains_output(record.text, o) for o in expected_outputs) / len(expected_outputs)
                 if expected_outputs else None)
     task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)
@@ -378,6 +412,7 @@ def score_episode(
     *,
     bookkeeping: Sequence[str] = (),
     set_fields: Sequence[str] = (),
+    initial_state: Any = _ABSENT,
 ) -> EpisodeScore:
     """Score an episode.  ``records`` may be shorter than the task (a truncated episode): turns not
     reached contribute their ground-truth calls as unmatched.  Pure function of its inputs: scoring
@@ -390,8 +425,9 @@ def score_episode(
     n_out = sum(len(o) for o in expected_outputs)
     for t, gt in enumerate(gt_turn_calls):
         if t < len(records):
+            prev = (gt_turn_states[t - 1] if t > 0 else initial_state)
             ts = score_turn(t, records[t], gt, gt_turn_states[t], expected_outputs[t], cfg,
-                            bookkeeping=bookkeeping, set_fields=set_fields)
+                            bookkeeping=bookkeeping, set_fields=set_fields, gt_prev_state=prev)
             turns.append(ts)
             missed += [f"t{t}:{m}" for m in ts.missed]
             matched += ts.matched
@@ -403,9 +439,8 @@ def score_episode(
     for rec in records[len(gt_turn_calls):]:  # extra turns from a custom user source
         surplus += sum(1 for _, _, bad in rec.calls if not bad)
         invalid += sum(1 for _, _, bad in rec.calls if bad)
-    diff = state_diff(final_state, gt_turn_states[-1], bookkeeping=bookkeeping, set_fields=set_fields)
+    r_state, diff = _state_score(final_state, gt_turn_states[-1], initial_state, bookkeeping, set_fields)
     r_traj = matched / n_gt if n_gt else None
-    r_state = 0.0 if diff else 1.0
     r_output = found / n_out if n_out else None
     task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)
     p_len = surplus + invalid

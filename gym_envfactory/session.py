@@ -12,6 +12,7 @@ A bad model action never raises: :meth:`Session.call` returns a typed :class:`To
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from .authoring import ToolError
 from .errors import EnvFactoryError, SpecError
+from .parsing import _decode_arguments, _raw, scrub
 from .spec import EnvironmentSpec, canonical_json
 from .tools import ArgumentError, ToolSpec
 
@@ -116,6 +118,14 @@ class ActionRecord:
             "result": self.result.to_dict(),
             "tag": self.tag,
         }
+
+
+def _loggable(raw: Any) -> Any:
+    """What the action log keeps of arguments that did not validate: JSON data, else a safe string."""
+    try:
+        return _decode_arguments(raw)
+    except ValueError:
+        return raw if isinstance(raw, str) and not raw.strip().startswith("{") and len(raw) < 2000 and scrub(raw) == raw else _raw(raw)
 
 
 def _resolve_initial_states(
@@ -254,32 +264,36 @@ class Session:
         """
         self._check_open()
         result = self._run(name, arguments, call_id)
-        self._log.append(ActionRecord(len(self._log), name, arguments, result, tag))
+        raw = result.arguments if result.arguments is not None else _loggable(arguments)
+        self._log.append(ActionRecord(len(self._log), scrub(name) if isinstance(name, str) else repr(name), raw, result, tag))
         return result
 
     def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
         """Log a call that could not even be parsed (``parse_error``) so the trajectory keeps it."""
         self._check_open()
-        result = ToolResult(name=name, ok=False, error_type="parse_error", error=message,
+        result = ToolResult(name=scrub(name), ok=False, error_type="parse_error", error=scrub(message),
                             error_code="parse_error", call_id=call_id)
-        self._log.append(ActionRecord(len(self._log), name, raw, result, tag))
+        self._log.append(ActionRecord(len(self._log), result.name, _loggable(raw), result, tag))
         return result
 
     def _run(self, name: str, arguments: Any, call_id: str | None) -> ToolResult:
         tool = self.tools.get(name) if isinstance(name, str) else None
         if tool is None:
             known = ", ".join(self.tools)
-            return ToolResult(name=str(name), ok=False, error_type="unknown_tool", error_code="unknown_tool",
+            name = scrub(name) if isinstance(name, str) else repr(name)[:200]
+            return ToolResult(name=name, ok=False, error_type="unknown_tool", error_code="unknown_tool",
                               error=f"unknown tool {name!r}; available tools: {known}", call_id=call_id)
-        if arguments is None:
-            arguments = {}
-        elif isinstance(arguments, (str, bytes)):
+        if isinstance(arguments, bytes):
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError as exc:
-                return ToolResult(name=name, ok=False, error_type="invalid_arguments",
-                                  error_code="invalid_arguments", call_id=call_id,
-                                  error=f"arguments of {name} are not valid JSON: {exc.msg} at position {exc.pos}")
+                arguments = arguments.decode("utf-8")
+            except UnicodeDecodeError:
+                return ToolResult(name=name, ok=False, error_type="invalid_arguments", error_code="invalid_arguments",
+                                  call_id=call_id, error=f"arguments of {name} are not UTF-8 text")
+        try:
+            arguments = _decode_arguments(arguments)  # a fresh copy of JSON data (the log keeps it)
+        except ValueError as exc:
+            return ToolResult(name=name, ok=False, error_type="invalid_arguments", error_code="invalid_arguments",
+                              call_id=call_id, error=f"arguments of {name}: {exc}")
         try:
             validated = tool.validate_arguments(arguments)
         except ArgumentError as exc:
@@ -344,13 +358,15 @@ class Session:
         return b'{"v":1,"envs":{' + envs + b'},"log":' + log_json + b"}"
 
     def restore(self, data: bytes) -> None:
-        """Replace states and action log with a :meth:`snapshot`.  Raises :class:`SnapshotError`."""
+        """Replace states and action log with a :meth:`snapshot`.  Raises :class:`SnapshotError` and
+        then leaves the session unchanged."""
         self._check_open()
         try:
             obj = json.loads(data)
-            envs = obj["envs"]
-            records = obj["log"]
-        except (ValueError, KeyError, TypeError) as exc:
+            envs, records = obj["envs"], obj["log"]
+            if not isinstance(envs, dict) or not isinstance(records, list):
+                raise TypeError("'envs' must be an object and 'log' a list")
+        except (ValueError, RecursionError, KeyError, TypeError) as exc:
             raise SnapshotError(f"not a session snapshot: {exc}") from None
         if set(envs) != set(self.envs):
             raise SnapshotError(f"snapshot holds {sorted(envs)}, session has {sorted(self.envs)}")
@@ -360,12 +376,14 @@ class Session:
                 pending[n] = self.envs[n].state_model.model_validate(raw).model_dump_json().encode()
             except ValidationError as exc:
                 raise SnapshotError(f"snapshot state of {n} is invalid: {exc.error_count()} error(s)") from None
+        try:
+            log = [ActionRecord(int(r["index"]), str(r["name"]), r["raw_arguments"], ToolResult(**r["result"]), r.get("tag"))
+                   for r in records]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SnapshotError(f"snapshot action log is malformed: {type(exc).__name__}: {exc}") from None
         self._pending = pending
         self._states = {}
-        self._log = [
-            ActionRecord(r["index"], r["name"], r["raw_arguments"], ToolResult(**r["result"]), r.get("tag"))
-            for r in records
-        ]
+        self._log = log
 
     def fork(self) -> "Session":
         """An independent copy (state and action log); writes to either never reach the other."""
@@ -373,7 +391,7 @@ class Session:
         states = {n: self._env_json(n) for n in self.envs}
         child = Session(list(self.envs.values()), check_writes=self.check_writes, _states=self._initial)
         child._pending = states
-        child._log = list(self._log)
+        child._log = copy.deepcopy(self._log) if self._log else []
         return child
 
     def fork_many(self, k: int) -> list["Session"]:
@@ -384,7 +402,7 @@ class Session:
         for _ in range(k):
             child = Session(list(self.envs.values()), check_writes=self.check_writes, _states=self._initial)
             child._pending = dict(states)
-            child._log = list(self._log)
+            child._log = copy.deepcopy(self._log) if self._log else []
             out.append(child)
         return out
 

@@ -113,6 +113,12 @@ class ReplayResult:
     def final_state(self) -> dict[str, Any]:
         return self.turn_states[-1]
 
+    @property
+    def initial(self) -> Any:
+        """The initial state in the same canonical form as :meth:`Session.state`."""
+        states = {n: json.loads(b) for n, b in self.initial_state.items()}
+        return next(iter(states.values())) if len(states) == 1 else states
+
 
 def _apply_ref(spec: "EnvironmentSpec", ref: Any, where: dict[str, Any]) -> bytes:
     if ref is None or isinstance(ref, str):

@@ -11,13 +11,14 @@ trajectory reward when it compares arguments):
    (https://docs.pydantic.dev/latest/concepts/conversion_table/): for an ``int`` parameter ``3``,
    ``3.0`` and ``"3"`` are accepted and become ``3``, while ``3.5`` and ``"three"`` are rejected; for a
    ``float`` parameter ``5``, ``5.0`` and ``"5"`` become ``5.0``; ISO strings become ``date``/``datetime``;
-   enum/``Literal`` values must match exactly.
+   enum/``Literal`` values must match exactly; NaN and infinities are rejected.
 4. A rejected argument produces a typed ``invalid_arguments`` result naming each field, which the model
    sees as the tool message and the length penalty counts (DESIGN §7).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 from dataclasses import dataclass, field
@@ -122,7 +123,7 @@ class ToolSpec:
                 if isinstance(v, str):
                     try:
                         arguments[p] = json.loads(v)
-                    except json.JSONDecodeError:
+                    except (ValueError, RecursionError):
                         pass  # leave it; validation reports the type error
         try:
             return self.input_model.model_validate(arguments)
@@ -142,7 +143,7 @@ class ToolSpec:
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.input_schema,
+                "parameters": copy.deepcopy(self.input_schema),  # callers may edit it (strict mode ...)
             },
         }
 
@@ -151,11 +152,11 @@ class ToolSpec:
         out: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
-            "inputSchema": self.input_schema,
+            "inputSchema": copy.deepcopy(self.input_schema),
             "annotations": self.annotations.to_mcp(),
         }
         if self.output_schema is not None:
-            out["outputSchema"] = self.output_schema
+            out["outputSchema"] = copy.deepcopy(self.output_schema)
         return out
 
 
@@ -192,7 +193,7 @@ def tool_spec_from_function(fn: Callable[..., Any], env: str = "") -> ToolSpec:
         fields[p.name] = (hints[p.name], default)
     input_model = create_model(  # type: ignore[call-overload]
         f"{name}_arguments",
-        __config__=ConfigDict(extra="forbid"),
+        __config__=ConfigDict(extra="forbid", allow_inf_nan=False),
         **fields,
     )
     raw_schema = input_model.model_json_schema()

@@ -154,18 +154,32 @@ def test_C06_gold_replay_error(library):
 
 
 def test_C07_bookkeeping_fields(library):
-    env = EnvFactoryEnv("Library", task_id="lookup")
+    env = EnvFactoryEnv("Library", task_id="borrow-dune")
     env.reset()
     env.session.state_model().request_count = 99  # bookkeeping only
-    env.step([ToolCall("get_book", {"book_id": "B1"})])
-    *_, info = env.step("There are 2.")
-    assert info["episode"]["r_state"] == 1.0
+    env.step([ToolCall("borrow_book", {"book_id": "B1", "member": "ada"})])
+    *_, info = env.step("Loan L-0001.")
+    assert info["episode"]["r_state"] == 1.0 and info["state_diff"] == []
     env.reset()
-    env.session.state_model().loans  # materialise
     env.session.state_model().books["B1"].title = "Dune Messiah"  # a domain field
-    env.step([ToolCall("get_book", {"book_id": "B1"})])
-    *_, info = env.step("There are 2.")
+    env.step([ToolCall("borrow_book", {"book_id": "B1", "member": "ada"})])
+    *_, info = env.step("Loan L-0001.")
     assert info["episode"]["r_state"] == 0.0 and info["state_diff"][0].startswith("books.B1.title")
+
+
+def test_read_only_task_doing_nothing_earns_nothing(library):
+    """A read-only task: an unchanged state is vacuous (no free 0.5); a write makes R_state 0."""
+    env = EnvFactoryEnv("Library", task_id="lookup")
+    env.reset()
+    *_, info = env.step("Done.")
+    assert info["episode"]["r_state"] is None and "r_state" in info["episode"]["vacuous"] and info["episode"]["reward"] == 0.0
+    env.reset()
+    env.step([ToolCall("get_book", {"book_id": "B1"})])
+    assert env.step("There are 2 copies.")[1] == 1.0
+    env.reset()
+    env.step([ToolCall("get_book", {"book_id": "B1"}), ToolCall("borrow_book", {"book_id": "B1", "member": "ada"})])
+    *_, info = env.step("There are 2 copies.")
+    assert info["episode"]["r_state"] == 0.0 and info["episode"]["reward"] == pytest.approx(0.5 - 0.05)
 
 
 def test_C08_numbers_as_strings(library):
