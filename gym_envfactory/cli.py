@@ -212,12 +212,26 @@ def serve_cmd(
     ttl: Annotated[float, typer.Option(help="idle seconds before a session expires")] = 900.0,
     max_sessions: Annotated[int, typer.Option(help="most live sessions")] = 10_000,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
+    transport: Annotated[str, typer.Option(help="http (every route below) or stdio (MCP for one environment over stdin/stdout)")] = "http",
 ) -> None:
-    """Serve environments: fast session protocol on /v1/ws, control plane on /v1/rpc, /healthz,
-    /readyz, /metrics."""
+    """Serve environments: MCP on /mcp/<Env> (and /mcp with one environment), fast session protocol
+    on /v1/ws, control plane on /v1/rpc, /healthz, /readyz, /metrics.  With --transport stdio: one
+    environment as an MCP server over stdin/stdout (one client, one session; logs on stderr)."""
     from .server import serve
     from .server.app import InsecureBindError
 
+    if transport not in ("http", "stdio"):
+        raise typer.BadParameter(f"--transport must be http or stdio, not {transport!r}")
+    if transport == "stdio":
+        if all_ or not envs or len(envs) != 1:
+            err_console.print("[red]--transport stdio serves exactly one environment: envfactory serve <Env> --transport stdio[/red]")
+            raise typer.Exit(2)
+        from .server.mcp_server import run_stdio
+
+        spec = _load(envs[0])
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout carries only MCP frames
+        run_stdio(spec.name)
+        return
     names = None if (all_ or not envs) else [get_environment(e).name for e in envs]
     try:
         serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions, announce=announce)

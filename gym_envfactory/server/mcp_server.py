@@ -1,0 +1,309 @@
+"""The MCP endpoint (DESIGN §5): every served environment as an MCP server, over streamable HTTP
+(``/mcp/<EnvName>``, plus ``/mcp`` when the server serves exactly one environment) and over stdio.
+
+Built on the official ``mcp`` SDK (2.x, low-level :class:`mcp.server.Server`) and on the process's one
+:class:`~gym_envfactory.server.manager.SessionManager`: there is no second session registry.
+
+How an MCP session maps to an environment session:
+
+- **Owned** (default): an MCP session (a streamable HTTP ``Mcp-Session-Id``, i.e. one handshake-era
+  connection) gets its own manager session, created lazily on its first ``tools/call`` from the
+  environment's default initial state and closed when the MCP session ends (client ``DELETE``, idle
+  timeout, server shutdown).  Over stdio the process serves one client, so one session for the
+  process's life.
+- **Bound**: a client that sends ``X-Envfactory-Session: <session_id>`` (a session created beforehand
+  through the control plane, ``POST /v1/rpc`` method ``create`` with a ``task_id``) acts on that
+  session.  The control plane owns it: ending the MCP session does not close it, so a trainer can read
+  ``state``/``action_log`` and score afterwards, then ``close`` it.  ``tools/list`` then lists that
+  session's tools (a task spanning several environments brings all their tools).
+
+Protocol eras: MCP 2026-07-28 is sessionless (every request stands alone), so over HTTP this endpoint
+answers ``server/discover`` only for bound clients; an unbound ``mode="auto"`` client falls back to the
+handshake era and gets a real MCP session.  A client pinned to 2026-07-28 without the header can list
+tools but its ``tools/call`` is refused with an error naming both remedies.  Over stdio both eras work.
+
+``tools/list`` returns only the environment's agent tools (``ToolSpec.mcp_schema()``); the control
+plane is never listed.  On handshake-era connections (2025-xx, where ``outputSchema`` and
+``structuredContent`` must be JSON objects) a tool whose output is not an object is published with its
+schema wrapped as ``{"result": <schema>}`` and its structured result as ``{"result": <value>}`` (the
+convention FastMCP uses); the text content is always the plain ``ToolResult.to_text()`` JSON.
+``tools/call`` goes through :meth:`SessionManager.call`: a typed error (unknown tool, invalid
+arguments, tool error, internal error) comes back as ``isError: true`` with the error JSON as text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from typing import Any, AsyncIterator, Callable
+
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..session import ToolResult
+from ..tools import ToolSpec
+from .fastproto import ERR_CAPACITY, ERR_UNKNOWN_SESSION
+from .manager import BadRequestError, CapacityError, ManagedSession, SessionManager, UnknownSessionError
+
+__all__ = ["SESSION_HEADER", "EnvMCPServer", "mcp_routes", "run_stdio"]
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "X-Envfactory-Session"
+"""HTTP header binding an MCP client to a session created through the control plane."""
+
+_STATE_KEY = "envfactory.session_id"
+
+
+def _wrap_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``{"result": schema}`` as an object schema; ``$defs`` stay at the root so ``#/$defs/...`` refs resolve."""
+    inner = {k: v for k, v in schema.items() if k != "$defs"}
+    out: dict[str, Any] = {"type": "object", "properties": {"result": inner}, "required": ["result"]}
+    if "$defs" in schema:
+        out["$defs"] = schema["$defs"]
+    return out
+
+
+def _needs_wrap(tool: ToolSpec) -> bool:
+    return tool.output_schema is not None and tool.output_schema.get("type") != "object"
+
+
+def _connection_of(ctx: Any) -> Any:
+    """The SDK's per-connection object (``state`` dict and ``exit_stack`` torn down when the MCP session
+    ends).  The 2.x low-level context does not expose it publicly yet, hence the private attribute."""
+    return getattr(ctx.session, "_connection", None)
+
+
+class EnvMCPServer:
+    """One environment as an MCP server over ``manager``'s sessions.
+
+    Args:
+        manager: the process's session manager.
+        env: the environment this endpoint serves (must be one of ``manager.specs``).
+        single: one client for the process's lifetime (stdio): one owned session, closed by :meth:`close`.
+        http: served over streamable HTTP (sessionless 2026-07-28 discovery only for bound clients).
+    """
+
+    def __init__(self, manager: SessionManager, env: str, *, single: bool = False, http: bool = True) -> None:
+        self.manager = manager
+        self.spec = manager._spec(env)
+        self.env = self.spec.name
+        self.single = single
+        self._single_sid: str | None = None
+        self.server: Server[Any] = Server(
+            f"envfactory-{self.env}",
+            version=self.spec.version,
+            title=f"{self.env} (gym_envfactory)",
+            instructions=self.spec.description or None,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        if http:
+            self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
+
+    # ------------------------------------------------------------------ session resolution
+    @staticmethod
+    def _bound_id(ctx: Any) -> str | None:
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None)
+        if headers is None:
+            return None
+        value = headers.get(SESSION_HEADER)
+        return value.strip() if value else None
+
+    def _lookup(self, sid: str, *, bound: bool) -> ManagedSession:
+        try:
+            ms = self.manager.get(sid)
+        except UnknownSessionError as exc:
+            if bound:
+                raise MCPError(ERR_UNKNOWN_SESSION, f"{SESSION_HEADER}: {exc}") from None
+            raise MCPError(ERR_UNKNOWN_SESSION, "this MCP session's environment session is gone (expired after the "
+                           "idle TTL or closed); open a new MCP session") from None
+        if self.env not in ms.envs:
+            raise MCPError(INVALID_PARAMS, f"{SESSION_HEADER}: session {sid} is a session of {', '.join(ms.envs)}, "
+                           f"not of {self.env}; use the endpoint /mcp/{ms.envs[0]}")
+        return ms
+
+    def _create(self) -> ManagedSession:
+        try:
+            return self.manager.create(self.env)
+        except CapacityError as exc:
+            raise MCPError(ERR_CAPACITY, str(exc)) from None
+        except BadRequestError as exc:  # pragma: no cover - the default initial state always exists
+            raise MCPError(INTERNAL_ERROR, str(exc)) from None
+
+    def _release(self, sid: str) -> None:
+        if self.manager.close(sid):
+            log.debug("closed session %s with its MCP session", sid)
+
+    def _session(self, ctx: Any, *, create: bool) -> ManagedSession | None:
+        """The manager session this request acts on (``None``: none yet and ``create`` is false)."""
+        bound = self._bound_id(ctx)
+        if bound is not None:
+            return self._lookup(bound, bound=True)
+        if self.single:
+            if self._single_sid is None:
+                if not create:
+                    return None
+                self._single_sid = self._create().session_id
+            return self._lookup(self._single_sid, bound=False)
+        conn = _connection_of(ctx)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or conn is None:
+            if not create:
+                return None
+            raise MCPError(INVALID_REQUEST, f"MCP {ctx.protocol_version} over HTTP has no session to hold an episode's "
+                           f"state: send {SESSION_HEADER}: <session_id> (create one with POST /v1/rpc method "
+                           f"'create') or connect with the initialize handshake (mode='auto' or 'legacy')")
+        sid = conn.state.get(_STATE_KEY)
+        if sid is None:
+            if not create:
+                return None
+            ms = self._create()
+            conn.state[_STATE_KEY] = ms.session_id
+            conn.exit_stack.callback(self._release, ms.session_id)
+            return ms
+        return self._lookup(sid, bound=False)
+
+    def close(self) -> None:
+        """Close the stdio session (if any)."""
+        if self._single_sid is not None:
+            self._release(self._single_sid)
+            self._single_sid = None
+
+    # ------------------------------------------------------------------ handlers
+    def _tools(self, ctx: Any) -> list[ToolSpec]:
+        ms = self._session(ctx, create=False) if self._bound_id(ctx) is not None else None
+        return list(ms.session.tools.values()) if ms is not None else list(self.spec.tools.values())
+
+    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        tools = []
+        for t in self._tools(ctx):
+            entry = t.mcp_schema()
+            if not modern and _needs_wrap(t):
+                entry["outputSchema"] = _wrap_output_schema(entry["outputSchema"])
+            tools.append(types.Tool.model_validate(entry))
+        # ttl 0 / private (the SDK defaults): a bound client's list depends on its session.
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        ms = self._session(ctx, create=True)
+        assert ms is not None
+        res = ToolResult(**self.manager.call(ms.session_id, params.name, params.arguments))
+        out = types.CallToolResult(content=[types.TextContent(type="text", text=res.to_text())], is_error=not res.ok)
+        tool = ms.session.tools.get(params.name)
+        if res.ok and tool is not None and tool.output_schema is not None:
+            wrap = ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and _needs_wrap(tool)
+            out.structured_content = {"result": res.content} if wrap else res.content
+        return out
+
+    async def _discover(self, ctx: Any, params: Any) -> types.DiscoverResult:
+        if self._bound_id(ctx) is None:
+            # Unbound HTTP clients need the handshake era's MCP session to own an episode; METHOD_NOT_FOUND
+            # makes a mode="auto" client fall back to initialize.
+            raise MCPError(METHOD_NOT_FOUND, f"server/discover is served only with {SESSION_HEADER}; "
+                           "use the initialize handshake for a stateful MCP session")
+        return types.DiscoverResult(
+            supported_versions=list(MODERN_PROTOCOL_VERSIONS),
+            capabilities=self.server.get_capabilities(protocol_version=ctx.protocol_version),
+            instructions=self.server.instructions,
+        )
+
+
+class _TokenGuard:
+    """Refuses HTTP requests without the bearer token (401) before they reach the MCP transport."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    def _authorized(self, scope: Scope, headers: Headers) -> bool:
+        outer = scope.get("app")
+        check: Callable[[Any], bool] | None = getattr(getattr(outer, "state", None), "authorized", None)
+        if check is not None:
+            return check(headers)
+        if not self.token:
+            return True
+        got = headers.get("authorization", "")
+        return got.startswith("Bearer ") and secrets.compare_digest(got[7:].encode(), self.token.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self._authorized(scope, Headers(scope=scope)):
+            response = JSONResponse({"error": "unauthorized: send Authorization: Bearer <token>"}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def mcp_routes(manager: SessionManager, config: Any) -> tuple[list[Route], Callable[[Any], Any]]:
+    """Routes ``/mcp/<EnvName>`` for every environment of ``manager`` (and ``/mcp`` when it serves exactly
+    one), guarded by ``config.token``, and the lifespan hook that runs their transports.  Pass them to
+    :func:`~gym_envfactory.server.app.build_app` as ``extra_routes`` and ``lifespan_hooks``."""
+    from .app import is_loopback
+
+    host = getattr(config, "host", "127.0.0.1")
+    security = None
+    if is_loopback(host):
+        # DNS-rebinding protection for loopback servers; beyond loopback the bearer token guards instead.
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    routes: list[Route] = []
+    managers: list[StreamableHTTPSessionManager] = []
+    for name in manager.specs:
+        srv = EnvMCPServer(manager, name, http=True)
+        sm = StreamableHTTPSessionManager(
+            app=srv.server,
+            json_response=True,
+            security_settings=security,
+            session_idle_timeout=getattr(config, "ttl_s", 900.0),
+            max_request_body_size=getattr(config, "max_body_bytes", 4 * 1024 * 1024),
+            max_sessions=getattr(config, "max_sessions", 10_000),
+        )
+        managers.append(sm)
+        endpoint = _TokenGuard(StreamableHTTPASGIApp(sm), getattr(config, "token", None))
+        routes.append(Route(f"/mcp/{name}", endpoint=endpoint))
+        if len(manager.specs) == 1:
+            routes.append(Route("/mcp", endpoint=endpoint))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for sm in managers:
+                await stack.enter_async_context(sm.run())
+            yield
+
+    return routes, lifespan
+
+
+def run_stdio(env: str, *, manager: SessionManager | None = None) -> None:
+    """Serve ``env`` as an MCP server over stdin/stdout (one client, one session) until stdin closes.
+    Logs go to stderr; stdout carries only protocol frames."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    manager = manager or SessionManager([env])
+    srv = EnvMCPServer(manager, env, single=True, http=False)
+
+    async def main() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await srv.server.run(read_stream, write_stream, srv.server.create_initialization_options())
+
+    try:
+        anyio.run(main)
+    finally:
+        srv.close()
+        manager.close_all()
