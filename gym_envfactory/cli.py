@@ -217,8 +217,12 @@ def serve_cmd(
     """Serve environments: MCP on /mcp/<Env> (and /mcp with one environment), fast session protocol
     on /v1/ws, control plane on /v1/rpc, /healthz, /readyz, /metrics.  With --transport stdio: one
     environment as an MCP server over stdin/stdout (one client, one session; logs on stderr)."""
-    from .server import serve
-    from .server.app import InsecureBindError
+    try:
+        from .server import serve
+        from .server.app import InsecureBindError
+    except ImportError as exc:
+        err_console.print(f"[red]envfactory serve needs the 'server' extra (pip install '.[server]'): {exc}[/red]")
+        raise typer.Exit(2) from None
 
     if transport not in ("http", "stdio"):
         raise typer.BadParameter(f"--transport must be http or stdio, not {transport!r}")
