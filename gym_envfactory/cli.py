@@ -295,6 +295,17 @@ def _load(env: str):
         raise typer.Exit(1) from None
 
 
+def _register_subcommands() -> None:
+    """``envfactory image ...`` and ``envfactory catalog ...`` (Docker; typer/rich only at import)."""
+    from .cli_images import catalog_app, image_app
+
+    app.add_typer(image_app, name="image")
+    app.add_typer(catalog_app, name="catalog")
+
+
+_register_subcommands()
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     app()
