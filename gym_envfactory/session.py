@@ -172,7 +172,7 @@ class Session:
         SpecError: tool name collisions across environments or an invalid initial state.
     """
 
-    __slots__ = ("envs", "tools", "check_writes", "_pending", "_states", "_log", "_closed", "_initial")
+    __slots__ = ("envs", "tools", "check_writes", "_pending", "_states", "_log", "_closed", "_initial", "__weakref__")
 
     def __init__(
         self,

@@ -242,3 +242,29 @@ def test_many_gym_envs_share_one_subprocess_server():
         assert run_episode(e.unwrapped, OraclePolicy(), task_id=e.unwrapped.tasks.ids()[0]).reward == 1.0
     for e in envs:
         e.close()
+
+
+def test_closed_and_expired_sessions_are_freed():
+    """No leak: once closed or expired, a session's objects are unreachable (weak references die)."""
+    import gc
+    import weakref
+
+    clock = [0.0]
+    m = SessionManager(["HotelBooking"], ttl_s=5, clock=lambda: clock[0])
+    refs = []
+    ids = []
+    for i in range(200):
+        ms = m.create("HotelBooking", task_id="hotel-003")
+        m.call(ms.session_id, "cancel_hotel_booking", {"booking_id": "BK-0001"})
+        refs.append(weakref.ref(ms.session))
+        refs.append(weakref.ref(ms.session.state_model()))
+        ids.append(ms.session_id)
+    forks = m.fork(ids[0], 50)
+    refs += [weakref.ref(f.session) for f in forks]
+    del ms, forks
+    for sid in ids[:100]:
+        m.close(sid)
+    clock[0] = 100
+    assert m.expire() == 150 and m.sessions == {}
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0
