@@ -16,8 +16,10 @@ demo: $(BIN)/python
 	$(BIN)/envfactory rollout envfactory/HotelBooking-v0 --policy oracle
 	$(BIN)/envfactory rollout envfactory/HotelBooking-v0 --policy noisy --seed 0 --out trajectories.jsonl
 
-# 2. Install what the tests need and run them.  pytest's exit code 5 (nothing collected) is a failure.
+# 2. Install what the tests need and run them (Python packages; debootstrap for the Docker tests, which
+#    build their images offline).  pytest's exit code 5 (nothing collected) is a failure.
 test: $(BIN)/python
+	bash scripts/install-test-deps.sh
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	@$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
@@ -26,6 +28,18 @@ bench: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python bench/bench_runtime.py
 	$(BIN)/python bench/bench_server.py
+
+# Docker images, built offline: base (debootstrap; needs root and debootstrap), runtime (wheelhouse), every
+# environment image.  Each step is skipped when its image is up to date.
+.PHONY: images bench-containers
+images: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[docker,server]"
+	$(BIN)/envfactory image base
+	$(BIN)/envfactory image runtime
+	$(BIN)/envfactory image build --all
+
+bench-containers: images
+	$(BIN)/python bench/bench_containers.py
 
 validate: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .

@@ -123,7 +123,8 @@ class _PooledBackend(Backend):
             self._shared.refs -= 1
             if self._shared.refs > 0:
                 return
-            _POOL.pop(self._shared.key, None)
+            if _POOL.get(self._shared.key) is self._shared:  # it may have been replaced after its server died
+                del _POOL[self._shared.key]
         _shutdown(self._shared)
 
 
@@ -204,6 +205,9 @@ def acquire_backend(kind: str | Backend | None, *, envs: Sequence[str] = (), url
         raise BackendError(f"unknown backend {kind!r}; choose inprocess, subprocess, docker or url")
     with _POOL_LOCK:
         shared = _POOL.get(key)
+        if shared is not None and not shared.backend.client.alive:
+            _POOL.pop(key, None)  # its server died: leave it to its current users, start afresh
+            shared = None
         if shared is None:
             stop = None
             if kind == "url":

@@ -183,6 +183,11 @@ class SessionClient:
             fut.cancel()
             raise BackendUnavailableError(f"{self.url}: no answer within {self.timeout} s") from None
 
+    @property
+    def alive(self) -> bool:
+        """False once the connection is lost (the server died or closed it)."""
+        return self._client._ws is not None and self._client._closed_reason is None
+
     def request(self, method: str, **params: Any) -> Any:
         return self._run(self._client.request(method, **params))
 

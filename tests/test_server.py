@@ -268,3 +268,30 @@ def test_closed_and_expired_sessions_are_freed():
     assert m.expire() == 150 and m.sessions == {}
     gc.collect()
     assert sum(r() is not None for r in refs) == 0
+
+
+def test_pool_replaces_a_backend_whose_server_died():
+    from gym_envfactory.backends import _POOL, acquire_backend
+
+    proc, url = start_server("PersonalFinance")
+    a = acquire_backend("url", url=url, token=TOKEN)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    env_spec = [get_environment("PersonalFinance")]
+    with pytest.raises(BackendUnavailableError):
+        a.create_session(env_spec, {}, get_environment("PersonalFinance").tasks.ids()[0])
+    proc2 = subprocess.Popen([sys.executable, "-m", "gym_envfactory.cli", "serve", "PersonalFinance", "--port", url.rsplit(":", 1)[1],
+                              "--announce"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "ENVFACTORY_TOKEN": TOKEN})
+    try:
+        assert proc2.stdout.readline().startswith("{")
+        b = acquire_backend("url", url=url, token=TOKEN)  # same configuration: a fresh connection
+        s = b.create_session(env_spec, {}, get_environment("PersonalFinance").tasks.ids()[0])
+        assert s.state()
+        a.release()  # releasing the dead one must not drop the live one from the pool
+        assert any(sh.backend is b._shared.backend for sh in _POOL.values())
+        s.close()
+        b.release()
+    finally:
+        proc2.terminate()
+        proc2.wait(timeout=10)

@@ -1,0 +1,326 @@
+"""``envfactory image ...`` and ``envfactory catalog ...``: build the images offline and run the
+catalog as one compose project (DESIGN §8).
+
+- ``envfactory image base [--suite bookworm] [--tag envfactory/base:bookworm] [--force]``
+- ``envfactory image runtime [--base IMAGE] [--force]``
+- ``envfactory image build <Env>... | --all [--force]``
+- ``envfactory image ls``
+- ``envfactory catalog up [<Env>...] [--host 127.0.0.1] [--port 8765] [--dir build/catalog]``
+- ``envfactory catalog ps`` / ``envfactory catalog down``
+
+The compose file (format 2.4, understood by docker-compose v1 and ``docker compose`` v2) has one service
+per environment image with the hardening of :data:`gym_envfactory.docker_backend.HARDENING`, the token in
+``<dir>/.env`` (mode 0600; ``$ENVFACTORY_TOKEN`` wins when set) and ports published from ``--port`` up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import EnvFactoryError
+
+__all__ = ["image_app", "catalog_app", "compose_spec", "write_compose", "compose_command"]
+
+image_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                        help="Build Docker images offline: base (debootstrap), runtime (wheelhouse), environments.")
+catalog_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                          help="Run the catalog's environment images as one compose project.")
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True)
+
+PROJECT = "envfactory"
+DEFAULT_DIR = Path("build/catalog")
+
+
+def _say(msg: str) -> None:
+    err_console.print(msg, highlight=False, markup=False)
+
+
+def _fail(exc: Exception, code: int = 1) -> None:
+    err_console.print(f"[red]{exc}[/red]")
+    raise typer.Exit(code)
+
+
+# ------------------------------------------------------------------------------------ image
+@image_app.command("base")
+def image_base(
+    suite: Annotated[str, typer.Option(help="Debian suite for debootstrap")] = "bookworm",
+    tag: Annotated[str, typer.Option(help="tag of the imported image")] = "envfactory/base:bookworm",
+    mirror: Annotated[str, typer.Option(help="Debian mirror")] = "http://deb.debian.org/debian",
+    force: Annotated[bool, typer.Option("--force", help="rebuild even if the tag exists")] = False,
+) -> None:
+    """Base image from Debian packages (debootstrap --variant=minbase + python3, python3-venv,
+    ca-certificates; then docker import).  For hosts that reach no registry.  Needs root."""
+    from .images import build_base
+
+    try:
+        res = build_base(suite=suite, tag=tag, mirror=mirror, force=force, say=_say)
+    except EnvFactoryError as exc:
+        _fail(exc)
+    console.print(f"{res.tag} {res.id[7:19]} {res.size / 1e6:.0f} MB {'built' if res.built else 'reused'}")
+
+
+@image_app.command("runtime")
+def image_runtime(
+    base: Annotated[Optional[str], typer.Option(help="BASE_IMAGE (default: envfactory/base:bookworm if present, else python:3.11-slim)")] = None,
+    tag: Annotated[Optional[str], typer.Option(help="tag (default envfactory/runtime:<package version>)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="rebuild even if the sources did not change")] = False,
+) -> None:
+    """Runtime image: `pip wheel .[server] -w build/wheelhouse` on the host, then the root Dockerfile
+    (no network during the build)."""
+    from .images import build_runtime
+
+    try:
+        res = build_runtime(base_image=base, tag=tag, force=force, say=_say)
+    except EnvFactoryError as exc:
+        _fail(exc)
+    console.print(f"{res.tag} {res.id[7:19]} {res.size / 1e6:.0f} MB {'built' if res.built else 'reused'}")
+
+
+@image_app.command("build")
+def image_build(
+    envs: Annotated[Optional[list[str]], typer.Argument(help="environments (names or gym ids)")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="every catalog environment")] = False,
+    runtime: Annotated[Optional[str], typer.Option(help="runtime image (default envfactory/runtime:<version>)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="rebuild unchanged images too")] = False,
+) -> None:
+    """Environment images envfactory/<name>:<version>: the runtime plus /catalog/<Name>/ (and the
+    environments its tasks use), labelled; unchanged images are skipped."""
+    from .images import build_env_images
+    from .spec import get_environment
+
+    if not all_ and not envs:
+        raise typer.BadParameter("name environments or pass --all")
+    try:
+        names = None if all_ else [get_environment(e).name for e in envs or []]
+        results = build_env_images(names, runtime=runtime, force=force, say=_say)
+    except EnvFactoryError as exc:
+        _fail(exc)
+    table = Table(title="environment images")
+    for col in ("image", "id", "size", "serves", "tools", "content hash", ""):
+        table.add_column(col)
+    for r in results:
+        lab = r.labels
+        table.add_row(r.tag, r.id[7:19], f"{r.size / 1e6:.0f} MB", lab.get("org.envfactory.envs", ""),
+                      lab.get("org.envfactory.tool-count", ""), lab.get("org.envfactory.content-hash", "")[:12],
+                      "built" if r.built else "unchanged")
+    console.print(table)
+
+
+@image_app.command("ls")
+def image_ls() -> None:
+    """The local envfactory images with their labels and sizes."""
+    from .images import LABEL, docker_client
+
+    try:
+        client = docker_client()
+    except EnvFactoryError as exc:
+        _fail(exc)
+    table = Table(title="envfactory images")
+    for col in ("tag", "kind", "size", "serves", "version", "content hash"):
+        table.add_column(col)
+    for img in sorted(client.images.list(filters={"label": f"{LABEL}.kind"}), key=lambda i: (i.tags or [""])[0]):
+        lab = img.labels or {}
+        for tag in img.tags:  # untagged build stages are left out
+            table.add_row(tag, lab.get(f"{LABEL}.kind", ""), f"{img.attrs.get('Size', 0) / 1e6:.0f} MB",
+                          lab.get(f"{LABEL}.envs", ""), lab.get(f"{LABEL}.version", ""),
+                          lab.get(f"{LABEL}.content-hash", "")[:12])
+    console.print(table)
+
+
+# ------------------------------------------------------------------------------------ catalog (compose)
+def compose_command() -> list[str]:
+    """``docker-compose`` (v1, as Debian ships it) or ``docker compose`` (v2 plugin).
+
+    Raises:
+        EnvFactoryError: neither is installed.
+    """
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    raise EnvFactoryError("neither docker-compose nor the docker compose plugin is installed "
+                          "(apt-get install docker-compose)")
+
+
+def compose_spec(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 8765,
+                 mem_limit: str = "512m", cpus: float = 1.0, pids_limit: int = 256) -> dict[str, Any]:
+    """The compose file as a dict: one hardened service per environment image, ports from ``port`` up.
+    Environments whose image serves another listed environment's image are still separate services."""
+    from .docker_backend import HARDENING
+    from .images import catalog_environments, env_image_tag
+    from .spec import get_environment
+
+    specs = [get_environment(e) for e in envs] if envs else catalog_environments()
+    services: dict[str, Any] = {}
+    for i, s in enumerate(specs):
+        services[s.name.lower()] = {
+            "image": env_image_tag(s),
+            "command": ["--all"],
+            "restart": "unless-stopped",
+            "environment": {"ENVFACTORY_TOKEN": "${ENVFACTORY_TOKEN:?set it in .env}"},
+            "ports": [f"{host}:{port + i}:8765"],
+            "user": HARDENING["user"],
+            "read_only": True,
+            "tmpfs": [f"{path}:{opts}" for path, opts in HARDENING["tmpfs"].items()],
+            "security_opt": list(HARDENING["security_opt"]),
+            "cap_drop": list(HARDENING["cap_drop"]),
+            "mem_limit": mem_limit,
+            "memswap_limit": mem_limit,
+            "cpus": cpus,
+            "pids_limit": pids_limit,
+            "labels": {"org.envfactory.catalog": "1", "org.envfactory.name": s.name,
+                       "org.envfactory.gym-id": s.gym_id},
+        }
+    return {"version": "2.4", "services": services}
+
+
+def write_compose(directory: Path, envs: list[str] | None = None, *, token: str | None = None, **kw: Any) -> tuple[Path, str]:
+    """Write ``docker-compose.yml`` (JSON is valid YAML) and ``.env`` (the token, mode 0600) into
+    ``directory``; reuses the token already in ``.env`` unless ``token`` is given.  Returns (file, token)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    env_file = directory / ".env"
+    if token is None and env_file.is_file():
+        for line in env_file.read_text().splitlines():
+            if line.startswith("ENVFACTORY_TOKEN="):
+                token = line.split("=", 1)[1].strip() or None
+    token = token or secrets.token_urlsafe(32)
+    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"ENVFACTORY_TOKEN={token}\n")
+    os.chmod(env_file, 0o600)
+    path = directory / "docker-compose.yml"
+    path.write_text("# generated by `envfactory catalog up`; edit the command line, not this file\n"
+                    + json.dumps(compose_spec(envs, **kw), indent=2) + "\n")
+    return path, token
+
+
+def _compose(directory: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    cmd = [*compose_command(), "--project-name", PROJECT, "--project-directory", str(directory),
+           "-f", str(directory / "docker-compose.yml"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=directory)
+    if check and proc.returncode != 0:
+        raise EnvFactoryError(f"{' '.join(cmd[:2])} {' '.join(args)} failed ({proc.returncode}):\n"
+                              f"{(proc.stdout + proc.stderr).strip()[-3000:]}")
+    return proc
+
+
+def catalog_containers() -> list[dict[str, Any]]:
+    """The compose project's containers: service, name, state, health, published URL."""
+    from .images import docker_client
+
+    client = docker_client()
+    rows = []
+    for c in client.containers.list(all=True, filters={"label": f"com.docker.compose.project={PROJECT}"}):
+        st = c.attrs.get("State", {})
+        ports = (c.attrs.get("NetworkSettings", {}).get("Ports") or {}).get("8765/tcp") or []
+        url = f"http://{ports[0]['HostIp'] or '127.0.0.1'}:{ports[0]['HostPort']}" if ports else ""
+        rows.append({"service": c.labels.get("com.docker.compose.service", ""), "name": c.name,
+                     "env": c.labels.get("org.envfactory.name", ""), "gym_id": c.labels.get("org.envfactory.gym-id", ""),
+                     "image": (c.image.tags or [c.image.id[7:19]])[0], "state": st.get("Status", ""),
+                     "health": (st.get("Health") or {}).get("Status", "none"), "url": url})
+    return sorted(rows, key=lambda r: r["service"])
+
+
+@catalog_app.command("up")
+def catalog_up(
+    envs: Annotated[Optional[list[str]], typer.Argument(help="environments (default: the whole catalog)")] = None,
+    host: Annotated[str, typer.Option(help="host address the ports are published on (0.0.0.0: every interface)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="first host port; one port per environment")] = 8765,
+    directory: Annotated[Path, typer.Option("--dir", help="where the compose file and .env go")] = DEFAULT_DIR,
+    build: Annotated[bool, typer.Option("--build/--no-build", help="build missing or stale environment images first")] = True,
+    wait: Annotated[float, typer.Option(help="seconds to wait for every service to be healthy (0: do not wait)")] = 60.0,
+    mem_limit: Annotated[str, typer.Option(help="memory limit per container")] = "512m",
+    cpus: Annotated[float, typer.Option(help="CPUs per container")] = 1.0,
+) -> None:
+    """Write the compose file and start the catalog as one compose project."""
+    from .images import build_env_images
+
+    try:
+        if build:
+            build_env_images(envs or None, say=_say)
+        path, token = write_compose(directory, envs or None, token=os.environ.get("ENVFACTORY_TOKEN"), host=host,
+                                    port=port, mem_limit=mem_limit, cpus=cpus)
+        _compose(directory, "up", "-d", "--remove-orphans")
+        deadline = time.monotonic() + wait
+        rows = catalog_containers()
+        while wait > 0 and time.monotonic() < deadline and any(r["health"] != "healthy" for r in rows):
+            if any(r["state"] in ("exited", "dead") or r["health"] == "unhealthy" for r in rows):
+                break
+            time.sleep(0.5)
+            rows = catalog_containers()
+    except EnvFactoryError as exc:
+        _fail(exc)
+    _print_ps(rows)
+    console.print(f"compose file: {path}; token in {directory / '.env'} "
+                  f"(export ENVFACTORY_TOKEN=$(sed -n 's/^ENVFACTORY_TOKEN=//p' {directory / '.env'}))")
+    if wait > 0 and any(r["health"] != "healthy" for r in rows):
+        err_console.print("[red]not every service is healthy: see `docker-compose -p envfactory logs`[/red]")
+        raise typer.Exit(1)
+
+
+@catalog_app.command("down")
+def catalog_down(
+    directory: Annotated[Path, typer.Option("--dir", help="where the compose file is")] = DEFAULT_DIR,
+) -> None:
+    """Stop and remove the catalog's containers and network."""
+    if not (directory / "docker-compose.yml").is_file():
+        _fail(EnvFactoryError(f"no compose file in {directory}: nothing to take down (was it started with --dir?)"))
+    try:
+        _compose(directory, "down", "--remove-orphans", "--timeout", "10")
+    except EnvFactoryError as exc:
+        _fail(exc)
+    console.print("catalog down")
+
+
+@catalog_app.command("ps")
+def catalog_ps(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines")] = False,
+) -> None:
+    """The catalog's services with state, health and URL."""
+    try:
+        rows = catalog_containers()
+    except EnvFactoryError as exc:
+        _fail(exc)
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+        return
+    _print_ps(rows)
+
+
+def _print_ps(rows: list[dict[str, Any]]) -> None:
+    table = Table(title=f"compose project {PROJECT}")
+    for col in ("service", "gym id", "image", "state", "health", "url"):
+        table.add_column(col)
+    for r in rows:
+        color = {"healthy": "green", "unhealthy": "red"}.get(r["health"], "yellow")
+        table.add_row(r["service"], r["gym_id"], r["image"], r["state"], f"[{color}]{r['health']}[/{color}]", r["url"])
+    if not rows:
+        table.caption = "no containers: `envfactory catalog up`"
+    console.print(table)
+
+
+def _standalone() -> None:  # pragma: no cover - `python -m gym_envfactory.cli_images image ...` before cli.py registers us
+    root = typer.Typer(add_completion=False, no_args_is_help=True)
+    root.add_typer(image_app, name="image")
+    root.add_typer(catalog_app, name="catalog")
+    root()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _standalone()
