@@ -238,8 +238,8 @@ class Session:
 
     @property
     def action_log(self) -> list[ActionRecord]:
-        """The calls made since the last reset (a copy of the list; records are immutable)."""
-        return list(self._log)
+        """The calls made since the last reset (a deep copy: editing it never touches the session)."""
+        return copy.deepcopy(self._log)
 
     @property
     def closed(self) -> bool:
@@ -257,7 +257,9 @@ class Session:
 
         Returns:
             :class:`ToolResult`: ok with content, or a typed error (``unknown_tool``,
-            ``invalid_arguments``, ``tool_error``, ``internal_error``).
+            ``invalid_arguments``, ``tool_error``, ``internal_error``).  The action log keeps this same
+            object (and forks share log records), so treat it as read-only; :attr:`action_log` hands
+            out deep copies.
 
         Raises:
             SessionClosedError: the session was closed (a programming error, not a model action).
@@ -391,7 +393,7 @@ class Session:
         states = {n: self._env_json(n) for n in self.envs}
         child = Session(list(self.envs.values()), check_writes=self.check_writes, _states=self._initial)
         child._pending = states
-        child._log = copy.deepcopy(self._log) if self._log else []
+        child._log = list(self._log)  # records are never handed out uncopied, so they can be shared
         return child
 
     def fork_many(self, k: int) -> list["Session"]:
@@ -402,7 +404,7 @@ class Session:
         for _ in range(k):
             child = Session(list(self.envs.values()), check_writes=self.check_writes, _states=self._initial)
             child._pending = dict(states)
-            child._log = copy.deepcopy(self._log) if self._log else []
+            child._log = list(self._log)
             out.append(child)
         return out
 
