@@ -186,7 +186,10 @@ async def main() -> None:
     proc, url = start_ours()
     try:
         fast = await bench_fast(url, hotel_id, n)
-        soaks = [await soak(url, proc.pid) for _ in range(3)]  # repeated rounds: memory must plateau
+        # an LLM policy's step takes ~1 s to generate: three rounds (memory must plateau), then a
+        # stress round at a quarter of that think time
+        soaks = [await soak(url, proc.pid, think_ms=1000.0) for _ in range(3)]
+        soaks.append(await soak(url, proc.pid, think_ms=250.0))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -204,7 +207,7 @@ async def main() -> None:
     print(f"  fast protocol, 64-call frames {b['calls_per_s']:7.0f} calls/s  frame p50 {b['frame_p50_ms']:.2f} ms"
           f"  ({out['ratio_batched']:.1f}x)")
     for i, k in enumerate(out["soak"], 1):
-        print(f"soak {i}: {k['sessions']} concurrent sessions, {k['calls']} calls in {k['wall_s']:.1f} s"
+        print(f"soak {i} (think {k['think_ms_mean']:.0f} ms): {k['sessions']} concurrent sessions, {k['calls']} calls in {k['wall_s']:.1f} s"
               f" ({k['offered_calls_per_s']:.0f}/s): call p50 {k['call_p50_ms']:.1f} ms"
               f" p99 {k['call_p99_ms']:.1f} ms (target <= 100); states == solo replay: {k['all_states_equal_solo_replay']};"
               f" sessions after close {k['live_sessions_after_close']}; RSS start {k['rss_start_mib']:.0f} MiB,"

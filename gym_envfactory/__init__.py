@@ -40,6 +40,8 @@ __all__ = [
     "UnknownTaskError",
 ]
 
+from . import _layout  # noqa: E402
 from .registration import register_catalog as _register_catalog  # noqa: E402
 
+_layout.install()
 _register_catalog()
