@@ -296,11 +296,34 @@ def _load(env: str):
 
 
 def _register_subcommands() -> None:
-    """``envfactory image ...`` and ``envfactory catalog ...`` (Docker; typer/rich only at import)."""
+    """``envfactory image ...`` and ``envfactory catalog ...`` (Docker; typer/rich only at import), then
+    the commands optional parts contribute through the ``envfactory.cli`` entry-point group
+    (``gen``, ``import`` from the generators): the runtime never imports them by name (DESIGN §2)."""
+    from importlib.metadata import entry_points
+
     from .cli_images import catalog_app, image_app
 
     app.add_typer(image_app, name="image")
     app.add_typer(catalog_app, name="catalog")
+    for ep in entry_points(group="envfactory.cli"):
+        try:
+            obj = ep.load()
+        except ImportError as exc:
+            _missing_extra(ep.name, exc)
+            continue
+        if isinstance(obj, typer.Typer):
+            app.add_typer(obj, name=ep.name)
+        else:
+            app.command(ep.name)(obj)
+
+
+def _missing_extra(name: str, exc: ImportError) -> None:
+    def stub() -> None:
+        err_console.print(f"[red]envfactory {name} needs the 'gen' extra (pip install '.[gen]'): {exc}[/red]")
+        raise typer.Exit(2)
+
+    stub.__doc__ = f"(unavailable: install the 'gen' extra) {exc}"
+    app.command(name, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(stub)
 
 
 _register_subcommands()

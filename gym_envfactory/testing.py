@@ -7,19 +7,34 @@ For tests and offline demos of code that talks to LLM endpoints (no network, no 
 
 The script is a list of assistant replies (dicts with ``content`` and/or ``tool_calls`` in the OpenAI
 wire format; ``tool_calls[i].function.arguments`` may be a dict, it is encoded) consumed in order, or a
-callable ``responder(request_json) -> reply dict``.  A reply ``{"status": 500}`` makes the server answer
-with that HTTP error instead.  Every request body is kept in ``server.requests``.  Implements
-``POST /v1/chat/completions`` and ``GET /v1/models`` (OpenAI API reference).
+callable ``responder(request_json) -> reply dict`` (called on the server's request threads, concurrently and
+outside the server's lock, so a responder may sleep; it must be thread-safe itself).  A reply
+``{"status": 500}`` makes the server answer with that HTTP error instead; a reply that already is a whole
+completion (it has ``choices``, e.g. one captured by :class:`RecordingProxy`) is served verbatim.  Every
+request body is kept in ``server.requests``.  Implements ``POST /v1/chat/completions`` and
+``GET /v1/models`` (OpenAI API reference).
+
+Record and replay: :class:`RecordingProxy` is an OpenAI-compatible server that forwards each chat
+completion to a real upstream endpoint (vLLM, SGLang, a hosted API) and appends
+``{"request_sha": request_sha(body), "reply": <completion>}`` to a JSON Lines file;
+:meth:`ScriptedChatServer.from_file` serves such a file again (by request hash), or a plain JSON list of
+replies in order, with no network.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import threading
+import urllib.error
+import urllib.request
+from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
-__all__ = ["ScriptedChatServer", "ScriptExhausted"]
+__all__ = ["ScriptedChatServer", "ScriptExhausted", "RecordingProxy", "request_sha"]
 
 
 class ScriptExhausted(RuntimeError):
@@ -27,6 +42,39 @@ class ScriptExhausted(RuntimeError):
 
 
 Responder = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def request_sha(body: dict[str, Any]) -> str:
+    """The hash that keys a recorded reply: sha256 (hex) of the request body as canonical JSON (sorted keys,
+    no whitespace, UTF-8).  Every field counts (model, messages, tools, temperature, seed, ...)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class _Replay:
+    """Responder over recorded replies: by request hash where entries carry one, else in file order."""
+
+    def __init__(self, entries: list[tuple[str | None, dict[str, Any]]], source: str) -> None:
+        self._by_sha: dict[str, deque[dict[str, Any]]] = {}
+        self._ordered: deque[dict[str, Any]] = deque()
+        for sha, reply in entries:
+            if sha is None:
+                self._ordered.append(reply)
+            else:
+                self._by_sha.setdefault(sha, deque()).append(reply)
+        self._source = source
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        sha = request_sha(body)
+        with self._lock:
+            queue = self._by_sha.get(sha)
+            if queue:
+                return queue.popleft()
+            if self._ordered:
+                return self._ordered.popleft()
+        raise ScriptExhausted(f"{self._source}: no recorded reply for request {sha} (recorded with other "
+                              "messages, model or sampling settings, or already replayed)")
 
 
 class ScriptedChatServer:
@@ -89,6 +137,46 @@ class ScriptedChatServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._thread: threading.Thread | None = None
 
+    @classmethod
+    def from_file(cls, path: str | Path, *, model: str = "scripted", port: int = 0) -> "ScriptedChatServer":
+        """A server replaying recorded replies from ``path``.
+
+        Accepted contents: JSON Lines of ``{"request_sha": ..., "reply": ...}`` (as :class:`RecordingProxy`
+        writes; a request is answered with the next reply recorded under its :func:`request_sha`, entries
+        without a hash are served in file order to requests that match none), or one JSON list of replies
+        served in order (the plain script format).  A reply is a script reply or a whole completion.
+
+        Raises:
+            ValueError: the file is not in one of these forms (the message names the file and line).
+            FileNotFoundError: no such file.
+        """
+        p = Path(path)
+        text = p.read_text(encoding="utf-8")
+        stripped = text.lstrip()
+        if stripped.startswith("["):
+            try:
+                replies = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{p}: not valid JSON: {exc}") from exc
+            if not all(isinstance(r, dict) for r in replies):
+                raise ValueError(f"{p}: a plain script must be a list of reply objects")
+            return cls(replies, model=model, port=port)
+        entries: list[tuple[str | None, dict[str, Any]]] = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{p}:{lineno}: not valid JSON: {exc}") from exc
+            if not isinstance(item, dict) or not isinstance(item.get("reply"), dict):
+                raise ValueError(f"{p}:{lineno}: expected an object with a \"reply\" object")
+            sha = item.get("request_sha")
+            if sha is not None and not isinstance(sha, str):
+                raise ValueError(f"{p}:{lineno}: \"request_sha\" must be a string")
+            entries.append((sha, item["reply"]))
+        return cls(_Replay(entries, str(p)), model=model, port=port)
+
     @property
     def port(self) -> int:
         return self._httpd.server_address[1]
@@ -101,8 +189,10 @@ class ScriptedChatServer:
     def _next(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             self.requests.append(body)
-            if callable(self._script):
-                return self._script(body)
+            script = self._script
+        if callable(script):
+            return script(body)
+        with self._lock:
             if self._index >= len(self._script):
                 raise ScriptExhausted(f"script has {len(self._script)} replies; request {self._index + 1} has none")
             reply = self._script[self._index]
@@ -110,6 +200,8 @@ class ScriptedChatServer:
             return reply
 
     def _completion(self, reply: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        if "choices" in reply:  # a whole completion (recorded): served as it was
+            return reply
         n = len(self.requests)
         message: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
         if reply.get("tool_calls"):
@@ -146,6 +238,141 @@ class ScriptedChatServer:
             self._thread.join(timeout=5)
 
     def __enter__(self) -> "ScriptedChatServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RecordingProxy:
+    """An OpenAI-compatible server that forwards chat completions to a real endpoint and records them.
+
+    Point a client (``envfactory gen ... --base-url proxy.base_url``) at the proxy: each
+    ``POST .../chat/completions`` is forwarded to ``upstream_base_url + "/chat/completions"`` with
+    ``Authorization: Bearer $<api_key_env>`` (when that variable is set), the upstream's answer goes back
+    unchanged, and each successful (2xx, JSON) answer is appended to ``out_path`` as one JSON line
+    ``{"request_sha": request_sha(body), "reply": <completion>}`` (plus ``"request": body`` with
+    ``keep_requests``).  Errors from the upstream are passed through and not recorded, so a client that
+    retries records only the answer it finally got.  ``GET .../models`` is forwarded too.  Streaming
+    requests are refused (400).  Replay the file with :meth:`ScriptedChatServer.from_file`.
+
+    Args:
+        upstream_base_url: the real endpoint's base URL, e.g. ``http://gpu-box:8000/v1``.
+        out_path: JSON Lines file to append to (created with its folder).
+        api_key_env: environment variable holding the upstream's key.
+        port: 0 picks a free port.
+        timeout_s: per forwarded request.
+        keep_requests: also store each request body in the file (larger, handy to debug a replay miss).
+    """
+
+    def __init__(self, upstream_base_url: str, out_path: str | Path, *, api_key_env: str = "OPENAI_API_KEY",
+                 port: int = 0, timeout_s: float = 300.0, keep_requests: bool = False) -> None:
+        self.upstream_base_url = upstream_base_url.rstrip("/")
+        self.out_path = Path(out_path)
+        self.out_path.parent.mkdir(parents=True, exist_ok=True)
+        self.api_key_env = api_key_env
+        self.timeout_s = timeout_s
+        self.keep_requests = keep_requests
+        self.requests: list[dict[str, Any]] = []
+        self.recorded = 0
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send_raw(self, status: int, data: bytes, content_type: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _error(self, status: int, message: str) -> None:
+                self._send_raw(status, json.dumps({"error": {"message": message}}).encode())
+
+            def do_GET(self) -> None:  # noqa: N802
+                if not self.path.rstrip("/").endswith("/models"):
+                    self._error(404, f"no route {self.path}")
+                    return
+                self._send_raw(*proxy._forward("GET", "/models", None))
+
+            def do_POST(self) -> None:  # noqa: N802
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._error(404, f"no route {self.path}")
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) or b"{}"
+                try:
+                    body = json.loads(raw)
+                except json.JSONDecodeError:
+                    self._error(400, "request body is not JSON")
+                    return
+                if body.get("stream"):
+                    self._error(400, "RecordingProxy does not record streamed completions")
+                    return
+                with proxy._lock:
+                    proxy.requests.append(body)
+                status, data, ctype = proxy._forward("POST", "/chat/completions", raw)
+                if 200 <= status < 300:
+                    proxy._record(body, data)
+                self._send_raw(status, data, ctype)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._thread: threading.Thread | None = None
+
+    def _forward(self, method: str, route: str, data: bytes | None) -> tuple[int, bytes, str]:
+        req = urllib.request.Request(self.upstream_base_url + route, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        key = os.environ.get(self.api_key_env)
+        if key:
+            req.add_header("Authorization", f"Bearer {key}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                return resp.status, resp.read(), resp.headers.get("Content-Type", "application/json")
+        except urllib.error.HTTPError as exc:  # the upstream's own error: pass it through
+            return exc.code, exc.read(), exc.headers.get("Content-Type", "application/json")
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            body = {"error": {"message": f"upstream {self.upstream_base_url} unreachable: {exc}", "type": "proxy"}}
+            return 502, json.dumps(body).encode(), "application/json"
+
+    def _record(self, body: dict[str, Any], data: bytes) -> None:
+        try:
+            reply = json.loads(data)
+        except json.JSONDecodeError:
+            return  # not a completion: nothing replayable
+        entry: dict[str, Any] = {"request_sha": request_sha(body), "reply": reply}
+        if self.keep_requests:
+            entry["request"] = body
+        line = json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n"
+        with self._lock:
+            with self.out_path.open("a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+            self.recorded += 1
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``: pass it as an OpenAI client's ``base_url``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "RecordingProxy":
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="recording-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "RecordingProxy":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,256 @@
+"""Command line of the generators: ``envfactory gen env``, ``envfactory gen resume``, ``envfactory import``.
+
+The main CLI (:mod:`gym_envfactory.cli`) mounts :data:`gen_app` as ``gen`` and :func:`import_cmd` as
+``import``.  Each command prints a report of stages, tokens and validation results (rich tables).
+Exit code 0 when every environment passed validation, 1 otherwise, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gym_envfactory.errors import EnvFactoryError
+
+__all__ = ["gen_app", "import_cmd", "print_results"]
+
+log = logging.getLogger(__name__)
+
+gen_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                      help="EnvGen: synthesise, execution-validate and revise environments from tool metadata with an LLM.")
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True)
+
+
+def _fmt_counts(counts: dict[str, int]) -> str:
+    parts = [f"{counts[s]} {s}" for s in ("high", "medium", "low") if counts.get(s)]
+    return ", ".join(parts) or "-"
+
+
+def print_results(results: list[Any], usage_by_stage: dict[str, dict[str, int]] | None = None) -> None:
+    """Print the EnvGen report: one row per environment, token usage per stage, blocking findings."""
+    table = Table(title="EnvGen")
+    for col in ("environment", "status", "attempts", "scenarios", "interface", "execution", "results", "state", "written to"):
+        table.add_column(col)
+    for r in results:
+        colour = {"passed": "green", "quarantined": "yellow"}.get(r.status, "red")
+        rep = r.report
+        counts = rep.counts() if rep else {}
+        table.add_row(r.name, f"[{colour}]{r.status}[/{colour}]", str(r.attempts),
+                      f"{rep.scenarios_passed}/{len(rep.scenarios)}" if rep else "-",
+                      *(_fmt_counts(counts.get(d, {})) for d in ("interface", "execution", "results", "state")),
+                      str(r.path or r.checkpoint))
+    console.print(table)
+    stages: dict[str, dict[str, int]] = {}
+    for r in results:
+        for stage, u in (r.usage or {}).items():
+            acc = stages.setdefault(stage, {})
+            for k, v in u.items():
+                acc[k] = acc.get(k, 0) + int(v)
+    if usage_by_stage:  # the client's own accounting wins for this process (it also counts repairs, retries)
+        for stage, u in usage_by_stage.items():
+            stages.setdefault(stage, {}).update({k: int(v) for k, v in u.items()})
+    if stages:
+        tok = Table(title="LLM usage by stage (tokens count paid requests only)")
+        keys = ("requests", "cached_hits", "prompt_tokens", "completion_tokens", "repairs", "retries")
+        for col in ("stage", *keys):
+            tok.add_column(col, justify="right" if col != "stage" else "left")
+        for stage in sorted(stages, key=lambda s: ("code", "test", "revise").index(s) if s in ("code", "test", "revise") else 9):
+            tok.add_row(stage, *(str(stages[stage].get(k, 0)) for k in keys))
+        console.print(tok)
+    for r in results:
+        for h in r.history:
+            console.print(f"  {r.name} attempt {h['attempt']}: {'passed' if h['passed'] else str(h['blocking']) + ' blocking'}"
+                          f", scenarios {h.get('scenarios', '-')}")
+        if r.status == "crashed":
+            console.print(f"[red]{r.name} stopped: {escape(str(r.error))}[/red]\n  resume with: envfactory gen resume {r.checkpoint}",
+                          soft_wrap=True)
+        elif r.report and not r.report.passed:
+            blocking = r.report.blocking()
+            console.print(f"[yellow]{r.name}: {len(blocking)} blocking finding(s); report {r.path}/report.json[/yellow]")
+            for f in blocking[:12]:
+                console.print(escape(f"    [{f.severity}] {f.dimension}/{f.check}: {f.message[:240]}"), soft_wrap=True)
+        elif r.status == "passed":
+            from gym_envfactory.spec import catalog_dirs
+
+            console.print(f"[green]{r.name}: registered as {r.gym_id}[/green]")
+            if r.path and not any(Path(r.path).parent.resolve() == d.resolve() for d in catalog_dirs()):
+                console.print(f"  outside the catalog path: ENVFACTORY_CATALOG={Path(r.path).parent} envfactory validate {r.name}")
+
+
+def _progress_printer(name: str, event: str, detail: str) -> None:
+    err_console.print(f"[dim]{name}[/dim] {event}: {escape(detail)}", soft_wrap=True)
+
+
+def _exit(results: list[Any]) -> None:
+    raise typer.Exit(0 if results and all(r.passed for r in results) else 1)
+
+
+@gen_app.command("env")
+def gen_env(
+    metadata: Annotated[Optional[Path], typer.Option("--metadata", help="metadata JSON (one environment, a list, or JSON Lines)")] = None,
+    openapi: Annotated[Optional[Path], typer.Option("--openapi", help="OpenAPI 3.x document (.json/.yaml)")] = None,
+    mcp: Annotated[Optional[str], typer.Option("--mcp", help="a live MCP server: stdio command line or http(s) URL")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="environment name (CamelCase); default: the metadata class_name")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", envvar="ENVFACTORY_MODEL", help="model id (or $ENVFACTORY_MODEL)")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")] = None,
+    api_key_env: Annotated[str, typer.Option("--api-key-env", help="environment variable holding the API key")] = "OPENAI_API_KEY",
+    resources: Annotated[Optional[Path], typer.Option("--resources", help="folder of notes / API docs given to the Code Agent")] = None,
+    max_revisions: Annotated[int, typer.Option("--max-revisions", help="Reviser rounds after the first attempt")] = 3,
+    out: Annotated[Path, typer.Option("--out", help="output catalog folder")] = Path("env_images"),
+    quarantine: Annotated[Path, typer.Option("--quarantine", help="folder for environments that never pass")] = Path("build/quarantine"),
+    checkpoint_dir: Annotated[Path, typer.Option("--checkpoint-dir", help="checkpoints and the LLM cache")] = Path("build/envgen"),
+    concurrency: Annotated[int, typer.Option("--concurrency", help="LLM requests in flight at once")] = 4,
+    domain: Annotated[Optional[str], typer.Option("--domain", help="force the domain of the generated environments")] = None,
+    temperature: Annotated[float, typer.Option("--temperature")] = 0.0,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    inline: Annotated[bool, typer.Option("--inline", help="validate in this process (default: a child process per validation)")] = False,
+) -> None:
+    """Generate environments from tool metadata, an OpenAPI document or a live MCP server; validate them
+    by execution, revise, and write the ones that pass to the catalog."""
+    from . import inputs
+    from .envgen import EnvGen, EnvGenJob, EnvGenOptions
+    from .llm import LLMConfig
+
+    if sum(x is not None for x in (metadata, openapi, mcp)) != 1:
+        raise typer.BadParameter("give exactly one of --metadata, --openapi, --mcp")
+    if not model:
+        raise typer.BadParameter("give --model (or set ENVFACTORY_MODEL)")
+    try:
+        if metadata is not None:
+            metas, source = inputs.load_metadata_all(metadata), f"metadata:{metadata}"
+        elif openapi is not None:
+            metas, source = [inputs.openapi_to_metadata(openapi)], f"openapi:{openapi}"
+        else:
+            metas, source = [asyncio.run(inputs.mcp_to_metadata(mcp))], f"mcp:{mcp}"  # type: ignore[arg-type]
+        res_text = inputs.load_resources(resources) if resources is not None else None
+    except (ValueError, RuntimeError, OSError) as exc:
+        err_console.print(f"[red]{escape(str(exc))}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    if name and len(metas) != 1:
+        raise typer.BadParameter(f"--name needs exactly one environment; the input holds {len(metas)}")
+    try:
+        jobs = [EnvGenJob(metadata=m.to_dict() if hasattr(m, "to_dict") else m, name=name, source=source,
+                          resources=res_text) for m in metas]
+        options = EnvGenOptions(out_dir=out, quarantine_dir=quarantine, checkpoint_dir=checkpoint_dir,
+                                max_revisions=max_revisions, domain=domain, isolation="inline" if inline else "process",
+                                on_event=_progress_printer)
+        config = LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env, temperature=temperature, seed=seed,
+                           max_concurrency=concurrency, cache_dir=options.checkpoint_dir / "cache")
+        gen = EnvGen(config, options)
+        results = asyncio.run(gen.generate_many(jobs))
+    except (EnvFactoryError, ValueError) as exc:
+        err_console.print(f"[red]{escape(str(exc))}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    print_results(results, gen.client.usage_by_stage)
+    _exit(results)
+
+
+@gen_app.command("resume")
+def gen_resume(
+    checkpoint: Annotated[Path, typer.Argument(help="a checkpoint file (<checkpoint-dir>/<Name>.json) or a checkpoint folder (every unfinished run)")],
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="override the stored endpoint")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="override the stored model (its cached answers then do not apply)")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env")] = None,
+) -> None:
+    """Continue runs from their checkpoints; answered LLM requests replay from the cache."""
+    import json
+
+    from .envgen import resume_checkpoint
+
+    if checkpoint.is_dir():
+        files = []
+        for p in sorted(checkpoint.glob("*.json")):
+            try:
+                data = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get("format", "").startswith("envgen-checkpoint") \
+                    and data.get("status") not in ("passed", "quarantined"):
+                files.append(p)
+    else:
+        files = [checkpoint]
+    if not files:
+        err_console.print(f"[yellow]nothing to resume in {checkpoint}[/yellow]")
+        raise typer.Exit(0)
+    overrides = {k: v for k, v in (("base_url", base_url), ("model", model), ("api_key_env", api_key_env)) if v}
+
+    async def _all() -> list[Any]:
+        return list(await asyncio.gather(*(resume_checkpoint(f, llm_overrides=overrides, on_event=_progress_printer)
+                                           for f in files)))
+
+    try:
+        results = asyncio.run(_all())
+    except (EnvFactoryError, ValueError, OSError) as exc:
+        err_console.print(f"[red]{escape(str(exc))}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    print_results(results)
+    _exit(results)
+
+
+def import_cmd(
+    file: Annotated[Path, typer.Argument(help="a single-file tool server (FastMCP wrappers over an API class) or a plain Python class")],
+    name: Annotated[Optional[str], typer.Option("--name", help="environment name (CamelCase)")] = None,
+    out: Annotated[Path, typer.Option("--out", help="output catalog folder")] = Path("env_images"),
+    domain: Annotated[Optional[str], typer.Option("--domain", help="environment domain")] = None,
+    initial_state: Annotated[Optional[Path], typer.Option("--initial-state", help="scenario JSON used as the small initial state")] = None,
+    tasks: Annotated[Optional[Path], typer.Option("--tasks", help="tasks.jsonl to copy in")] = None,
+    scenarios: Annotated[Optional[Path], typer.Option("--scenarios", help="scenarios.jsonl to copy in")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing folder of the same name")] = False,
+    validate: Annotated[bool, typer.Option("--validate/--no-validate", help="run the validation scenarios afterwards")] = True,
+) -> None:
+    """Import an existing single-file tool server into the catalog without editing it."""
+    from gym_envfactory.spec import EnvironmentSpec, load_environment
+    from gym_envfactory.validation import validate_environment
+
+    from .importer import import_tool_server  # lazy: the importer pulls in the file's own dependencies
+
+    wanted = {"name": name, "out_dir": out, "domain": domain, "initial_state": initial_state, "tasks": tasks,
+              "scenarios": scenarios, "overwrite": overwrite or None, "validate": validate}
+    params = inspect.signature(import_tool_server).parameters
+    kwargs = {k: v for k, v in wanted.items() if k in params and v is not None}
+    try:
+        result = import_tool_server(file, **kwargs)
+        if isinstance(result, EnvironmentSpec):
+            spec = result
+        else:
+            path = result if isinstance(result, (str, Path)) else getattr(result, "path", None)
+            spec = getattr(result, "spec", None) or (load_environment(path) if path else None)
+    except (EnvFactoryError, ValueError, OSError, ImportError) as exc:
+        err_console.print(f"[red]import failed: {escape(str(exc))}[/red]", soft_wrap=True)
+        raise typer.Exit(1) from None
+    if spec is None:
+        console.print(f"imported {file}: {result}")
+        raise typer.Exit(0)
+    table = Table(title=f"imported {file.name}")
+    for col in ("environment", "tools (write)", "initial states", "path"):
+        table.add_column(col)
+    writes = sum(not t.read_only for t in spec.tools.values())
+    table.add_row(spec.name, f"{len(spec.tools)} ({writes})", ", ".join(spec.initial_state_names()), str(spec.path or "-"))
+    console.print(table)
+    if not validate:
+        raise typer.Exit(0)
+    report = validate_environment(spec)
+    n_pass = sum(s.passed for s in report.scenarios)
+    # the importer's policy: failing scenarios, tasks or lint are fatal; coverage gaps are warnings
+    ok = all(s.passed for s in report.scenarios) and not report.task_failures and not report.lint_failures
+    status = "[green]✓[/green]" if ok else "[red]✗[/red]"
+    console.print(f"{status} {spec.name}: scenarios {n_pass}/{len(report.scenarios)} passed, "
+                  f"tools covered {sum(len(v) == 2 for v in report.coverage.values())}/{len(report.coverage)}, "
+                  f"tasks replayed {report.n_tasks - len(report.task_failures)}/{report.n_tasks}")
+    for f in report.failures():
+        colour = "yellow" if f in report.coverage_failures else "red"
+        console.print(f"    [{colour}]{escape(f)}[/{colour}]", soft_wrap=True)
+    if report.coverage_failures:
+        console.print("  coverage gaps: add scenarios (envfactory import ... --scenarios FILE) so every tool's success "
+                      "and error paths run")
+    raise typer.Exit(0 if ok else 1)
