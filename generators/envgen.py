@@ -131,7 +131,6 @@ LEVELS = ("simple", "medium", "complex", "boundary", "error")
 MAX_FAILURES_IN_PROMPT = 60
 
 _NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
-_SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
 _tags = itertools.count()
 
 
@@ -460,19 +459,193 @@ def _replay_twice(spec: EnvironmentSpec, limit: int = 50) -> list[Finding]:
 
 #: Top-level modules generated code may import (DESIGN §2: the authoring API, pydantic, and the pure
 #: parts of the standard library).  Anything else (os, subprocess, socket, pathlib, HTTP clients ...) is
-#: refused before the code is executed.
+#: refused before the code is executed.  ``gym_envfactory`` is special: only
+#: ``from gym_envfactory import <ALLOWED_RUNTIME_NAMES>`` and ``from gym_envfactory.authoring import ...``.
 ALLOWED_IMPORTS: frozenset[str] = frozenset({
     "__future__", "gym_envfactory", "pydantic", "annotated_types", "typing", "typing_extensions", "datetime",
     "decimal", "enum", "math", "re", "random", "collections", "dataclasses", "functools", "itertools", "json",
     "string", "copy", "operator", "statistics", "fractions", "calendar", "zoneinfo", "textwrap", "uuid",
     "bisect", "heapq", "abc", "numbers", "unicodedata",
 })
-_FORBIDDEN_BUILTINS = frozenset({"eval", "exec", "compile", "__import__", "open", "breakpoint", "input"})
+#: What generated code may take from the runtime package itself (no submodules: they import os,
+#: subprocess, sockets ...).
+ALLOWED_RUNTIME_NAMES: frozenset[str] = frozenset({"ToolError", "tool", "ToolAnnotations"})
+ALLOWED_RUNTIME_MODULES: frozenset[str] = frozenset({"gym_envfactory", "gym_envfactory.authoring"})
+#: Names refused wherever they appear (called or not): dynamic code, I/O, reflection by string.
+_FORBIDDEN_BUILTINS = frozenset({
+    "open", "eval", "exec", "compile", "__import__", "globals", "locals", "vars", "getattr", "setattr",
+    "delattr", "breakpoint", "input", "help", "memoryview",
+})
+#: Attribute (and imported) names refused anywhere: the usual routes from a harmless module or object
+#: to the operating system (``uuid.os``, ``random._os``, ``functools.sys`` ...), to import-by-string
+#: (pydantic ``ImportString``), to attribute-access-by-string (``operator.attrgetter``) and to frames.
+_FORBIDDEN_ATTRS = frozenset({
+    "os", "_os", "sys", "_sys", "subprocess", "_subprocess", "builtins", "_builtins", "__builtins__", "shutil",
+    "socket", "_socket", "posix", "_posix", "nt", "io", "_io", "importlib", "ctypes", "_ctypes", "pathlib",
+    "platform", "signal", "threading", "_thread", "multiprocessing", "pickle", "marshal", "tempfile", "glob",
+    "urllib", "http", "select", "mmap", "resource", "pty", "fcntl", "environ", "popen",
+    "ImportString", "PyObject", "import_string", "import_module", "attrgetter", "methodcaller",
+    "ForwardRef", "get_type_hints", "_eval_type",
+    "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame", "tb_next", "f_globals",
+    "f_locals", "f_builtins", "f_back", "f_code", "co_code", "func_globals",
+}) | _FORBIDDEN_BUILTINS
+#: The only dunder names/attributes generated code may use (method *definitions* such as ``def __eq__``
+#: are not names and are always fine).
+_ALLOWED_DUNDERS = frozenset({"__name__", "__doc__", "__init__", "__post_init__", "__all__", "__slots__"})
+_FORMAT_FIELD_RE = re.compile(r"\{[^{}]*?[.\[]\s*_")
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+class _Gate:
+    """The AST walk behind :func:`check_imports` (one file)."""
+
+    def __init__(self, fname: str) -> None:
+        import ast
+
+        self.ast = ast
+        self.fname = fname
+        self.problems: list[tuple[int, str]] = []
+        self.module_aliases: set[str] = set()  # names bound by imports (modules, or things from modules)
+
+    def bad(self, node: Any, msg: str) -> None:
+        self.problems.append((getattr(node, "lineno", 0), msg))
+
+    def check_tree(self, tree: Any) -> None:
+        ast = self.ast
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    self.module_aliases.add((a.asname or a.name).split(".")[0])
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    self.module_aliases.add(a.asname or a.name)
+        self.visit(tree, params=frozenset())
+
+    def visit(self, node: Any, params: frozenset[str]) -> None:
+        ast = self.ast
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            for d in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+                self.visit(d, params)  # defaults are evaluated in the enclosing scope
+            if not isinstance(node, ast.Lambda):
+                for d in node.decorator_list:
+                    self.visit(d, params)
+                if node.returns is not None:
+                    self.visit_annotation(node.returns, params)
+            names = set()
+            for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, *(x for x in (args.vararg, args.kwarg) if x)]:
+                names.add(a.arg)
+                if a.annotation is not None:
+                    self.visit_annotation(a.annotation, params)
+            inner = params | frozenset(names)
+            body = node.body if isinstance(node.body, list) else [node.body]
+            for b in body:
+                self.visit(b, inner)
+            return
+        if isinstance(node, ast.AnnAssign):
+            self.visit_annotation(node.annotation, params)
+            for child in (node.target, node.value):
+                if child is not None:
+                    self.visit(child, params)
+            return
+        self.check_node(node, params)
+        for child in ast.iter_child_nodes(node):
+            self.visit(child, params)
+
+    def visit_annotation(self, ann: Any, params: frozenset[str]) -> None:
+        """Annotations are code too: Pydantic evaluates string annotations with ``eval``."""
+        ast = self.ast
+        self.visit(ann, params)
+        for sub in ast.walk(ann):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                try:
+                    expr = ast.parse(sub.value.strip(), mode="eval")
+                except SyntaxError:
+                    self.bad(sub, f"string annotation {sub.value[:60]!r} is not an expression")
+                    continue
+                self.visit(expr, params)
+
+    def check_node(self, node: Any, params: frozenset[str]) -> None:
+        ast = self.ast
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                if top == "gym_envfactory":
+                    self.bad(node, f"`import {a.name}`: use `from gym_envfactory import ToolError, tool`")
+                elif top not in ALLOWED_IMPORTS:
+                    self.bad(node, f"import of {a.name!r}: an environment imports only gym_envfactory, pydantic and "
+                                   "pure standard-library modules (no I/O, processes or network)")
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level > 1:
+                self.bad(node, "relative imports may only reach modules of the package itself (`from .state import ...`)")
+            elif node.level == 0:
+                top = mod.split(".")[0]
+                if top == "gym_envfactory":
+                    if mod not in ALLOWED_RUNTIME_MODULES:
+                        self.bad(node, f"import from {mod!r}: only `from gym_envfactory import ToolError, tool` is allowed")
+                    elif mod == "gym_envfactory":
+                        extra = sorted(a.name for a in node.names if a.name not in ALLOWED_RUNTIME_NAMES)
+                        if extra:
+                            self.bad(node, f"`from gym_envfactory import {', '.join(extra)}`: only "
+                                           f"{', '.join(sorted(ALLOWED_RUNTIME_NAMES))} may be imported from the runtime")
+                elif top not in ALLOWED_IMPORTS:
+                    self.bad(node, f"import of {mod!r}: an environment imports only gym_envfactory, pydantic and pure "
+                                   "standard-library modules (no I/O, processes or network)")
+            for a in node.names:
+                if a.name == "*" and mod != "__future__":
+                    self.bad(node, f"`from {mod or '.'} import *` is not allowed; import names explicitly")
+                elif mod != "__future__" and (a.name in _FORBIDDEN_ATTRS or _is_dunder(a.name)
+                                              or (node.level == 0 and a.name.startswith("_"))):
+                    self.bad(node, f"importing {a.name!r} from {mod or '.'!r} is not allowed")
+        elif isinstance(node, ast.Name):
+            if node.id in _FORBIDDEN_BUILTINS and node.id not in params:
+                self.bad(node, f"{node.id} is not allowed in an environment (no I/O, no dynamic code, no "
+                               "reflection by name)")
+            elif _is_dunder(node.id) and node.id not in _ALLOWED_DUNDERS:
+                self.bad(node, f"the name {node.id} is not allowed in an environment")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in _FORBIDDEN_ATTRS:
+                self.bad(node, f"attribute .{node.attr} is not allowed in an environment (a route to the "
+                               "operating system or to dynamic code)")
+            elif _is_dunder(node.attr) and node.attr not in _ALLOWED_DUNDERS:
+                self.bad(node, f"dunder attribute .{node.attr} is not allowed in an environment")
+            elif node.attr.startswith("_"):
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in self.module_aliases:
+                    self.bad(node, f"private attribute .{node.attr} of an imported module is not allowed")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _FORMAT_FIELD_RE.search(node.value):
+                self.bad(node, "a format string that reads private attributes (`{x.__class__}`) is not allowed")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("format", "format_map", "vformat") \
+                and not (isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str)):
+            self.bad(node, f".{node.func.attr}() on a computed format string is not allowed; use an f-string")
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            pass  # the determinism lint reports `global`
 
 
 def check_imports(folder: str | Path) -> list[Finding]:
-    """Static gate run before generated code is executed: imports outside :data:`ALLOWED_IMPORTS`
-    (relative imports inside the package are fine) and calls of ``eval``/``exec``/``open``/``__import__``."""
+    """Static gate run before generated code is executed (a *safety net*, not a sandbox).
+
+    Refuses: imports outside :data:`ALLOWED_IMPORTS` (relative imports inside the package are fine;
+    from the runtime only ``from gym_envfactory import ToolError, tool``); star imports; the names in
+    :data:`_FORBIDDEN_BUILTINS` wherever they appear (``_o = open`` too), except as a tool's own
+    parameter; attributes that lead to the operating system, import-by-string or frames
+    (``uuid.os``, ``random._os``, ``x.gi_frame``, ``operator.attrgetter`` ...); private attributes of
+    imported modules; dunder names and attributes other than ``__name__``/``__doc__``/``__init__``
+    (``__builtins__['__import__']``, ``x.__class__.__subclasses__``); string annotations that hide such
+    code (Pydantic evaluates them); format strings that read private attributes.
+
+    Python cannot be made safe by inspecting its source: code that passes here can still misbehave,
+    so :class:`EnvGen` also validates in a child process with an allow-listed environment, never
+    imports generated code in its own process, and untrusted models' code belongs in a sandbox.
+    """
     import ast
 
     out = []
@@ -481,23 +654,17 @@ def check_imports(folder: str | Path) -> list[Finding]:
             continue
         try:
             tree = ast.parse(f.read_text(encoding="utf-8"), str(f))
-        except SyntaxError as exc:
-            out.append(Finding.of("execution", "import", f"{f.name}:{exc.lineno}: syntax error: {exc.msg}"))
+        except (SyntaxError, ValueError) as exc:
+            out.append(Finding.of("execution", "import", f"{f.name}:{getattr(exc, 'lineno', 0)}: syntax error: "
+                                  f"{getattr(exc, 'msg', exc)}"))
             continue
-        for node in ast.walk(tree):
-            mods: list[str] = []
-            if isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-                mods = [node.module]
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FORBIDDEN_BUILTINS:
-                out.append(Finding.of("execution", "forbidden_import", f"{f.name}:{node.lineno}: {node.func.id}() is not "
-                                      "allowed in an environment (no I/O, no dynamic code)"))
-            for m in mods:
-                if m.split(".")[0] not in ALLOWED_IMPORTS:
-                    out.append(Finding.of("execution", "forbidden_import", f"{f.name}:{node.lineno}: import of {m!r}: an "
-                                          "environment imports only gym_envfactory, pydantic and pure standard-library "
-                                          "modules (no I/O, processes or network)"))
+        gate = _Gate(f.name)
+        gate.check_tree(tree)
+        seen = set()
+        for line, msg in gate.problems:
+            if (line, msg) not in seen:
+                seen.add((line, msg))
+                out.append(Finding.of("execution", "forbidden_import", f"{f.name}:{line}: {msg}"))
     return out
 
 
@@ -572,20 +739,36 @@ def _validate_main() -> None:
     Path(out).write_text(outcome.model_dump_json(indent=1))
 
 
+#: The only variables of this process's environment a validation child inherits (an allow-list: API
+#: keys, database URLs and cloud credentials never reach generated code, whatever they are called).
+CHILD_ENV_ALLOW: tuple[str, ...] = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ",
+                                    "ENVFACTORY_CATALOG", "SYSTEMROOT")
+
+
+def child_environment(home: Path) -> dict[str, str]:
+    """The environment of a validation child: :data:`CHILD_ENV_ALLOW` from ours, ``HOME`` a fresh
+    empty folder, ``PYTHONHASHSEED=0``, no user site-packages."""
+    env = {k: os.environ[k] for k in CHILD_ENV_ALLOW if k in os.environ}
+    env.update(HOME=str(home), PYTHONHASHSEED="0", PYTHONNOUSERSITE="1")
+    return env
+
+
 async def _validate_in_child(pkg: Path, metadata_file: Path, out: Path, attempt: int, timeout_s: float) -> ValidationOutcome:
-    env = {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
-    env["PYTHONHASHSEED"] = "0"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "from gym_envfactory.generators.envgen import _validate_main; _validate_main()",
-        str(pkg), str(metadata_file), str(out), str(attempt),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+    home = Path(tempfile.mkdtemp(prefix="envgen-validate-"))
     try:
-        _, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return ValidationOutcome(env=pkg.name, attempt=attempt, findings=[Finding.of(
-            "execution", "timeout", f"validation did not finish in {timeout_s:.0f} s (an endless loop in a tool or at import?)")]).finish()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "from gym_envfactory.generators.envgen import _validate_main; _validate_main()",
+            str(Path(pkg).resolve()), str(Path(metadata_file).resolve()), str(Path(out).resolve()), str(attempt),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_environment(home), cwd=home)
+        try:
+            _, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return ValidationOutcome(env=pkg.name, attempt=attempt, findings=[Finding.of(
+                "execution", "timeout", f"validation did not finish in {timeout_s:.0f} s (an endless loop in a tool or at import?)")]).finish()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     if proc.returncode != 0 or not out.is_file():
         tail = err.decode(errors="replace")[-1500:]
         return ValidationOutcome(env=pkg.name, attempt=attempt, findings=[Finding.of(
@@ -1033,13 +1216,30 @@ class EnvGen:
         self._event(run, "done", f"passed; written to {dest}")
 
     def _register(self, dest: Path) -> str:
-        from gym_envfactory import spec as spec_mod
-        from gym_envfactory.registration import register_environment
+        """Register a published environment with Gymnasium from its manifest alone.
 
-        loaded = load_package(dest, tag=f"published_{os.getpid()}_{next(_tags)}")
-        with spec_mod._REG_LOCK:  # the catalog cache: get_environment(name) and gym.make resolve to this load
-            spec_mod._CATALOG[loaded.name] = loaded
-        return register_environment(loaded)
+        Generated code is never imported in this process here: the output folder is made discoverable
+        through ``$ENVFACTORY_CATALOG`` and the gym id points at the generic entry point, so the code
+        runs only when someone calls ``gym.make`` on it (and only then in whatever process does so).
+        """
+        import gymnasium as gym
+
+        from gym_envfactory import spec as spec_mod
+
+        man = tomllib.loads((dest / "environment.toml").read_text())
+        name = str(man.get("name") or dest.name)
+        major = int(str(man.get("version", "0.0.0")).split(".", 1)[0])
+        add_catalog_dir(dest.parent)
+        with spec_mod._REG_LOCK:  # a previous publication of this name must not be served from the cache
+            spec_mod._CATALOG.pop(name, None)
+        prefix = f"gym_envfactory._envs.{name}"
+        for mod in [m for m in sys.modules if m == prefix or m.startswith(prefix + ".")]:
+            del sys.modules[mod]
+        env_id = f"envfactory/{name}-v{major}"
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point="gym_envfactory.env:EnvFactoryEnv", kwargs={"env": name},
+                         disable_env_checker=True)
+        return env_id
 
     def _quarantine(self, run: EnvGenRun, report: ValidationOutcome) -> None:
         dest = self.options.quarantine_dir / run.name
@@ -1096,6 +1296,14 @@ class EnvGen:
         return EnvGenResult(name=job.name or "?", status="crashed", attempts=int(data.get("attempt", 0)) + 1,
                             report=None, path=None, checkpoint=ckpt, usage=data.get("usage") or {},
                             history=data.get("history") or [], error=f"{type(exc).__name__}: {exc}")
+
+
+def add_catalog_dir(folder: str | Path) -> None:
+    """Put ``folder`` first on ``$ENVFACTORY_CATALOG`` (``os.pathsep``-separated), once."""
+    folder = str(Path(folder).resolve())
+    current = [p for p in os.environ.get("ENVFACTORY_CATALOG", "").split(os.pathsep) if p]
+    if folder not in current:
+        os.environ["ENVFACTORY_CATALOG"] = os.pathsep.join([folder, *current])
 
 
 async def resume_checkpoint(checkpoint: str | Path, *, llm_overrides: Mapping[str, Any] | None = None,

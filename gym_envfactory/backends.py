@@ -149,11 +149,24 @@ def _stop_all() -> None:  # pragma: no cover - process exit
 
 
 def _start_subprocess(envs: Sequence[str], token: str | None, timeout: float) -> tuple[str, Any]:
+    """Start ``envfactory serve`` on a free loopback port and return (url, stop).  The server's
+    stderr goes to a log file (never an undrained pipe, which would block it once full)."""
+    import tempfile
+
     cmd = [sys.executable, "-m", "gym_envfactory.cli", "serve", *envs, "--host", "127.0.0.1", "--port", "0", "--announce"]
     env = dict(os.environ)
     if token:
         env["ENVFACTORY_TOKEN"] = token
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    log_file = tempfile.NamedTemporaryFile(prefix="envfactory-server-", suffix=".log", delete=False)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, text=True, env=env)
+    log_file.close()
+
+    def log_tail() -> str:
+        try:
+            return open(log_file.name, encoding="utf-8", errors="replace").read()[-2000:].strip()
+        except OSError:
+            return ""
+
     deadline = time.monotonic() + timeout
     line = ""
     while time.monotonic() < deadline:
@@ -161,12 +174,14 @@ def _start_subprocess(envs: Sequence[str], token: str | None, timeout: float) ->
         if line.startswith("{"):
             break
         if proc.poll() is not None:
-            err = proc.stderr.read() if proc.stderr else ""
-            raise BackendError(f"environment server exited with {proc.returncode}: {err.strip()[-2000:]}")
+            raise BackendError(f"environment server exited with {proc.returncode}: {log_tail()}")
     else:
         proc.kill()
-        raise BackendError(f"environment server did not start within {timeout} s")
+        raise BackendError(f"environment server did not start within {timeout} s: {log_tail()}")
     url = json.loads(line)["listening"]
+    # keep draining stdout so the server can never block on a full pipe
+    threading.Thread(target=lambda: [None for _ in proc.stdout], name="envfactory-server-stdout", daemon=True).start()
+    log.info("environment server %s (pid %d) logs to %s", url, proc.pid, log_file.name)
 
     def stop() -> None:
         proc.terminate()
@@ -174,6 +189,10 @@ def _start_subprocess(envs: Sequence[str], token: str | None, timeout: float) ->
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        try:
+            os.unlink(log_file.name)
+        except OSError:
+            pass
 
     return url, stop
 

@@ -99,7 +99,7 @@ def info_cmd(env: Annotated[str, typer.Argument(help="environment name or gym id
     cross = [t.task_id for t in tasks if len(t.envs) > 1]
     console.print(f"initial states: {', '.join(spec.initial_state_names())}")
     console.print(f"tasks: {len(tasks)} (multi-turn {sum(t.multi_turn for t in tasks)}, with clarification {clar}, "
-                  f"splits {', '.join(f'{s}={len(tasks.ids(s))}' for s in tasks.splits())}); "
+                  f"splits {', '.join(f'{s}={len(tasks.ids(s))}' for s in tasks.splits()) or 'none'}); "
                   f"validation scenarios: {n_scenarios}")
     if cross:
         console.print(f"tasks spanning several environments (their episodes also get those environments' tools): "
@@ -107,9 +107,11 @@ def info_cmd(env: Annotated[str, typer.Argument(help="environment name or gym id
 
 
 def _first_sentence(text: str) -> str:
+    import re
+
     para = " ".join(text.split("\n\n", 1)[0].split())
-    end = para.find(". ")
-    return para if end < 0 else para[: end + 1]
+    m = re.search(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)\.\s", para)
+    return para if m is None else para[: m.start() + 1]
 
 
 @app.command("validate")

@@ -210,11 +210,12 @@ def write_compose(directory: Path, envs: list[str] | None = None, *, token: str 
 
 
 def _compose(directory: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    directory = Path(directory).resolve()  # compose runs with cwd=directory: relative paths would resolve twice
     cmd = [*compose_command(), "--project-name", PROJECT, "--project-directory", str(directory),
            "-f", str(directory / "docker-compose.yml"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=directory)
     if check and proc.returncode != 0:
-        raise EnvFactoryError(f"{' '.join(cmd[:2])} {' '.join(args)} failed ({proc.returncode}):\n"
+        raise EnvFactoryError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
                               f"{(proc.stdout + proc.stderr).strip()[-3000:]}")
     return proc
 

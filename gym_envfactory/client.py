@@ -30,6 +30,10 @@ class BackendUnavailableError(EnvFactoryError, ConnectionError):
     """The environment server cannot be reached (refused, closed, timed out)."""
 
 
+class RequestTooLargeError(EnvFactoryError, ValueError):
+    """A request frame is over the size the server accepts; it was not sent (the connection stays up)."""
+
+
 class RemoteError(EnvFactoryError):
     """The server answered a request with a JSON-RPC error.  ``code`` is the JSON-RPC code."""
 
@@ -54,11 +58,13 @@ def ws_url(url: str) -> str:
 class AsyncSessionClient:
     """Async JSON-RPC client over one WebSocket.  Use ``await client.connect()`` or ``async with``."""
 
-    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0, max_size: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0, max_size: int = 64 * 1024 * 1024,
+                 max_request_bytes: int = 4 * 1024 * 1024) -> None:
         self.url = ws_url(url)
         self.token = token
         self.timeout = timeout
         self.max_size = max_size
+        self.max_request_bytes = max_request_bytes  # the server's default frame cap
         self._ws: Any = None
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
@@ -83,18 +89,33 @@ class AsyncSessionClient:
     async def _read(self) -> None:
         import websockets
 
+        reason = "server closed the connection"
         try:
             async for frame in self._ws:
-                msg = json.loads(frame)
+                try:
+                    msg = json.loads(frame)
+                except (ValueError, RecursionError):
+                    reason = "server sent a frame that is not JSON"
+                    break
                 for r in msg if isinstance(msg, list) else [msg]:
-                    fut = self._pending.pop(r.get("id"), None)
+                    rid = r.get("id") if isinstance(r, dict) else None
+                    if not isinstance(rid, int) or isinstance(rid, bool):
+                        # an error the server could not tie to a request (e.g. an unparsable frame):
+                        # fail what is waiting rather than let it sit until the timeout
+                        err = r.get("error", {}) if isinstance(r, dict) else {}
+                        msg_text = err.get("message", "unattributed server reply") if isinstance(err, dict) else "bad reply"
+                        for fut in list(self._pending.values()):
+                            if not fut.done():
+                                fut.set_exception(RemoteError(err.get("code", -32600) if isinstance(err, dict) else -32600, str(msg_text)))
+                        self._pending.clear()
+                        continue
+                    fut = self._pending.pop(rid, None)
                     if fut is not None and not fut.done():
                         fut.set_result(r)
-            reason = "server closed the connection"
         except websockets.exceptions.ConnectionClosed as exc:
             reason = f"connection closed ({exc.rcvd.code if exc.rcvd else 'no close frame'})"
-        except (OSError, ValueError) as exc:
-            reason = f"connection failed: {exc}"
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            reason = f"connection failed: {type(exc).__name__}: {exc}"
         self._closed_reason = reason
         for fut in self._pending.values():
             if not fut.done():
@@ -104,13 +125,19 @@ class AsyncSessionClient:
     async def _send(self, payload: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self._ws is None or self._closed_reason is not None:
             raise BackendUnavailableError(f"{self.url}: {self._closed_reason or 'not connected'}")
+        try:
+            frame = json.dumps(payload if len(payload) > 1 else payload[0], ensure_ascii=True, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise RequestTooLargeError(f"request is not JSON-serialisable: {type(exc).__name__}: {str(exc)[:200]}") from None
+        if len(frame) > self.max_request_bytes:
+            raise RequestTooLargeError(f"request frame of {len(frame)} bytes is over {self.max_request_bytes}; "
+                                       "send fewer calls per batch (the server would drop the connection)")
         loop = asyncio.get_running_loop()
         futs = []
         for req in payload:
             fut = loop.create_future()
             self._pending[req["id"]] = fut
             futs.append(fut)
-        frame = json.dumps(payload if len(payload) > 1 else payload[0], ensure_ascii=False)
         try:
             await self._ws.send(frame)
             return list(await asyncio.wait_for(asyncio.gather(*futs), self.timeout))
@@ -173,7 +200,13 @@ class SessionClient:
         self._thread = threading.Thread(target=self._loop.run_forever, name="envfactory-client", daemon=True)
         self._thread.start()
         self._client = AsyncSessionClient(url, token=token, timeout=timeout)
-        self._run(self._client.connect())
+        try:
+            self._run(self._client.connect())
+        except BaseException:
+            self._loop.call_soon_threadsafe(self._loop.stop)  # no thread or loop left behind
+            self._thread.join(timeout=5)
+            self._loop.close()
+            raise
 
     def _run(self, coro: Any) -> Any:
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)

@@ -154,6 +154,8 @@ def _decode_arguments(raw: Any) -> dict[str, Any]:
     if raw is None:
         return {}
     if isinstance(raw, Mapping):
+        if _depth_over(raw, MAX_ARGUMENT_DEPTH):
+            raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
         try:
             value = _json_safe(raw)
         except RecursionError:
@@ -178,9 +180,32 @@ def _decode_arguments(raw: Any) -> dict[str, Any]:
         raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
     if not isinstance(value, Mapping):
         raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
-    if has_lone_surrogate(value):
-        raise ValueError("arguments contain invalid Unicode (a lone UTF-16 surrogate)")
+    try:
+        if _depth_over(value, MAX_ARGUMENT_DEPTH):
+            raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
+        if has_lone_surrogate(value):
+            raise ValueError("arguments contain invalid Unicode (a lone UTF-16 surrogate)")
+    except RecursionError:
+        raise ValueError("arguments are nested too deeply") from None
     return dict(value)
+
+
+#: Deeper tool arguments are refused (no tool schema needs them; they only serve to exhaust the stack).
+MAX_ARGUMENT_DEPTH = 64
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """True when ``value`` nests lists/objects deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return True
+        if isinstance(v, Mapping):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, d + 1) for x in v)
+    return False
 
 
 def _call_from_obj(obj: Any, raw: str, call_id: str | None = None) -> ToolCall | ParseError:
@@ -375,5 +400,8 @@ def _raw(obj: Any) -> str:
     try:
         text = json.dumps(obj, ensure_ascii=False, default=repr)
     except (TypeError, ValueError, RecursionError):
-        text = repr(obj)
+        try:
+            text = repr(obj)
+        except RecursionError:
+            text = f"<{type(obj).__name__} nested too deeply to show>"
     return scrub(text[:2000])

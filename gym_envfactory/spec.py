@@ -65,6 +65,7 @@ DOMAINS: tuple[str, ...] = (
 )
 
 _NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+_STATE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # no paths: never a file outside initial_states/
 _SEMVER_RE = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 
 
@@ -188,6 +189,8 @@ class EnvironmentSpec:
     def initial_state_json(self, name: str | None = None) -> bytes:
         """The named initial state as validated JSON bytes (cached).  Raises :class:`SpecError`."""
         name = name or self.manifest.default_initial_state
+        if not isinstance(name, str) or not _STATE_NAME_RE.match(name):
+            raise SpecError(f"initial state names are plain names such as 'small' or 'large', got {str(name)[:80]!r}")
         cached = self._state_cache.get(name)
         if cached is not None:
             return cached

@@ -93,7 +93,7 @@ def test_bad_control_requests_get_4xx_and_change_nothing(server):
         (rpc(server, "fork", session_id="deadbeef", k=0), 400, "k must be"),
         (rpc(server, "call"), 400, "missing parameter"),
         (http(server, "/v1/rpc", {"jsonrpc": "2.0", "id": 1, "method": "drop_tables"}), 400, "unknown method"),
-        (http(server, "/v1/rpc", raw=b"{not json"), 400, "not JSON"),
+        (http(server, "/v1/rpc", raw=b"{not json"), 400, "not usable JSON"),
         (http(server, "/v1/rpc", raw=b"x" * (5 * 1024 * 1024)), 413, "over"),
     ]
     for (status, body), want, needle in cases:
@@ -295,3 +295,63 @@ def test_pool_replaces_a_backend_whose_server_died():
     finally:
         proc2.terminate()
         proc2.wait(timeout=10)
+
+
+def test_protocol_hardening(server):
+    # notifications are never answered; ids must be str/int/null; lowercase bearer scheme is fine
+    status, body = http(server, "/v1/rpc", {"jsonrpc": "2.0", "method": "no_such_method"})
+    assert status == 204
+    status, body = http(server, "/v1/rpc", {"jsonrpc": "2.0", "id": [1], "method": "ping"})
+    assert status == 400 and b"id must be" in body
+    req = urllib.request.Request(server + "/v1/rpc", data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode(),
+                                 headers={"Authorization": f"bearer {TOKEN}", "Content-Type": "application/json"})
+    assert urllib.request.urlopen(req, timeout=10).status == 200
+    # deep nesting and oversized batches are errors, not crashes; a surrogate in an id does not break the reply
+    status, body = http(server, "/v1/rpc", raw=b"[" * 100_000)
+    assert status == 400 and b"not usable JSON" in body
+    batch = [{"jsonrpc": "2.0", "id": i, "method": "ping"} for i in range(5000)]
+    status, body = http(server, "/v1/rpc", batch)
+    assert status == 400 and b"at most" in body
+    status, body = http(server, "/v1/rpc", raw=b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "ping"}')
+    assert status == 200 and json.loads(body)["result"] == {"ok": True}
+    # initial states are names, never paths
+    status, body = rpc(server, "create", env="HotelBooking", initial_state="../../../etc/passwd")
+    assert status == 400 and b"plain names" in body
+    # browsers: a foreign Origin or Host is refused
+    for headers in ({"Origin": "http://evil.example"}, {"Host": "evil.example:80"}):
+        req = urllib.request.Request(server + "/v1/rpc", data=b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
+                                     headers={"Authorization": f"Bearer {TOKEN}", **headers})
+        with pytest.raises(urllib.error.HTTPError) as ei:
+            urllib.request.urlopen(req, timeout=10)
+        assert ei.value.code == 403
+
+
+def test_fork_beyond_capacity_changes_nothing():
+    m = SessionManager(["HotelBooking"], max_sessions=50)
+    sid = m.create("HotelBooking").session_id
+    from gym_envfactory.server import CapacityError
+
+    with pytest.raises(CapacityError):
+        m.fork(sid, 100)
+    assert len(m.sessions) == 1
+
+
+def test_client_refuses_oversized_requests_and_keeps_the_connection(server):
+    from gym_envfactory.client import RequestTooLargeError
+
+    c = SessionClient(server, token=TOKEN)
+    sid = c.request("create", env="HotelBooking")["session_id"]
+    with pytest.raises(RequestTooLargeError):
+        c.request("restore", session_id=sid, snapshot="x" * (5 * 1024 * 1024))
+    assert c.alive and c.request("ping") == {"ok": True}
+    c.close()
+
+
+def test_failed_connect_leaves_no_thread():
+    import threading
+
+    before = threading.active_count()
+    for _ in range(5):
+        with pytest.raises(BackendUnavailableError):
+            SessionClient("http://127.0.0.1:1", timeout=2)
+    assert threading.active_count() <= before + 1

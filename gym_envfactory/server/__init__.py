@@ -64,6 +64,9 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
         sock.listen(2048)
         if announce:
             print(json.dumps({"listening": f"http://{host}:{bound}"}), flush=True)
+        print(f"envfactory: serving {', '.join(manager.specs)} on http://{host}:{bound} "
+              f"(fast protocol /v1/ws, control plane /v1/rpc, MCP /mcp/<Env>, /healthz, /readyz, /metrics)"
+              f"{'; token required' if token else ''}", file=sys.stderr, flush=True)
         await server.serve(sockets=[sock])
 
     try:

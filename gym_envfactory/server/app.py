@@ -55,13 +55,15 @@ class ServerConfig:
     expiry; ``max_sessions``; ``max_body_bytes``: request/frame size cap."""
 
     def __init__(self, *, envs: list[str] | None = None, token: str | None = None, ttl_s: float = 900.0,
-                 max_sessions: int = 10_000, max_body_bytes: int = 4 * 1024 * 1024, host: str = "127.0.0.1") -> None:
+                 max_sessions: int = 10_000, max_body_bytes: int = 4 * 1024 * 1024, host: str = "127.0.0.1",
+                 allowed_origins: tuple[str, ...] = ()) -> None:
         self.envs = envs
         self.token = token
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
         self.max_body_bytes = max_body_bytes
         self.host = host
+        self.allowed_origins = tuple(allowed_origins)
 
 
 class _ManagerCollector:
@@ -109,8 +111,19 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
     def authorized(headers: Any) -> bool:
         if not config.token:
             return True
-        got = headers.get("authorization", "")
-        return got.startswith("Bearer ") and secrets.compare_digest(got[7:].encode(), config.token.encode())
+        scheme, _, got = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(got.strip().encode(), config.token.encode())
+
+    def foreign(headers: Any) -> str | None:
+        """Browsers send Origin on cross-site requests and a page's own Host when a name is rebound to
+        127.0.0.1 (DNS rebinding): refuse both on a loopback server, where the token is optional."""
+        if headers.get("origin") and headers.get("origin") not in config.allowed_origins:
+            return f"origin {headers.get('origin')!r} is not allowed"
+        if is_loopback(config.host):
+            host = headers.get("host", "").rsplit(":", 1)[0].strip("[]")
+            if host and host not in LOOPBACK and not host.startswith("127."):
+                return f"host {host!r} is not this loopback server"
+        return None
 
     def observe(method: str, ok: bool) -> None:
         metrics.requests.labels(method, "ok" if ok else "error").inc()
@@ -135,6 +148,9 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def rpc(request: Request) -> Response:
+        bad = foreign(request.headers)
+        if bad:
+            return JSONResponse({"error": bad}, status_code=403)
         if not authorized(request.headers):
             return JSONResponse({"error": "unauthorized: send Authorization: Bearer <token>"}, status_code=401)
         too_big = JSONResponse({"error": f"request body over {config.max_body_bytes} bytes"}, status_code=413,
@@ -156,20 +172,35 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
         out = handle(body, "http")
         if out is None:
             return Response(status_code=204)
-        parsed = json.loads(out)
         status = 200
-        if isinstance(parsed, dict) and "error" in parsed:
-            status = _HTTP_STATUS.get(parsed["error"]["code"], 400)
+        if out.startswith('{"jsonrpc"') and '"error"' in out[:80]:
+            parsed = json.loads(out)
+            if "error" in parsed:
+                status = _HTTP_STATUS.get(parsed["error"]["code"], 400)
         return Response(out, status_code=status, media_type="application/json")
 
     async def ws(websocket: WebSocket) -> None:
+        if foreign(websocket.headers):
+            await websocket.close(code=4403, reason="forbidden origin or host")
+            return
         if not authorized(websocket.headers):
             await websocket.close(code=4401, reason="unauthorized")
             return
         await websocket.accept()
         try:
             while True:
-                frame = await websocket.receive_text()
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                frame = message.get("text")
+                if frame is None:  # a binary frame: the protocol is text JSON
+                    raw = message.get("bytes") or b""
+                    try:
+                        frame = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        await websocket.send_text(json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                            "code": -32700, "message": "binary frame is not UTF-8 JSON text"}}))
+                        continue
                 if len(frame) > config.max_body_bytes:
                     await websocket.send_text(json.dumps({"jsonrpc": "2.0", "id": None, "error": {
                         "code": -32600, "message": f"frame over {config.max_body_bytes} bytes"}}))

@@ -24,6 +24,10 @@ from typing import Any, Callable
 
 from .manager import BadRequestError, CapacityError, SessionManager, UnknownSessionError
 
+#: Most requests one frame (a JSON-RPC batch) may carry, and most bytes one response frame may hold.
+MAX_BATCH = 4096
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
 __all__ = ["dispatch_frame", "METHODS", "ERR_UNKNOWN_SESSION", "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED"]
 
 log = logging.getLogger(__name__)
@@ -64,9 +68,22 @@ def _error(id_: Any, code: int, message: str) -> dict[str, Any]:
 
 def _one(m: SessionManager, req: Any, observe: Callable[[str, bool], None] | None) -> dict[str, Any] | None:
     if not isinstance(req, dict) or req.get("jsonrpc") != "2.0" or not isinstance(req.get("method"), str):
-        return _error(req.get("id") if isinstance(req, dict) else None, ERR_INVALID_REQUEST,
+        id_ = req.get("id") if isinstance(req, dict) else None
+        return _error(id_ if _valid_id(id_) else None, ERR_INVALID_REQUEST,
                       "a request is an object with jsonrpc='2.0', method and optional params/id")
+    notification = "id" not in req  # JSON-RPC 2.0 §4.1: never answered, not even with an error
     id_ = req.get("id")
+    if not notification and not _valid_id(id_):
+        return _error(None, ERR_INVALID_REQUEST, "id must be a string, an integer or null")
+    out = _call(m, req, id_, observe)
+    return None if notification else out
+
+
+def _valid_id(id_: Any) -> bool:
+    return id_ is None or isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
+
+
+def _call(m: SessionManager, req: dict[str, Any], id_: Any, observe: Callable[[str, bool], None] | None) -> dict[str, Any]:
     method = req["method"]
     fn = METHODS.get(method)
     if fn is None:
@@ -92,22 +109,36 @@ def _one(m: SessionManager, req: Any, observe: Callable[[str, bool], None] | Non
     finally:
         if observe is not None:
             observe(method, ok)
-    if id_ is None:  # a notification: no response
-        return None
     return {"jsonrpc": "2.0", "id": id_, "result": result}
+
+
+def _encode(obj: Any) -> str:
+    # ASCII escapes: a lone surrogate a client sent (in an id, a tag) can never break the response
+    return json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str)
 
 
 def dispatch_frame(manager: SessionManager, frame: str | bytes,
                    observe: Callable[[str, bool], None] | None = None) -> str | None:
-    """Handle one WebSocket text frame (a request or a batch); returns the response frame or ``None``."""
+    """Handle one WebSocket text frame (a request or a batch); returns the response frame or ``None``.
+    Never raises: malformed, too deeply nested or oversized input gets a JSON-RPC error."""
     try:
         msg = json.loads(frame)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return json.dumps(_error(None, ERR_PARSE, f"frame is not JSON: {exc}"))
-    if isinstance(msg, list):
-        if not msg:
-            return json.dumps(_error(None, ERR_INVALID_REQUEST, "empty batch"))
-        out = [r for r in (_one(manager, q, observe) for q in msg) if r is not None]
-        return json.dumps(out, ensure_ascii=False) if out else None
-    r = _one(manager, msg, observe)
-    return None if r is None else json.dumps(r, ensure_ascii=False)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, nesting too deep
+        return _encode(_error(None, ERR_PARSE, f"frame is not usable JSON: {type(exc).__name__}: {str(exc)[:200]}"))
+    try:
+        if isinstance(msg, list):
+            if not msg:
+                return _encode(_error(None, ERR_INVALID_REQUEST, "empty batch"))
+            if len(msg) > MAX_BATCH:
+                return _encode(_error(None, ERR_INVALID_REQUEST, f"batch of {len(msg)} requests; at most {MAX_BATCH} per frame"))
+            out = [r for r in (_one(manager, q, observe) for q in msg) if r is not None]
+            text = _encode(out) if out else None
+        else:
+            r = _one(manager, msg, observe)
+            text = None if r is None else _encode(r)
+    except (RecursionError, ValueError) as exc:  # a result that cannot be encoded (nesting, NaN)
+        return _encode(_error(None, ERR_INTERNAL, f"response could not be encoded: {type(exc).__name__}"))
+    if text is not None and len(text) > MAX_RESPONSE_BYTES:
+        return _encode(_error(None, ERR_INVALID_REQUEST,
+                              f"response of {len(text)} bytes is over {MAX_RESPONSE_BYTES}; ask for less per frame"))
+    return text

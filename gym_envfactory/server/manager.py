@@ -114,6 +114,12 @@ class SessionManager:
             BadRequestError: unknown environment or task, invalid state or snapshot.
             CapacityError: too many sessions.
         """
+        if not isinstance(env, (str, list)) or (isinstance(env, list) and not all(isinstance(e, str) for e in env)):
+            raise BadRequestError("env must be an environment name or a list of names")
+        if snapshot is not None and not isinstance(snapshot, (str, bytes)):
+            raise BadRequestError("snapshot must be the string returned by the snapshot method")
+        if task_id is not None and not isinstance(task_id, str):
+            raise BadRequestError("task_id must be a string")
         names = [env] if isinstance(env, str) else list(env)
         if not names:
             raise BadRequestError("give at least one environment")
@@ -137,9 +143,14 @@ class SessionManager:
 
     def fork(self, session_id: str, k: int = 1) -> list[ManagedSession]:
         """``k`` independent copies of a session (GRPO groups)."""
-        if not isinstance(k, int) or not 1 <= k <= 1024:
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1024:
             raise BadRequestError("k must be an integer in 1..1024")
         src = self.get(session_id)
+        if len(self.sessions) + k > self.max_sessions:
+            self.expire()
+            if len(self.sessions) + k > self.max_sessions:  # refuse before creating anything
+                raise CapacityError(f"forking {k} would exceed {self.max_sessions} sessions "
+                                    f"({len(self.sessions)} live); close some or raise max_sessions")
         return [self._register(s, list(src.envs), src.task_id) for s in src.session.fork_many(k)]
 
     def close(self, session_id: str) -> bool:

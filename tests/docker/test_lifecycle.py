@@ -3,6 +3,8 @@ project (`envfactory catalog up|ps|down`), each environment used over the fast p
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import random
 import socket
@@ -129,7 +131,8 @@ def test_catalog_up_ps_down(docker_images, tmp_path, monkeypatch):
     app.add_typer(image_app, name="image")
     app.add_typer(catalog_app, name="catalog")
     runner = CliRunner()
-    d = tmp_path / "catalog"
+    monkeypatch.chdir(tmp_path)  # a relative --dir, as in the README's default (build/catalog)
+    d = Path("build") / "catalog"
     port = _free_ports(3)
     up = runner.invoke(app, ["catalog", "up", "--dir", str(d), "--port", str(port), "--wait", "90"])
     try:
