@@ -139,8 +139,11 @@ class AsyncSessionClient:
             self._pending[req["id"]] = fut
             futs.append(fut)
         try:
-            await self._ws.send(frame)
-            return list(await asyncio.wait_for(asyncio.gather(*futs), self.timeout))
+            async with asyncio.timeout(self.timeout):  # no extra task per request (unlike wait_for)
+                await self._ws.send(frame)
+                if len(futs) == 1:
+                    return [await futs[0]]
+                return list(await asyncio.gather(*futs))
         except asyncio.TimeoutError:
             for req in payload:
                 self._pending.pop(req["id"], None)
