@@ -12,12 +12,22 @@ Only environments that pass are written to the output catalog (``env_images/<Nam
 ``kind = "generated"``) and registered as ``envfactory/<Name>-v0``; the others go to the quarantine
 folder with their last code and ``report.json``.
 
+SECURITY -- generated code is untrusted code.  EnvGen never imports it in its own process: the
+Validator runs it in a child process whose environment is an allow-list (:data:`CHILD_ENV_ALLOW`;
+``HOME`` is an empty temporary folder, so API keys, database URLs and cloud credentials are not
+inherited), and a passing environment is registered with Gymnasium from its manifest only (the
+output folder is added to ``$ENVFACTORY_CATALOG``), so its code runs again only on an explicit
+``gym.make``.  The static gate (:func:`check_imports`) is a SAFETY NET, not a sandbox: Python cannot
+be confined by inspecting its source, and code that passes the gate can still read files or open
+sockets through routes the gate does not know.  Generated code from a model you do not control must
+be generated, validated and run inside a sandbox (a container or VM without credentials or network).
+
 The Validator never asks the model anything.  It checks, by execution (DESIGN §3):
 
 * ``interface``: generated tool schemas against the metadata (missing/extra tools, parameter names,
   required fields, JSON types, enums) -- :func:`check_interface`;
-* ``execution``: a static gate refuses imports outside :data:`ALLOWED_IMPORTS` and ``eval``/``exec``/
-  ``open`` before anything runs; the package imports in a fresh module (a unique module name per attempt, so revised
+* ``execution``: a static gate (a safety net, see above) refuses imports outside :data:`ALLOWED_IMPORTS`,
+  ``eval``/``exec``/``open``/``getattr``..., dunders and routes to ``os``/``sys`` before anything runs; the package imports in a fresh module (a unique module name per attempt, so revised
   code is really re-executed), the initial state validates, the determinism lint
   (:func:`gym_envfactory.validation.lint_environment`) and a replay-twice check are clean;
 * ``results`` and ``state``: every scenario executed by :func:`gym_envfactory.validation.validate_environment`
@@ -72,6 +82,8 @@ __all__ = [
     "SEVERITY",
     "check_interface",
     "check_imports",
+    "child_environment",
+    "add_catalog_dir",
     "validate_package",
     "load_package",
     "write_package",
@@ -487,11 +499,18 @@ _FORBIDDEN_ATTRS = frozenset({
     "ImportString", "PyObject", "import_string", "import_module", "attrgetter", "methodcaller",
     "ForwardRef", "get_type_hints", "_eval_type",
     "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame", "tb_next", "f_globals",
-    "f_locals", "f_builtins", "f_back", "f_code", "co_code", "func_globals",
-}) | _FORBIDDEN_BUILTINS
+    "f_locals", "f_builtins", "f_back", "f_code", "co_code", "func_globals", "codecs", "_codecs",
+    "eval", "exec", "__import__", "getattr", "setattr", "delattr", "globals", "locals", "vars", "breakpoint",
+})
+#: Further attributes refused on anything reached from an imported module (``json.codecs.open``), but
+#: fine on the environment's own objects (``ticket.open``, ``re.compile``).
+_FORBIDDEN_MODULE_ATTRS = frozenset({"open", "input", "help"})
 #: The only dunder names/attributes generated code may use (method *definitions* such as ``def __eq__``
 #: are not names and are always fine).
 _ALLOWED_DUNDERS = frozenset({"__name__", "__doc__", "__init__", "__post_init__", "__all__", "__slots__"})
+#: Dunder methods a method may delegate to with ``super().__x__(...)``.
+_SUPER_DUNDERS = frozenset({"__init__", "__post_init__", "__init_subclass__", "__eq__", "__ne__", "__lt__", "__le__",
+                            "__gt__", "__ge__", "__hash__", "__repr__", "__str__"})
 _FORMAT_FIELD_RE = re.compile(r"\{[^{}]*?[.\[]\s*_")
 
 
@@ -519,7 +538,7 @@ class _Gate:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self.module_aliases.add((a.asname or a.name).split(".")[0])
-            elif isinstance(node, ast.ImportFrom):
+            elif isinstance(node, ast.ImportFrom) and not node.level:
                 for a in node.names:
                     self.module_aliases.add(a.asname or a.name)
         self.visit(tree, params=frozenset())
@@ -557,16 +576,38 @@ class _Gate:
 
     def visit_annotation(self, ann: Any, params: frozenset[str]) -> None:
         """Annotations are code too: Pydantic evaluates string annotations with ``eval``."""
-        ast = self.ast
         self.visit(ann, params)
-        for sub in ast.walk(ann):
-            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
-                try:
-                    expr = ast.parse(sub.value.strip(), mode="eval")
-                except SyntaxError:
-                    self.bad(sub, f"string annotation {sub.value[:60]!r} is not an expression")
-                    continue
-                self.visit(expr, params)
+        self._check_type_strings(ann, params, 0)
+
+    def _check_type_strings(self, ann: Any, params: frozenset[str], depth: int) -> None:
+        for sub in self._type_strings(ann):
+            if depth > 4:
+                self.bad(sub, "string annotations nested too deeply")
+                return
+            try:
+                expr = self.ast.parse(sub.value.strip(), mode="eval")
+            except SyntaxError:
+                continue  # not code: Pydantic cannot evaluate it either
+            self.visit(expr, params)
+            self._check_type_strings(expr.body, params, depth + 1)
+
+    def _type_strings(self, ann: Any) -> list[Any]:
+        """String constants in type positions of an annotation (forward references), not the
+        arguments of calls (``Field(description=...)``), ``Annotated`` metadata or ``Literal`` values."""
+        ast = self.ast
+        if isinstance(ann, ast.Constant):
+            return [ann] if isinstance(ann.value, str) else []
+        if isinstance(ann, ast.Call):
+            return []
+        if isinstance(ann, ast.Subscript):
+            head = ann.value.attr if isinstance(ann.value, ast.Attribute) else getattr(ann.value, "id", "")
+            if head == "Literal":
+                return []
+            elts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+            if head == "Annotated":
+                elts = elts[:1]
+            return [x for e in [ann.value, *elts] for x in self._type_strings(e)]
+        return [x for c in ast.iter_child_nodes(ann) for x in self._type_strings(c)]
 
     def check_node(self, node: Any, params: frozenset[str]) -> None:
         ast = self.ast
@@ -598,11 +639,12 @@ class _Gate:
             for a in node.names:
                 if a.name == "*" and mod != "__future__":
                     self.bad(node, f"`from {mod or '.'} import *` is not allowed; import names explicitly")
-                elif mod != "__future__" and (a.name in _FORBIDDEN_ATTRS or _is_dunder(a.name)
+                elif mod != "__future__" and (a.name in _FORBIDDEN_ATTRS or a.name in _FORBIDDEN_BUILTINS
+                                              or a.name in _FORBIDDEN_MODULE_ATTRS or _is_dunder(a.name)
                                               or (node.level == 0 and a.name.startswith("_"))):
                     self.bad(node, f"importing {a.name!r} from {mod or '.'!r} is not allowed")
         elif isinstance(node, ast.Name):
-            if node.id in _FORBIDDEN_BUILTINS and node.id not in params:
+            if node.id in _FORBIDDEN_BUILTINS and node.id not in params and isinstance(node.ctx, ast.Load):
                 self.bad(node, f"{node.id} is not allowed in an environment (no I/O, no dynamic code, no "
                                "reflection by name)")
             elif _is_dunder(node.id) and node.id not in _ALLOWED_DUNDERS:
@@ -611,14 +653,16 @@ class _Gate:
             if node.attr in _FORBIDDEN_ATTRS:
                 self.bad(node, f"attribute .{node.attr} is not allowed in an environment (a route to the "
                                "operating system or to dynamic code)")
-            elif _is_dunder(node.attr) and node.attr not in _ALLOWED_DUNDERS:
+            elif _is_dunder(node.attr) and node.attr not in _ALLOWED_DUNDERS and not (
+                    node.attr in _SUPER_DUNDERS and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Name) and node.value.func.id == "super"):
                 self.bad(node, f"dunder attribute .{node.attr} is not allowed in an environment")
-            elif node.attr.startswith("_"):
+            elif node.attr.startswith("_") or node.attr in _FORBIDDEN_MODULE_ATTRS:
                 root = node.value
-                while isinstance(root, ast.Attribute):
-                    root = root.value
+                while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+                    root = root.func if isinstance(root, ast.Call) else root.value
                 if isinstance(root, ast.Name) and root.id in self.module_aliases:
-                    self.bad(node, f"private attribute .{node.attr} of an imported module is not allowed")
+                    self.bad(node, f"attribute .{node.attr} of something from an imported module is not allowed")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _FORMAT_FIELD_RE.search(node.value):
                 self.bad(node, "a format string that reads private attributes (`{x.__class__}`) is not allowed")
@@ -890,8 +934,11 @@ class EnvGenOptions:
         checkpoint_dir: checkpoints, attempt artefacts, and the LLM cache (``cache/``).
         max_revisions: Reviser rounds after the first attempt (default 3).
         domain: force a domain (else the Code Agent's choice, ``utilities`` if unknown).
-        register: register passing environments with Gymnasium in this process.
-        isolation: ``"process"`` (child process per validation, with ``validation_timeout_s``) or ``"inline"``.
+        register: register passing environments with Gymnasium in this process (by manifest only; the
+            code is imported on the first ``gym.make``).
+        isolation: ``"process"`` (child process per validation, with ``validation_timeout_s`` and an
+            allow-listed environment) or ``"inline"`` (validates in THIS process: generated code runs
+            with this process's secrets and files; only for trusted code and tests).
         after_stage: ``callback(stage, run)`` after each stage's checkpoint is written (tests use it to
             simulate a crash).
         on_event: ``callback(env_name, event, detail)`` for progress reports.

@@ -79,6 +79,8 @@ __all__ = [
     "import_tool_server",
     "import_python_class",
     "analyze_tool_server",
+    "check_session_isolation",
+    "shared_module_globals",
     "ServerAnalysis",
     "BRIDGE_SOURCE",
     "DEFAULT_OUT_DIR",
@@ -1039,6 +1041,155 @@ def _probe_scenarios(spec: EnvironmentSpec, taken: set[str]) -> list[dict[str, A
     return out
 
 
+# ============================================================================ isolation check
+
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range)
+
+
+def _immutable(value: Any) -> bool:
+    if isinstance(value, _IMMUTABLE):
+        return True
+    if isinstance(value, (tuple, frozenset)):
+        return all(_immutable(v) for v in value)
+    return False
+
+
+def shared_module_globals(a: ServerAnalysis) -> dict[str, list[str]]:
+    """Module-level names of the server that its API methods, wrappers or helpers (and the module
+    functions they call) read or write, other than the API class, the shared instance, models, the
+    MCP server, functions, classes, modules and UPPER_CASE immutable constants.
+
+    Returns ``{name: [functions using it]}``.  Each one is state every session of the imported
+    environment would share (a counter, an audit list, a cache)."""
+    try:
+        tree = ast.parse(a.source)
+    except SyntaxError:
+        return {}
+    module = a.module
+    functions: dict[str, ast.AST] = {}
+    classes: dict[str, ast.ClassDef] = {}
+    assigned: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            classes[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for sub in ast.walk(t):
+                    if isinstance(sub, ast.Name):
+                        assigned.add(sub.id)
+
+    def excluded(name: str) -> bool:
+        if name in a.instances or name == a.api_class.__name__ or name not in vars(module):
+            return True
+        v = vars(module)[name]
+        if isinstance(v, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)):
+            return True  # models, classes, modules, functions
+        if isinstance(v, (bridge.StubServer, bridge.Anything, bridge.SharedInstanceGuard)):
+            return True  # the MCP server (stubbed)
+        if isinstance(v, a.api_class):
+            return True
+        if callable(v) and hasattr(v, "__wrapped__"):
+            return True  # a decorated function
+        return name.isupper() and _immutable(v)
+
+    candidates = {n for n in assigned if not excluded(n)}
+    if not candidates:
+        return {}
+    roots: list[tuple[str, ast.AST]] = []
+    if a.api_class.__name__ in classes:
+        roots.append((a.api_class.__name__, classes[a.api_class.__name__]))
+    for t in a.tools:
+        if t.node is not None:
+            roots.append((t.fn.__name__, t.node))
+    for h in a.helpers:
+        if h in functions:
+            roots.append((h, functions[h]))
+    used: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    while roots:
+        owner, node = roots.pop()
+        if owner in seen:
+            continue
+        seen.add(owner)
+        for sub in ast.walk(node):
+            names: list[str] = []
+            if isinstance(sub, ast.Name):
+                names = [sub.id]
+            elif isinstance(sub, (ast.Global, ast.Nonlocal)):
+                names = list(sub.names)
+            for n in names:
+                if n in candidates:
+                    if owner not in used.setdefault(n, []):
+                        used[n].append(owner)
+                elif n in functions and n not in seen:
+                    roots.append((n, functions[n]))
+                elif n in classes and n not in seen and n != a.api_class.__name__:
+                    roots.append((n, classes[n]))
+    return {n: sorted(v) for n, v in sorted(used.items())}
+
+
+def _isolation_runs(spec: EnvironmentSpec, limit: int = 50) -> str | None:
+    """Run the scenarios' calls twice in fresh sessions and once interleaved with a second session
+    doing the same; ``None`` when every run gives the same results and states, else what differed."""
+    from gym_envfactory.session import Session
+    from gym_envfactory.tasks import _apply_ref
+
+    def fingerprint(results: list[Any], session: Any) -> tuple[bytes, bytes]:
+        return (json.dumps([[r.ok, r.content, r.error_code] for r in results], sort_keys=True,
+                           default=str).encode(), session.state_bytes())
+
+    for sc in spec.scenarios[:limit]:
+        try:
+            initial = _apply_ref(spec, sc.initial_state, {"task_id": sc.scenario_id})
+        except Exception:  # noqa: BLE001 - validation reports a bad scenario
+            continue
+        runs = []
+        for _ in range(2):
+            s = Session(spec, _states={spec.name: initial})
+            runs.append(fingerprint([s.call(st.call, st.arguments) for st in sc.steps], s))
+            s.close()
+        if runs[0] != runs[1]:
+            what = "states" if runs[0][0] == runs[1][0] else "results"
+            return f"scenario {sc.scenario_id}: two runs in fresh sessions from the same state gave different {what}"
+        x, y = Session(spec, _states={spec.name: initial}), Session(spec, _states={spec.name: initial})
+        rx, ry = [], []
+        for st in sc.steps:
+            rx.append(x.call(st.call, st.arguments))
+            ry.append(y.call(st.call, st.arguments))
+        fx, fy = fingerprint(rx, x), fingerprint(ry, y)
+        x.close()
+        y.close()
+        for label, f in (("first", fx), ("second", fy)):
+            if f != runs[0]:
+                what = "states" if f[0] == runs[0][0] else "results"
+                return (f"scenario {sc.scenario_id}: run interleaved with another session, the {label} session "
+                        f"gave different {what} than a session on its own")
+    return None
+
+
+def check_session_isolation(a: ServerAnalysis, spec: EnvironmentSpec) -> None:
+    """Refuse (:class:`ImporterError`) an import whose sessions are not isolated or not deterministic:
+    the scenarios are run twice in fresh sessions and once interleaved with another session, and any
+    difference is reported with the module-level globals (:func:`shared_module_globals`) responsible."""
+    shared = shared_module_globals(a)
+    problem = _isolation_runs(spec)
+    where = "; ".join(f"{n} (used by {', '.join(users)})" for n, users in shared.items())
+    if problem is None:
+        if shared:
+            log.warning("%s: module-level names %s are used by the API or its tools; the scenarios did not show "
+                        "them leaking between sessions, but make sure they are read-only", spec.name, where)
+        return
+    hint = (f"module-level state shared by every session: {where}" if shared else
+            "no module-level name was found to blame (randomness, the clock, or state hidden in an import?)")
+    raise ImporterError(
+        f"sessions of the imported environment are not isolated or not deterministic: {problem}; {hint}. "
+        "Keep per-session data in the API instance (set it in __init__/load_scenario and save_scenario) "
+        "and derive ids from that state instead of module-level counters or lists", file=a.path)
+
+
 # ============================================================================ registration
 
 
@@ -1088,6 +1239,7 @@ def import_tool_server(
     free_text_fields: Sequence[str] = (),
     set_fields: Sequence[str] = (),
     overwrite: bool = False,
+    check_isolation: bool = True,
 ) -> EnvironmentSpec:
     """Turn a single-file tool server (module docstring layout) into ``out_dir/<name>/`` and load it.
 
@@ -1107,6 +1259,9 @@ def import_tool_server(
         state_model, api_class: names in the server module, when detection is ambiguous.
         read_only, destructive: per-tool overrides of the annotations guessed from names and code.
         overwrite: replace an existing folder of the same name.
+        check_isolation: run the scenarios twice in fresh sessions and once interleaved with another
+            session and refuse the import when they differ (module-level counters, lists or caches the
+            API mutates leak between sessions); see :func:`check_session_isolation`.
 
     Raises:
         ImporterError: the file does not fit the layout, or the result failed validation.
@@ -1172,6 +1327,8 @@ def import_tool_server(
                 "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in all_sc), encoding="utf-8")
             _purge_modules(env_name)
             spec = load_environment(folder)
+        if check_isolation:
+            check_session_isolation(a, spec)
         if validate:
             from gym_envfactory.validation import validate_environment
 

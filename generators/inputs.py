@@ -298,17 +298,43 @@ def _load_document(doc: dict[str, Any] | str | Path) -> tuple[dict[str, Any], st
     return data, str(p)
 
 
+#: The most schema nodes (objects) one tool's input and output schemas may expand to.  A document whose
+#: references fan out (``A`` has ten properties of type ``B``, ``B`` ten of type ``C`` ...) would
+#: otherwise expand exponentially ("billion laughs"); beyond the cap a reference becomes a stub.
+MAX_SCHEMA_NODES = 20_000
+
+
 class _Resolver:
     """Resolves local ``$ref``s (``#/...`` JSON pointers), nested and recursive ones, into plain schemas.
 
     A reference already being expanded on the current path (a cycle) or nested deeper than ``max_depth``
-    is cut: replaced by a bare schema of the target's type whose description says where and why."""
+    is cut: replaced by a bare schema of the target's type whose description says where and why.
+    Resolved references are memoised per tool (the same reference on the same path is expanded once),
+    and a tool's schemas are capped at ``max_nodes`` expanded nodes: past the cap a reference becomes a
+    ``{"type": ..., "description": "... truncated ..."}`` stub and a warning is logged."""
 
-    def __init__(self, root: dict[str, Any], source: str, max_depth: int) -> None:
+    def __init__(self, root: dict[str, Any], source: str, max_depth: int, max_nodes: int = MAX_SCHEMA_NODES) -> None:
         self.root = root
         self.source = source
         self.max_depth = max_depth
+        self.max_nodes = max_nodes
         self.cuts: list[str] = []
+        self.start_tool("")
+
+    def start_tool(self, name: str) -> None:
+        """Reset the per-tool node budget and memo."""
+        self.tool = name
+        self.nodes = 0
+        self.truncated: list[str] = []
+        self._memo: dict[tuple[str, tuple[str, ...], bool], tuple[Any, int]] = {}
+
+    def _truncate(self, ref: str, target: Any) -> dict[str, Any]:
+        self.truncated.append(ref)
+        self.nodes += 1
+        t = target.get("type") if isinstance(target, dict) else None
+        return {"type": t if isinstance(t, str) else "object",
+                "description": f"Reference to {ref} not expanded: schema truncated (the tool's schemas reached "
+                               f"{self.max_nodes} nodes)."}
 
     def lookup(self, ref: str) -> Any:
         if not ref.startswith("#"):
@@ -352,6 +378,7 @@ class _Resolver:
                 return {**siblings, "description": f"Unresolved external reference {ref}."}
             if ref in stack or len(stack) >= self.max_depth:
                 self.cuts.append(ref)
+                self.nodes += 1
                 cut: dict[str, Any] = {}
                 if isinstance(target, dict) and isinstance(target.get("type"), str):
                     cut["type"] = target["type"]
@@ -361,10 +388,29 @@ class _Resolver:
                 base = target.get("description") if isinstance(target, dict) else None
                 cut["description"] = f"{base} {text}" if base else text
                 return cut
-            resolved = self.schema(target, (*stack, ref), nullable_30=nullable_30)
+            key = (ref, stack, nullable_30)
+            hit = self._memo.get(key)
+            if hit is not None:
+                resolved, size = hit
+                if self.nodes + size > self.max_nodes:
+                    return self._truncate(ref, target)
+                self.nodes += size
+            else:
+                if self.nodes >= self.max_nodes:
+                    return self._truncate(ref, target)
+                before, cut_before = self.nodes, len(self.truncated)
+                resolved = self.schema(target, (*stack, ref), nullable_30=nullable_30)
+                if len(self.truncated) == cut_before:  # a truncated expansion is not reused
+                    self._memo[key] = (resolved, self.nodes - before)
             if siblings:  # 3.1 allows keywords beside $ref: they refine the target
                 resolved = {**resolved, **self.schema(siblings, stack, nullable_30=nullable_30)}
             return resolved
+        if self.nodes >= self.max_nodes:
+            self.truncated.append("(inline schema)")
+            self.nodes += 1
+            return {"type": node["type"] if isinstance(node.get("type"), str) else "object",
+                    "description": f"Schema truncated (the tool's schemas reached {self.max_nodes} nodes)."}
+        self.nodes += 1
         out: dict[str, Any] = {}
         for k, v in node.items():
             if k in _DROP_KEYWORDS:
@@ -459,7 +505,7 @@ def _json_media(content: Any) -> Any:
 
 
 def openapi_to_metadata(doc: dict[str, Any] | str | Path, class_name: str | None = None, *,
-                        max_ref_depth: int = 8) -> EnvMetadata:
+                        max_ref_depth: int = 8, max_schema_nodes: int = MAX_SCHEMA_NODES) -> EnvMetadata:
     """Convert an OpenAPI 3.0/3.1 document (a dict, or a ``.json``/``.yaml`` path) into tool metadata.
 
     - Each operation becomes a tool: name = ``operationId`` in snake_case, else ``<method>_<path>``
@@ -473,6 +519,9 @@ def openapi_to_metadata(doc: dict[str, Any] | str | Path, class_name: str | None
       and the HTTP name is added to their description.
     - output_schema: the schema of the first 2xx response (in status order) with a JSON body, ``writeOnly``
       properties dropped; ``{}`` when there is none.
+    - one tool's schemas expand to at most ``max_schema_nodes`` schema nodes (references are memoised;
+      past the cap a reference is kept as a ``{"type": ..., "description": "... truncated ..."}`` stub
+      and a warning is logged), so a small document whose references fan out cannot explode;
     - every local ``$ref`` is resolved, nested and recursive ones included; recursion is cut after
       ``max_ref_depth`` nested references or at the first repeat on a cycle, and the cut schema's
       description says so.  OpenAPI 3.0 ``nullable`` becomes a JSON Schema ``null`` type; ``example`` becomes
@@ -489,7 +538,7 @@ def openapi_to_metadata(doc: dict[str, Any] | str | Path, class_name: str | None
         found = f"swagger {data['swagger']}" if "swagger" in data else (version or "no 'openapi' field")
         raise OpenAPIError(f"{source}: only OpenAPI 3.x documents are supported (found {found})")
     nullable_30 = version.startswith("3.0")
-    resolver = _Resolver(data, source, max_ref_depth)
+    resolver = _Resolver(data, source, max_ref_depth, max_schema_nodes)
     info = data.get("info") or {}
     title = str(info.get("title") or "API")
     paths = data.get("paths") or {}
@@ -513,12 +562,18 @@ def openapi_to_metadata(doc: dict[str, Any] | str | Path, class_name: str | None
             while name in used:
                 name, n = f"{base}_{n}", n + 1
             used.add(name)
+            resolver.start_tool(name)
             tools.append({
                 "name": name,
                 "description": _op_description(op, item, where),
-                "input_schema": _input_schema(resolver, shared_params, op, where, nullable_30),
-                "output_schema": _output_schema(resolver, op, nullable_30),
+                # memoised subtrees are shared: each tool gets its own copy (bounded by max_schema_nodes)
+                "input_schema": copy.deepcopy(_input_schema(resolver, shared_params, op, where, nullable_30)),
+                "output_schema": copy.deepcopy(_output_schema(resolver, op, nullable_30)),
             })
+            if resolver.truncated:
+                log.warning("%s: tool %s: $ref expansion stopped at %d schema nodes; %d reference(s) kept as "
+                            "truncated stubs (%s)", source, name, resolver.max_nodes, len(resolver.truncated),
+                            ", ".join(sorted(set(resolver.truncated))[:5]))
     if not tools:
         raise OpenAPIError(f"{source}: the document has no operations under 'paths'")
     if resolver.cuts:

@@ -54,6 +54,7 @@ __all__ = [
     "LLMOutputError",
     "extract_json",
     "cache_key",
+    "completion_problem",
     "run",
 ]
 
@@ -365,7 +366,11 @@ class LLMClient:
         except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:  # torn by hand: pay again
             log.warning("ignoring unreadable cache entry %s: %s", path, exc)
             return None
-        return data if isinstance(data, dict) else None
+        problem = completion_problem(data)
+        if problem is not None:  # valid JSON of the wrong shape (edited by hand, another tool's file): pay again
+            log.warning("ignoring malformed cache entry %s: %s", path, problem)
+            return None
+        return data
 
     def _cache_put(self, key: str, completion: dict[str, Any]) -> None:
         if self.cache_dir is None:
@@ -440,8 +445,9 @@ class LLMClient:
         except json.JSONDecodeError as exc:
             raise LLMRequestError(f"{stage}: the endpoint answered 2xx with a body that is not JSON: {text[:200]!r}",
                                   status=200, attempts=attempts, stage=stage) from exc
-        if not isinstance(completion, dict) or not completion.get("choices"):
-            raise LLMRequestError(f"{stage}: the endpoint's answer has no choices: {text[:200]!r}",
+        problem = completion_problem(completion)
+        if problem is not None:
+            raise LLMRequestError(f"{stage}: the endpoint's answer is not a chat completion ({problem}): {text[:200]!r}",
                                   status=200, attempts=attempts, stage=stage)
         return completion
 
@@ -464,9 +470,13 @@ class LLMClient:
         return completion, False
 
     def _account(self, stage: str, completion: dict[str, Any], cached: bool, repair_round: int) -> dict[str, int]:
-        usage = completion.get("usage") or {}
-        prompt = int(usage.get("prompt_tokens") or 0)
-        done = int(usage.get("completion_tokens") or 0)
+        usage = completion.get("usage")
+        if not isinstance(usage, dict):
+            if usage is not None:
+                log.warning("%s: ignoring usage that is not an object: %r", stage, usage)
+            usage = {}
+        prompt = _token_count(usage.get("prompt_tokens"), stage, "prompt_tokens")
+        done = _token_count(usage.get("completion_tokens"), stage, "completion_tokens")
         if cached:
             self._count(stage, "cached_hits")
         else:
@@ -526,6 +536,50 @@ class LLMClient:
         total = {k: usage[k] + usage2[k] for k in usage}
         return LLMReply(text=text2, data=data2, usage=total, cached=cached and cached2, tool_calls=tool_calls2,
                         finish_reason=finish2, repaired=True)
+
+
+def completion_problem(completion: Any) -> str | None:
+    """Why ``completion`` is not a usable chat completion (``None`` when it is).
+
+    The same check applies to live answers and to cache entries: ``choices`` a non-empty list whose
+    first item is an object with a ``message`` object, whose ``content`` is a string or null and whose
+    ``tool_calls`` is a list or null; ``usage``, when present, an object.
+    """
+    if not isinstance(completion, dict):
+        return f"expected a JSON object, got {type(completion).__name__}"
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return "no choices"
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        return "choices[0] is not an object"
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        return "choices[0].message is not an object"
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        return "choices[0].message.content is not a string"
+    calls = message.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        return "choices[0].message.tool_calls is not a list"
+    if content is None and not calls and not isinstance(message.get("refusal"), str):
+        return "choices[0].message has neither content nor tool calls"
+    usage = completion.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        return "usage is not an object"
+    return None
+
+
+def _token_count(value: Any, stage: str, key: str) -> int:
+    """A token count from ``usage``; anything but a non-negative integer counts 0 (with a warning)."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    log.warning("%s: usage.%s is not a token count (%r); counted as 0", stage, key, value)
+    return 0
 
 
 def _message_of(completion: dict[str, Any]) -> tuple[str, list | None, str | None]:

@@ -107,6 +107,12 @@ tools.py
 - Imports: only gym_envfactory, pydantic and pure standard-library modules (typing, datetime, decimal,
   enum, math, re, collections, dataclasses, functools, itertools, json, copy ...); relative imports
   inside the package. No I/O, processes or network (no os, pathlib, subprocess, open(), eval, exec).
+  From the runtime import only `from gym_envfactory import ToolError, tool` (no submodules).
+- A static gate rejects, anywhere in the code: the names open, eval, exec, compile, __import__,
+  globals, locals, vars, getattr, setattr, delattr, input, breakpoint; star imports; dunder names and
+  attributes other than __name__, __doc__, __init__ (defining methods such as __eq__ is fine);
+  private (_x) attributes of imported modules; attributes named os, sys, subprocess, builtins, shutil,
+  socket; operator.attrgetter/methodcaller; .format() on a computed string (use f-strings).
 """
 
 SCENARIO_RULES = """\

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -23,7 +26,9 @@ from gym_envfactory.generators.envgen import (
     EnvGenJob,
     EnvGenOptions,
     _validate_in_child,
+    check_imports,
     check_interface,
+    child_environment,
     load_package,
     resume_checkpoint,
     validate_package,
@@ -77,10 +82,17 @@ class Responder:
 @pytest.fixture
 def cleanup_registry():
     names: list[str] = []
+    catalog_env = os.environ.get("ENVFACTORY_CATALOG")
     yield names
     for n in names:
         spec_mod._CATALOG.pop(n, None)
         gym.registry.pop(f"envfactory/{n}-v0", None)
+        for m in [m for m in sys.modules if m == f"gym_envfactory._envs.{n}" or m.startswith(f"gym_envfactory._envs.{n}.")]:
+            del sys.modules[m]
+    if catalog_env is None:
+        os.environ.pop("ENVFACTORY_CATALOG", None)
+    else:
+        os.environ["ENVFACTORY_CATALOG"] = catalog_env
 
 
 def make_gen(tmp_path: Path, server: ScriptedChatServer, **opts) -> EnvGen:
@@ -302,3 +314,87 @@ def test_import_command_reports_the_imported_environment(tmp_path):
         for reg in (spec_mod._CATALOG, spec_mod._PROGRAMMATIC):
             reg.pop("EnvGenCliBookStore", None)
         gym.registry.pop("envfactory/EnvGenCliBookStore-v0", None)
+
+
+# ----------------------------------------------------------------------------------- security
+
+GATE_BYPASSES = {
+    "uuid_os": "import uuid\nuuid.os.system('echo pwned')\n",
+    "random_os": "import random\nrandom._os.system('echo pwned')\n",
+    "alias_open": "_o = open\n_o('/tmp/x', 'w').write('x')\n",
+    "builtins_dict": "__builtins__['__import__']('subprocess').run(['true'])\n",
+    "runtime_submodule": "import gym_envfactory.backends as _b\n_b.subprocess.run(['true'])\n",
+    "runtime_from_submodule": "from gym_envfactory.backends import subprocess\n",
+    "runtime_other_name": "from gym_envfactory import load_environment\n",
+    "bare_runtime": "import gym_envfactory\n",
+    "functools_sys": "import functools\nfunctools.sys.modules\n",
+    "star_import": "from uuid import *\n",
+    "from_import_os": "from uuid import os\n",
+    "getattr_ref": "g = getattr\n",
+    "attrgetter": "from operator import attrgetter\n",
+    "dunder_class": "x = ().__class__.__base__.__subclasses__()\n",
+    "generator_frame": "g = (i for i in [])\nx = g.gi_frame\n",
+    "import_string": "from pydantic import ImportString\n",
+    "json_codecs": "import json\njson.codecs.open('/etc/passwd')\n",
+    "format_leak": "x = '{0.__init__.__globals__}'.format(object)\n",
+    "computed_format": "f = '{0' + '}'\nx = f.format(1)\n",
+    "string_annotation": "from pydantic import BaseModel\nclass M(BaseModel):\n    a: \"__import__('os').getcwd()\"\n",
+    "relative_escape": "from ... import backends\n",
+    "private_module_attr": "import typing\ntyping._eval_type\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATE_BYPASSES))
+def test_static_gate_refuses_known_bypasses(tmp_path, name):
+    (tmp_path / "tools.py").write_text(GATE_BYPASSES[name])
+    findings = check_imports(tmp_path)
+    assert findings and all(f.check == "forbidden_import" and f.severity == "high" for f in findings), name
+
+
+def test_static_gate_accepts_ordinary_environment_code(tmp_path):
+    pkg = write_package(tmp_path / "Ok", "Ok", code_answer(TOOLS_OK), TESTS["scenarios"], [], {"kind": "generated"})
+    assert check_imports(pkg) == []
+    (pkg / "extra.py").write_text(
+        "from __future__ import annotations\nimport re\nfrom typing import Annotated, Literal\n"
+        "from pydantic import BaseModel, Field\nfrom gym_envfactory import ToolError, tool\n"
+        "from .state import Plant\nPAT = re.compile(r'^P-\\d+$')\n"
+        "class Ticket(BaseModel):\n    open: bool = True\n    kind: Literal['open', 'input'] = 'open'\n"
+        "    def __eq__(self, other):\n        return super().__eq__(other)\n"
+        "def f(state, *, input: Annotated[str, Field(description='open the door, e.g. eval')], t: 'Ticket') -> str:\n"
+        "    return f'{input} {t.open} {type(t).__name__}'\n")
+    assert check_imports(pkg) == []
+
+
+def test_validation_child_gets_an_allow_listed_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgres://admin:hunter2@db/prod")
+    monkeypatch.setenv("AWS_SESSION_TOKN", "abc")  # a secret whose name a deny-list would miss
+    monkeypatch.setenv("ENVFACTORY_CATALOG", str(tmp_path))
+    env = child_environment(tmp_path / "home")
+    assert "DATABASE_URL" not in env and "AWS_SESSION_TOKN" not in env and "ENVGEN_TEST_KEY" not in env
+    assert env["HOME"] == str(tmp_path / "home") and env["PYTHONHASHSEED"] == "0"
+    assert env["ENVFACTORY_CATALOG"] == str(tmp_path) and env["PATH"] == os.environ["PATH"]
+    # what a child really sees, and the runtime still imports there
+    out = subprocess.run([sys.executable, "-c", "import os, gym_envfactory.generators.envgen; print(sorted(os.environ))"],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert "DATABASE_URL" not in out and "AWS_SESSION_TOKN" not in out
+
+
+def test_passing_environment_is_registered_without_importing_its_code(tmp_path, cleanup_registry, monkeypatch):
+    cleanup_registry.append("PlantNurseryLazy")
+    monkeypatch.setenv("DATABASE_URL", "postgres://admin:hunter2@db/prod")
+    responder = Responder({"code": code_answer(TOOLS_OK), "test": TESTS})
+    with ScriptedChatServer(responder) as server:
+        gen = make_gen(tmp_path, server)
+        res = asyncio.run(gen.generate(EnvGenJob(metadata=METADATA, name="PlantNurseryLazy")))
+    assert res.status == "passed" and res.gym_id == "envfactory/PlantNurseryLazy-v0" and res.gym_id in gym.registry
+    assert gym.registry[res.gym_id].entry_point == "gym_envfactory.env:EnvFactoryEnv"
+    # nothing of the generated package was executed in this process
+    assert not [m for m in sys.modules if m.startswith("gym_envfactory._envs.PlantNurseryLazy")]
+    assert "PlantNurseryLazy" not in spec_mod._CATALOG
+    assert str((tmp_path / "catalog").resolve()) in os.environ["ENVFACTORY_CATALOG"].split(os.pathsep)
+    assert "PlantNurseryLazy" in spec_mod.list_environments()
+    # an explicit gym.make imports it
+    env = gym.make(res.gym_id)
+    env.reset(seed=0)
+    assert "gym_envfactory._envs.PlantNurseryLazy" in sys.modules
+    env.close()

@@ -364,3 +364,49 @@ def test_variant_layout_mcp_sdk_async_context_helpers(tmp_path):
     assert a.call("remove_note", {"note_id": "N1"}).content == "deleted"
     assert a.state() == {"notes": {"N2": {"text": "y"}}, "seq": 2} and b.state()["seq"] == 1
     assert spec.tools["remove_note"].annotations.destructive
+
+
+# ------------------------------------------------------------------------------ session isolation
+
+COUNTER_SERVER = FIXTURES / "counter_server.py"
+
+
+def test_module_level_counter_and_audit_list_are_refused(tmp_path):
+    with pytest.raises(ImporterError) as err:
+        import_tool_server(COUNTER_SERVER, name="TicketsLeaky", out_dir=tmp_path)
+    msg = str(err.value)
+    assert "not isolated" in msg and "_ids" in msg and "AUDIT" in msg and "TicketAPI" in msg
+    assert not (tmp_path / "TicketsLeaky").exists()
+    assert "envfactory/TicketsLeaky-v0" not in gym.registry
+    # the static part names exactly the shared globals (not the API class, the instance, models or mcp)
+    from gym_envfactory.generators.importer import shared_module_globals
+
+    assert shared_module_globals(analyze_tool_server(COUNTER_SERVER)) == {"AUDIT": ["TicketAPI"], "_ids": ["TicketAPI"]}
+
+
+def test_state_derived_ids_and_constants_import_fine(tmp_path, caplog):
+    src = COUNTER_SERVER.read_text()
+    src = src.replace("_ids = itertools.count(1)\nAUDIT: List[str] = []\n",
+                      'PREFIX = "T"\nMAX_TITLE = 80\nlabels = ("ticket", "bug")\n')
+    src = src.replace('tid = f"T-{next(_ids)}"\n        AUDIT.append(title)',
+                      'tid = f"{PREFIX}-{len(self.tickets) + 1}"\n        title = title[:MAX_TITLE]')
+    src = src.replace('"audit_size": len(AUDIT)', '"kind": labels[0]')
+    (tmp_path / "fixed_server.py").write_text(src)
+    spec = import_tool_server(tmp_path / "fixed_server.py", name="TicketsFixed", out_dir=tmp_path / "out")
+    try:
+        a, b = Session(spec), Session(spec)
+        assert a.call("open_ticket", {"title": "a1"}).content == {"ticket_id": "T-1", "kind": "ticket"}
+        assert b.call("open_ticket", {"title": "b1"}).content == {"ticket_id": "T-1", "kind": "ticket"}
+        # a lower-case module-level name is reported as a warning, not refused; UPPER_CASE constants are fine
+        assert "labels" in caplog.text and "MAX_TITLE" not in caplog.text and "PREFIX (used" not in caplog.text
+    finally:
+        from gym_envfactory import spec as spec_mod
+
+        spec_mod._PROGRAMMATIC.pop("TicketsFixed", None)
+        gym.registry.pop("envfactory/TicketsFixed-v0", None)
+
+
+def test_isolation_check_can_be_switched_off(tmp_path):
+    spec = import_tool_server(COUNTER_SERVER, name="TicketsUnchecked", out_dir=tmp_path, check_isolation=False,
+                              register=False)
+    assert set(spec.tools) == {"open_ticket", "list_tickets"}

@@ -454,3 +454,53 @@ def test_search_is_off_by_default() -> None:
     provider = NoSearch()
     assert isinstance(provider, SearchProvider) and provider.enabled is False
     assert anyio.run(lambda: provider.search("hotel booking API")) == []
+
+
+def _fan_out_doc(depth: int, fan: int) -> dict:
+    """``S0`` has ``fan`` properties of type ``S1``, which has ``fan`` of type ``S2`` ... (billion laughs)."""
+    schemas: dict[str, Any] = {f"S{i}": {"type": "object", "properties": {
+        f"p{j}": {"$ref": f"#/components/schemas/S{i + 1}"} for j in range(fan)}} for i in range(depth)}
+    schemas[f"S{depth}"] = {"type": "string"}
+    body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/S0"}}}}
+    return {"openapi": "3.0.3", "info": {"title": "laughs", "version": "1"},
+            "paths": {"/x": {"post": {"operationId": "make_x", "requestBody": body,
+                                      "responses": {"200": {"description": "ok", **body}}}}},
+            "components": {"schemas": schemas}}
+
+
+def _count_nodes(x: Any) -> int:
+    if isinstance(x, dict):
+        return 1 + sum(_count_nodes(v) for v in x.values())
+    if isinstance(x, list):
+        return sum(_count_nodes(v) for v in x)
+    return 0
+
+
+def test_openapi_ref_fan_out_is_capped_not_exponential(caplog: pytest.LogCaptureFixture) -> None:
+    doc = _fan_out_doc(5, 10)  # 2.5 KB; 10^5 leaves in the input and again in the output if fully expanded
+    assert len(json.dumps(doc)) < 3000
+    meta = openapi_to_metadata(doc, max_schema_nodes=5000)
+    (tool,) = meta.tools
+    total = _count_nodes(tool.input_schema) + _count_nodes(tool.output_schema)
+    assert total < 2 * 5000 + 100  # bounded by the cap (property maps are not counted as schema nodes)
+    dumped = json.dumps(tool.input_schema) + json.dumps(tool.output_schema)
+    assert "truncated" in dumped and len(dumped) < 1_000_000
+    assert "make_x" in caplog.text and "truncated stubs" in caplog.text
+    # the stub keeps the target's type
+    deep = tool.input_schema["properties"]
+    while "properties" in deep.get("p9", {}):
+        deep = deep["p9"]["properties"]
+    assert deep["p9"]["type"] in ("object", "string") and deep["p9"].get("description")
+
+
+def test_openapi_memoised_refs_expand_like_before_and_are_not_shared() -> None:
+    meta = openapi_to_metadata(_fan_out_doc(3, 4))
+    (tool,) = meta.tools
+    leaf = tool.input_schema["properties"]["p0"]["properties"]["p1"]["properties"]["p2"]
+    assert leaf == {"type": "string"}
+    assert "truncated" not in json.dumps(tool.input_schema)
+    assert _count_nodes(tool.input_schema) == (1 + 4 + 16) * 2 + 64  # schemas with a properties map, leaves
+    a = tool.input_schema["properties"]["p0"]
+    b = tool.input_schema["properties"]["p1"]
+    assert a == b and a is not b and a["properties"]["p0"] is not b["properties"]["p0"]
+    assert tool.output_schema["properties"]["p3"] is not tool.input_schema["properties"]["p3"]

@@ -179,6 +179,42 @@ def test_unreadable_cache_entry_is_paid_again(tmp_path: Path) -> None:
     assert json.loads(entry.read_text())["choices"][0]["message"]["content"] == "answer to a"
 
 
+@pytest.mark.parametrize("bad", [{}, {"choices": []}, {"choices": "x"}, {"choices": [{}]}, {"choices": ["x"]},
+                                 {"choices": [{"message": None}]}, {"choices": [{"message": {"content": 3}}]},
+                                 {"choices": [{"message": {"content": None}}]}, [1, 2],
+                                 {"choices": [{"message": {"content": "x", "tool_calls": "y"}}]}])
+def test_malformed_cache_entry_is_a_miss_not_a_crash_or_an_empty_replay(tmp_path: Path, bad: Any,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    with ScriptedChatServer(_echo) as server:
+        run(_client(server, cache_dir=tmp_path).chat(_user("a"), stage="s"))
+        (entry,) = [p for p in tmp_path.rglob("*.json")]
+        entry.write_text(json.dumps(bad), encoding="utf-8")
+        reply = run(_client(server, cache_dir=tmp_path).chat(_user("a"), stage="s"))
+    assert len(server.requests) == 2 and reply.cached is False and reply.text == "answer to a"
+    assert json.loads(entry.read_text())["choices"][0]["message"]["content"] == "answer to a"
+    assert "malformed cache entry" in caplog.text
+
+
+def test_non_integer_usage_in_a_cache_entry_counts_zero(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with ScriptedChatServer(_echo) as server:
+        run(_client(server, cache_dir=tmp_path).chat(_user("a"), stage="s"))
+        (entry,) = [p for p in tmp_path.rglob("*.json")]
+        data = json.loads(entry.read_text())
+        data["usage"] = {"prompt_tokens": "lots", "completion_tokens": -3}
+        entry.write_text(json.dumps(data), encoding="utf-8")
+        client = _client(server, cache_dir=tmp_path)
+        reply = run(client.chat(_user("a"), stage="s"))
+    assert len(server.requests) == 1 and reply.cached is True and reply.text == "answer to a"
+    assert reply.usage == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    assert "not a token count" in caplog.text
+
+
+def test_live_answer_without_a_message_is_a_request_error() -> None:
+    with ScriptedChatServer(lambda body: {"choices": [{"finish_reason": "stop"}]}) as server:
+        with pytest.raises(LLMRequestError, match="not a chat completion"):
+            run(_client(server, max_retries=0).chat(_user("a"), stage="s"))
+
+
 def test_identical_concurrent_requests_are_paid_once(tmp_path: Path) -> None:
     def slow(body: dict) -> dict:
         time.sleep(0.2)
