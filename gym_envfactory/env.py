@@ -128,7 +128,7 @@ class EnvFactoryEnv(gym.Env):
         self.backend = acquire_backend(backend, envs=served, url=url, token=token, **dict(backend_options or {}))
         self.observation_space = MessagesSpace()
         self.action_space = AssistantActionSpace(list(self.spec_env.tools))
-        self.session: Session | None = None
+        self.session: Any = None  # Session, or RemoteSession on a remote backend
         self.task: Task | None = None
         self.replay: ReplayResult | None = None
         self.messages: list[dict[str, Any]] = []

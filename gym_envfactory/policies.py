@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
-import json
 import logging
 import os
 import random

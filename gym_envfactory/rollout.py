@@ -9,7 +9,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from .env import EnvFactoryEnv
 from .policies import Policy

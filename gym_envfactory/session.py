@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ValidationError

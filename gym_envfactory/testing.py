@@ -77,7 +77,41 @@ class _Replay:
                               "messages, model or sampling settings, or already replayed)")
 
 
-class ScriptedChatServer:
+class _LocalHTTPServer:
+    """A ThreadingHTTPServer on 127.0.0.1 run in a daemon thread (start/stop or ``with``)."""
+
+    _thread_name = "local-http"
+    _httpd: ThreadingHTTPServer
+    _thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``: pass it as an OpenAI client's ``base_url``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> Any:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name=self._thread_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ScriptedChatServer(_LocalHTTPServer):
     """Serve scripted chat completions on ``127.0.0.1:<port>`` in a background thread.
 
     Args:
@@ -135,7 +169,7 @@ class ScriptedChatServer:
                 self._send(200, server._completion(reply, body))
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._thread: threading.Thread | None = None
+        self._thread = None
 
     @classmethod
     def from_file(cls, path: str | Path, *, model: str = "scripted", port: int = 0) -> "ScriptedChatServer":
@@ -177,14 +211,7 @@ class ScriptedChatServer:
             entries.append((sha, item["reply"]))
         return cls(_Replay(entries, str(p)), model=model, port=port)
 
-    @property
-    def port(self) -> int:
-        return self._httpd.server_address[1]
 
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:<port>/v1``: pass it as an OpenAI client's ``base_url``."""
-        return f"http://127.0.0.1:{self.port}/v1"
 
     def _next(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -226,25 +253,12 @@ class ScriptedChatServer:
                       "total_tokens": prompt_tokens + completion_tokens},
         }
 
-    def start(self) -> "ScriptedChatServer":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="scripted-chat", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> "ScriptedChatServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
-class RecordingProxy:
+
+
+
+class RecordingProxy(_LocalHTTPServer):
     """An OpenAI-compatible server that forwards chat completions to a real endpoint and records them.
 
     Point a client (``envfactory gen ... --base-url proxy.base_url``) at the proxy: each
@@ -320,7 +334,7 @@ class RecordingProxy:
                 self._send_raw(status, data, ctype)
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._thread: threading.Thread | None = None
+        self._thread = None
 
     def _forward(self, method: str, route: str, data: bytes | None) -> tuple[int, bytes, str]:
         req = urllib.request.Request(self.upstream_base_url + route, data=data, method=method)
@@ -352,28 +366,8 @@ class RecordingProxy:
                 fh.flush()
             self.recorded += 1
 
-    @property
-    def port(self) -> int:
-        return self._httpd.server_address[1]
 
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:<port>/v1``: pass it as an OpenAI client's ``base_url``."""
-        return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "RecordingProxy":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="recording-proxy", daemon=True)
-        self._thread.start()
-        return self
 
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
-    def __enter__(self) -> "RecordingProxy":
-        return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
