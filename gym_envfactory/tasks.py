@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import jsonpatch
+from functools import cached_property
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import DatasetError, SpecError, UnknownTaskError
@@ -113,9 +114,10 @@ class ReplayResult:
     def final_state(self) -> dict[str, Any]:
         return self.turn_states[-1]
 
-    @property
+    @cached_property
     def initial(self) -> Any:
-        """The initial state in the same canonical form as :meth:`Session.state`."""
+        """The initial state in the same canonical form as :meth:`Session.state` (parsed once per task,
+        not on every reset; treat it as read-only: it is shared by every episode of the task)."""
         states = {n: json.loads(b) for n, b in self.initial_state.items()}
         return next(iter(states.values())) if len(states) == 1 else states
 
