@@ -274,7 +274,8 @@ class EnvFactoryEnv(gym.Env):
             if not info["turn_ended"]:
                 reward += self._end_turn(info)
         if terminated or truncated:
-            score = self._score()
+            # the turn that just ended read the state already, and no call has run since
+            score = self._score(self.records[-1].state if info["turn_ended"] else None)
             self.last_score = score
             if self.reward_mode == "episode":
                 reward = score.reward
@@ -302,8 +303,9 @@ class EnvFactoryEnv(gym.Env):
         self.steps_in_turn = 0
         return reward
 
-    def _score(self) -> EpisodeScore:
-        """Score the episode on copies of the state (never mutates the session, CASES C05)."""
+    def _score(self, final_state: Any = None) -> EpisodeScore:
+        """Score the episode on copies of the state (never mutates the session, CASES C05).
+        ``final_state``: the state just read at the end of the last turn, to avoid reading it twice."""
         assert self.session is not None and self.task is not None and self.replay is not None
         n = len(self.task.turns)
         return score_episode(
@@ -311,7 +313,7 @@ class EnvFactoryEnv(gym.Env):
             [self._gt_calls(t) for t in range(n)],
             self.replay.turn_states,
             [t.expected_outputs for t in self.task.turns],
-            self.session.state(),
+            final_state if final_state is not None else self.session.state(),
             self.reward_config,
             bookkeeping=self._bookkeeping,
             set_fields=self._set_fields,

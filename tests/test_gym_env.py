@@ -181,3 +181,17 @@ def test_render_ansi(library):
     text = env.render()
     assert "[user] Borrow Dune" in text and "borrow_book(" in text and "[tool]" in text
     assert env.render() == ""
+
+
+def test_final_state_is_read_once_per_episode_end(library):
+    """The last turn's state read is reused for the episode score (one round trip on remote backends)."""
+    from unittest import mock
+
+    from gym_envfactory.session import Session
+
+    env = EnvFactoryEnv("Library", task_id="borrow-dune")
+    env.reset()
+    with mock.patch.object(Session, "state", autospec=True, side_effect=Session.state) as reads:
+        env.step(BORROW)
+        *_, term, _, info = env.step("Loan L-0001.")
+    assert term and info["episode"]["reward"] == 1.0 and reads.call_count == 1
