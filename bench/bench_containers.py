@@ -45,12 +45,21 @@ def main() -> None:
     args = ap.parse_args()
     n = args.n or (3 if args.quick else 8)
 
-    from gym_envfactory.client import SessionClient
-    from gym_envfactory.docker_backend import start_container
-    from gym_envfactory.images import (DEFAULT_BASE_TAG, OFFICIAL_BASE, catalog_environments, docker_client,
-                                       ensure_images, env_dependencies, env_image_tag, find_image, layer_sizes,
-                                       runtime_tag)
-    from gym_envfactory.spec import get_environment
+    from gym_envfactory.backends.remote import SessionClient
+    from gym_envfactory.containers.images import (
+        DEFAULT_BASE_TAG,
+        OFFICIAL_BASE,
+        catalog_environments,
+        docker_client,
+        ensure_images,
+        env_dependencies,
+        env_image_tag,
+        find_image,
+        layer_sizes,
+        runtime_tag,
+    )
+    from gym_envfactory.containers.run import start_container
+    from gym_envfactory.environment.catalog import get_environment
 
     client = docker_client()
     t0 = time.monotonic()

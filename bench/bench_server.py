@@ -21,12 +21,14 @@ import sys
 import time
 from pathlib import Path
 
+from gym_envfactory.replay import task_reference
+
 HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
 sys.path.insert(0, str(HERE.parent))
 
-from gym_envfactory import get_environment  # noqa: E402
-from gym_envfactory.client import AsyncSessionClient  # noqa: E402
+from gym_envfactory import get_environment
+from gym_envfactory.backends.remote import AsyncSessionClient
 
 
 def pct(xs, p):
@@ -156,7 +158,7 @@ async def soak(url: str, pid: int, n_sessions: int = 1024, connections: int = 8,
     states = []
     for k in range(0, n_sessions, 128):
         states += await clients[0].batch([("state", {"session_id": s}) for s in sids[k:k + 128]])
-    equal = all(st == spec.tasks.replay(tasks[i % len(tasks)]).final_state for i, st in enumerate(states))
+    equal = all(st == task_reference(spec, tasks[i % len(tasks)]).final_state for i, st in enumerate(states))
     await clients[0].batch([("close", {"session_id": s}) for s in sids])
     after = (await clients[0].request("stats"))["sessions"]
     rss_closed = rss_kib(pid)
@@ -175,7 +177,7 @@ async def main() -> None:
 
     spec = get_environment("HotelBooking")
     for t in spec.tasks:  # the client checks final states against solo replays: compute them first
-        spec.tasks.replay(t)
+        task_reference(spec, t)
     gc.collect()
     gc.freeze()  # the load generator's own GC pauses would otherwise show up as server latency
     import json as _j

@@ -80,7 +80,7 @@ def print_results(results: list[Any], usage_by_stage: dict[str, dict[str, int]] 
             for f in blocking[:12]:
                 console.print(escape(f"    [{f.severity}] {f.dimension}/{f.check}: {f.message[:240]}"), soft_wrap=True)
         elif r.status == "passed":
-            from gym_envfactory.spec import catalog_dirs
+            from gym_envfactory.environment.catalog import catalog_dirs
 
             console.print(f"[green]{r.name}: registered as {r.gym_id}[/green]")
             if r.path and not any(Path(r.path).parent.resolve() == d.resolve() for d in catalog_dirs()):
@@ -209,10 +209,13 @@ def import_cmd(
     validate: Annotated[bool, typer.Option("--validate/--no-validate", help="run the validation scenarios afterwards")] = True,
 ) -> None:
     """Import an existing single-file tool server into the catalog without editing it."""
-    from gym_envfactory.spec import EnvironmentSpec, load_environment
+    from gym_envfactory.environment.package import load_environment
+    from gym_envfactory.environment.spec import EnvironmentSpec
     from gym_envfactory.validation import validate_environment
 
-    from .importer import import_tool_server  # lazy: the importer pulls in the file's own dependencies
+    from .importer import (
+        import_tool_server,  # lazy: the importer pulls in the file's own dependencies
+    )
 
     wanted = {"name": name, "out_dir": out, "domain": domain, "initial_state": initial_state, "tasks": tasks,
               "scenarios": scenarios, "overwrite": overwrite or None, "validate": validate}

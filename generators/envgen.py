@@ -66,8 +66,9 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
+from gym_envfactory.environment.manifest import DOMAINS, Manifest, canonical_json
+from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import EnvFactoryError, SpecError
-from gym_envfactory.spec import DOMAINS, EnvironmentSpec, Manifest, canonical_json
 
 from . import prompts
 
@@ -374,9 +375,14 @@ def load_package(folder: str | Path, tag: str | None = None) -> EnvironmentSpec:
     package of the same name would silently reuse the first attempt's code; this loader always
     executes the files on disk.  Raises :class:`SpecError`.
     """
-    from gym_envfactory.spec import _import_member, _import_package, collect_tools
-    from gym_envfactory.tools import format_validation_error
     from pydantic import ValidationError
+
+    from gym_envfactory.environment.arguments import format_validation_error
+    from gym_envfactory.environment.package import (
+        collect_tools,
+        import_member,
+        import_package,
+    )
 
     folder = Path(folder).resolve()
     man_file = folder / "environment.toml"
@@ -389,13 +395,13 @@ def load_package(folder: str | Path, tag: str | None = None) -> EnvironmentSpec:
         raise SpecError(d["message"], file=man_file, field=d["field"]) from None
     manifest.check(man_file)
     tag = tag or f"{os.getpid()}_{next(_tags)}"
-    pkg = _import_package(f"{manifest.name}{_tag_suffix(tag)}", folder)
+    pkg = import_package(f"{manifest.name}{_tag_suffix(tag)}", folder)
     mod_name, _, cls_name = manifest.state_model.partition(":")
-    state_mod = _import_member(pkg, folder, mod_name, field="state_model")
+    state_mod = import_member(pkg, folder, mod_name, field="state_model")
     state_model = getattr(state_mod, cls_name or "State", None)
     if not (isinstance(state_model, type) and issubclass(state_model, BaseModel)):
         raise SpecError(f"{manifest.state_model!r} is not a Pydantic model", file=man_file, field="state_model")
-    tools_mod = _import_member(pkg, folder, manifest.tools_module, field="tools_module")
+    tools_mod = import_member(pkg, folder, manifest.tools_module, field="tools_module")
     return EnvironmentSpec(manifest, state_model, collect_tools(tools_mod, manifest.name), path=folder)
 
 
@@ -447,18 +453,18 @@ def _classify_step(sid: str, text: str) -> Finding:
 def _replay_twice(spec: EnvironmentSpec, limit: int = 50) -> list[Finding]:
     """Run each scenario's calls twice from the same initial state: results and final states must be
     byte-identical (DESIGN §3)."""
+    from gym_envfactory.environment.states import resolve_task_state
     from gym_envfactory.session import Session
-    from gym_envfactory.tasks import _apply_ref
 
     out = []
     for sc in spec.scenarios[:limit]:
         try:
-            initial = _apply_ref(spec, sc.initial_state, {"task_id": sc.scenario_id})
+            initial = resolve_task_state(spec, sc.initial_state, {"task_id": sc.scenario_id})
         except SpecError:
             continue  # reported by the scenario run
         runs = []
         for _ in range(2):
-            s = Session(spec, _states={spec.name: initial})
+            s = Session.from_states(spec, {spec.name: initial})
             results = [s.call(step.call, step.arguments) for step in sc.steps]
             runs.append((canonical_json([[r.ok, r.content, r.error] for r in results]), s.state_bytes()))
             s.close()
@@ -1220,10 +1226,10 @@ class EnvGen:
 
     # ------------------------------------------------------------------ outputs
     def _check_name(self, name: str) -> None:
-        from gym_envfactory.spec import _PROGRAMMATIC, _catalog_folders
+        from gym_envfactory.environment.catalog import _PROGRAMMATIC, catalog_folders
 
         dest = self.options.out_dir / name
-        existing = _catalog_folders().get(name)
+        existing = catalog_folders().get(name)
         if existing is not None and existing.resolve() != dest.resolve():
             raise EnvGenError(f"environment {name} already exists in the catalog at {existing}; choose another --name")
         if name in _PROGRAMMATIC:
@@ -1271,7 +1277,7 @@ class EnvGen:
         """
         import gymnasium as gym
 
-        from gym_envfactory import spec as spec_mod
+        from gym_envfactory.environment import spec as spec_mod
 
         man = tomllib.loads((dest / "environment.toml").read_text())
         name = str(man.get("name") or dest.name)
@@ -1284,7 +1290,7 @@ class EnvGen:
             del sys.modules[mod]
         env_id = f"envfactory/{name}-v{major}"
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point="gym_envfactory.env:EnvFactoryEnv", kwargs={"env": name},
+            gym.register(id=env_id, entry_point="gym_envfactory.envs.env:EnvFactoryEnv", kwargs={"env": name},
                          disable_env_checker=True)
         return env_id
 

@@ -71,8 +71,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, get_type_hints
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from gym_envfactory.authoring import ToolError, tool
+from gym_envfactory.environment.catalog import define_environment
+from gym_envfactory.environment.package import load_environment
+from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import SpecError
-from gym_envfactory.spec import EnvironmentSpec, define_environment, load_environment
 
 __all__ = [
     "ImporterError",
@@ -94,7 +96,7 @@ class ImporterError(SpecError):
 
 
 def _default_out_dir() -> Path:
-    import gym_envfactory.spec as _spec
+    import gym_envfactory.environment.spec as _spec
 
     checkout = Path(_spec.__file__).resolve().parent.parent / "env_images"
     return checkout if checkout.is_dir() else Path.cwd() / "env_images"
@@ -1134,8 +1136,8 @@ def shared_module_globals(a: ServerAnalysis) -> dict[str, list[str]]:
 def _isolation_runs(spec: EnvironmentSpec, limit: int = 50) -> str | None:
     """Run the scenarios' calls twice in fresh sessions and once interleaved with a second session
     doing the same; ``None`` when every run gives the same results and states, else what differed."""
+    from gym_envfactory.environment.states import resolve_task_state
     from gym_envfactory.session import Session
-    from gym_envfactory.tasks import _apply_ref
 
     def fingerprint(results: list[Any], session: Any) -> tuple[bytes, bytes]:
         return (json.dumps([[r.ok, r.content, r.error_code] for r in results], sort_keys=True,
@@ -1143,18 +1145,18 @@ def _isolation_runs(spec: EnvironmentSpec, limit: int = 50) -> str | None:
 
     for sc in spec.scenarios[:limit]:
         try:
-            initial = _apply_ref(spec, sc.initial_state, {"task_id": sc.scenario_id})
+            initial = resolve_task_state(spec, sc.initial_state, {"task_id": sc.scenario_id})
         except Exception:  # noqa: BLE001 - validation reports a bad scenario
             continue
         runs = []
         for _ in range(2):
-            s = Session(spec, _states={spec.name: initial})
+            s = Session.from_states(spec, {spec.name: initial})
             runs.append(fingerprint([s.call(st.call, st.arguments) for st in sc.steps], s))
             s.close()
         if runs[0] != runs[1]:
             what = "states" if runs[0][0] == runs[1][0] else "results"
             return f"scenario {sc.scenario_id}: two runs in fresh sessions from the same state gave different {what}"
-        x, y = Session(spec, _states={spec.name: initial}), Session(spec, _states={spec.name: initial})
+        x, y = Session.from_states(spec, {spec.name: initial}), Session.from_states(spec, {spec.name: initial})
         rx, ry = [], []
         for st in sc.steps:
             rx.append(x.call(st.call, st.arguments))
@@ -1204,8 +1206,8 @@ def _register(spec: EnvironmentSpec) -> None:
 
     Uses the runtime's in-process registry (as define_environment does); see the final report: a public
     ``register_spec`` in gym_envfactory.spec would be the clean hook."""
-    import gym_envfactory.spec as spec_mod
-    from gym_envfactory.registration import register_environment
+    import gym_envfactory.environment.spec as spec_mod
+    from gym_envfactory.environment.catalog import register_environment
 
     with spec_mod._REG_LOCK:
         spec_mod._CATALOG.pop(spec.name, None)

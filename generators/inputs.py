@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol, runtime_checkable
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "ToolMetadata",

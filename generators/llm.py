@@ -43,7 +43,12 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import jsonschema
 import openai
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+)
 
 __all__ = [
     "LLMConfig",

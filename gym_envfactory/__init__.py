@@ -13,11 +13,23 @@ See DESIGN.md for the architecture and the reward policy (EnvFactory, arXiv 2605
 
 from __future__ import annotations
 
-from .authoring import ToolAnnotations, ToolError, tool
-from .errors import DatasetError, EnvFactoryError, SpecError, UnknownEnvironmentError, UnknownTaskError
-from .parsing import ToolCall
-from .session import Session, ToolResult
-from .spec import EnvironmentSpec, define_environment, get_environment, list_environments, load_environment
+from gym_envfactory.authoring import ToolAnnotations, ToolError, tool
+from gym_envfactory.environment.catalog import (
+    define_environment,
+    get_environment,
+    list_environments,
+)
+from gym_envfactory.environment.package import load_environment
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.envs.parsing import ToolCall
+from gym_envfactory.errors import (
+    DatasetError,
+    EnvFactoryError,
+    SpecError,
+    UnknownEnvironmentError,
+    UnknownTaskError,
+)
+from gym_envfactory.session import Session, ToolResult
 
 __version__ = "0.1.0"
 
@@ -40,8 +52,8 @@ __all__ = [
     "UnknownTaskError",
 ]
 
-from . import _layout  # noqa: E402
-from .registration import register_catalog as _register_catalog  # noqa: E402
+from gym_envfactory import _layout
+from gym_envfactory.environment.catalog import register_catalog as _register_catalog
 
 _layout.install()
 _register_catalog()

@@ -1,15 +1,40 @@
-"""Typed exceptions raised at the runtime's boundaries (loading, datasets, configuration).
+"""The runtime's one error family: every exception it raises on purpose derives from :class:`EnvFactoryError`.
 
 A *model* action never raises: bad tool calls become typed :class:`~gym_envfactory.session.ToolResult`
-errors.  These exceptions are for authors and operators: a broken environment package, a task file with
-a bad line, an unknown task id.
+errors.  These exceptions are for authors, operators and trainers: a broken environment package, a task
+file with a bad line, an unknown task id, a closed session, an unreachable backend.  Where callers
+already catch a builtin (``KeyError`` for lookups, ``ValueError`` for bad input, ``ConnectionError``
+for transports) the class keeps that builtin as a second base.
+
+:class:`gym_envfactory.authoring.ToolError` stays outside this family on purpose: it is not a failure
+of the runtime but the model-facing signal an environment's tool raises for a domain error ("sold out",
+"insufficient funds"); the session turns it into a ``tool_error`` observation.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["EnvFactoryError", "SpecError", "DatasetError", "UnknownEnvironmentError", "UnknownTaskError"]
+__all__ = [
+    "EnvFactoryError",
+    "SpecError",
+    "DatasetError",
+    "UnknownEnvironmentError",
+    "UnknownTaskError",
+    "ArgumentError",
+    "SessionClosedError",
+    "SnapshotError",
+    "BackendError",
+    "BackendUnavailableError",
+    "RequestTooLargeError",
+    "RemoteError",
+    "ImageError",
+    "UnknownSessionError",
+    "CapacityError",
+    "BadRequestError",
+    "InsecureBindError",
+    "PolicyError",
+]
 
 
 class EnvFactoryError(Exception):
@@ -88,3 +113,67 @@ class UnknownTaskError(EnvFactoryError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown task"
+
+
+class SessionClosedError(EnvFactoryError):
+    """The session was closed; create or fork a new one."""
+
+
+class SnapshotError(EnvFactoryError):
+    """Bytes given to :meth:`Session.restore` are not a snapshot of these environments."""
+
+
+class ArgumentError(EnvFactoryError, ValueError):
+    """Arguments rejected by the argument policy (:mod:`gym_envfactory.environment.arguments`).  ``details`` lists ``{"field", "message"}``."""
+
+    def __init__(self, message: str, details: list[dict[str, str]]) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class BackendUnavailableError(EnvFactoryError, ConnectionError):
+    """The environment server cannot be reached (refused, closed, timed out)."""
+
+
+class RequestTooLargeError(EnvFactoryError, ValueError):
+    """A request frame is over the size the server accepts; it was not sent (the connection stays up)."""
+
+
+class RemoteError(EnvFactoryError):
+    """The server answered a request with a JSON-RPC error.  ``code`` is the JSON-RPC code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"server error {code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class BackendError(EnvFactoryError):
+    """A backend could not be started or configured."""
+
+
+class ImageError(EnvFactoryError):
+    """An image could not be built or the Docker engine cannot be used."""
+
+
+class UnknownSessionError(EnvFactoryError, KeyError):
+    """No live session with that id (never created, closed, or expired)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown session"
+
+
+class CapacityError(EnvFactoryError):
+    """The server holds ``max_sessions`` sessions already."""
+
+
+class BadRequestError(EnvFactoryError, ValueError):
+    """A control request is malformed (unknown environment, bad parameters)."""
+
+
+class InsecureBindError(EnvFactoryError, RuntimeError):
+    """Refusing to listen beyond loopback without a control-plane token."""
+
+
+class PolicyError(EnvFactoryError, RuntimeError):
+    """The policy could not produce an action (e.g. the LLM endpoint failed after retries)."""

@@ -1,6 +1,6 @@
 """Sessions: one episode's private copy of one or more environments' states, plus the action log.
 
-DESIGN §4.  Every shell (Gymnasium env, servers, trainers) is a thin layer over :class:`Session`.
+docs/architecture.md, "Sessions".  Every shell (Gymnasium env, servers, trainers) is a thin layer over :class:`Session`.
 
 Isolation: a session owns its state objects; nothing mutable is shared with the spec or with other
 sessions.  States are materialised lazily from JSON bytes (``reset``/``restore``/``fork`` are O(1) in
@@ -16,17 +16,24 @@ import copy
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from .authoring import ToolError
-from .errors import EnvFactoryError, SpecError
-from .parsing import _decode_arguments, _raw, scrub
-from .spec import EnvironmentSpec, canonical_json
-from .tools import ArgumentError, ToolSpec
+from gym_envfactory.authoring import ToolError
+from gym_envfactory.environment.arguments import decode_arguments, raw_text, scrub
+from gym_envfactory.environment.manifest import canonical_json
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.environment.states import resolve_initial_states
+from gym_envfactory.environment.tools import ToolSpec
+from gym_envfactory.errors import (
+    ArgumentError,
+    SessionClosedError,
+    SnapshotError,
+    SpecError,
+)
 
-__all__ = ["Session", "ToolResult", "ActionRecord", "ErrorType", "SessionClosedError", "SnapshotError"]
+__all__ = ["Session", "SessionProtocol", "ToolResult", "ActionRecord", "ErrorType", "INVALID_CALL_ERRORS"]
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +43,8 @@ ErrorType = Literal["parse_error", "unknown_tool", "invalid_arguments", "tool_er
 INVALID_CALL_ERRORS: frozenset[str] = frozenset({"parse_error", "unknown_tool", "invalid_arguments"})
 
 
-class SessionClosedError(EnvFactoryError):
-    """The session was closed; create or fork a new one."""
 
 
-class SnapshotError(EnvFactoryError):
-    """Bytes given to :meth:`Session.restore` are not a snapshot of these environments."""
 
 
 @dataclass(slots=True)
@@ -123,37 +126,71 @@ class ActionRecord:
 def _loggable(raw: Any) -> Any:
     """What the action log keeps of arguments that did not validate: JSON data, else a safe string."""
     try:
-        return _decode_arguments(raw)
+        return decode_arguments(raw)
     except ValueError:
-        return raw if isinstance(raw, str) and not raw.strip().startswith("{") and len(raw) < 2000 and scrub(raw) == raw else _raw(raw)
+        return raw if isinstance(raw, str) and not raw.strip().startswith("{") and len(raw) < 2000 and scrub(raw) == raw else raw_text(raw)
 
 
-def _resolve_initial_states(
-    envs: Mapping[str, EnvironmentSpec], initial_state: Any
-) -> dict[str, bytes]:
-    """Initial state spec → validated JSON bytes per environment.
-
-    Accepted forms: ``None`` (each environment's default), a state name (``"large"``), a state dict or
-    model (single environment), or a mapping ``{env_name: name | dict | model}`` (several).
+@runtime_checkable
+class SessionProtocol(Protocol):
+    """What every shell may rely on, whether the session is local (:class:`Session`) or on a server
+    (:class:`~gym_envfactory.backends.remote.RemoteSession`).  Same results, same errors, same
+    snapshots: the conformance suite (``tests/conformance/``) checks every backend against it.
     """
-    names = list(envs)
-    if len(names) == 1:
-        return {names[0]: _one_state(envs[names[0]], initial_state)}
-    if initial_state is None or isinstance(initial_state, str):
-        return {n: _one_state(envs[n], initial_state) for n in names}
-    if not isinstance(initial_state, Mapping) or not set(initial_state) <= set(names):
-        raise SpecError(f"the initial state of a session over {names} must map environment names to states")
-    return {n: _one_state(envs[n], initial_state.get(n)) for n in names}
 
+    envs: dict[str, EnvironmentSpec]
+    tools: dict[str, ToolSpec]
 
-def _one_state(spec: EnvironmentSpec, raw: Any) -> bytes:
-    if raw is None:
-        return spec.initial_state_json()
-    if isinstance(raw, str):
-        return spec.initial_state_json(raw)
-    if isinstance(raw, BaseModel):
-        raw = raw.model_dump(mode="json")
-    return spec.validate_state(raw).model_dump_json().encode()
+    def call(self, name: str, arguments: Any = None, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
+        """Validate and run one tool call; a bad call is a typed result, never an exception."""
+        ...
+
+    def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None,
+                       tag: Any = None) -> ToolResult:
+        """Log a call that could not be parsed (``parse_error``)."""
+        ...
+
+    def state(self) -> Any:
+        """The canonical state (one env: its dict; several: ``{env_name: dict}``)."""
+        ...
+
+    def state_bytes(self) -> bytes:
+        """Canonical JSON bytes of :meth:`state`."""
+        ...
+
+    @property
+    def action_log(self) -> list[ActionRecord]:
+        """The calls since the last reset (a copy)."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        ...
+
+    def snapshot(self) -> bytes:
+        """States and action log as portable JSON bytes."""
+        ...
+
+    def restore(self, data: bytes) -> None:
+        """Replace states and log with a :meth:`snapshot`; :class:`SnapshotError` leaves them unchanged."""
+        ...
+
+    def reset(self, initial_state: Any = None) -> None:
+        """Back to the initial state, with an empty action log."""
+        ...
+
+    def fork(self) -> SessionProtocol:
+        """An independent copy."""
+        ...
+
+    def fork_many(self, k: int) -> list[SessionProtocol]:
+        """``k`` independent copies (a GRPO group)."""
+        ...
+
+    def close(self) -> None:
+        """Release the session (idempotent)."""
+        ...
 
 
 class Session:
@@ -162,7 +199,9 @@ class Session:
     Args:
         env: one :class:`EnvironmentSpec`, or several for a task that spans environments (their tool
             names must be distinct).
-        initial_state: see :func:`_resolve_initial_states`.
+        initial_state: a reference resolved by
+            :func:`~gym_envfactory.environment.states.resolve_initial_states` (``None``, a state name, a state
+            dict or model, or ``{env_name: one of those}``).
         check_writes: validation mode (EnvGen's Validator, ``envfactory validate``): a write tool that
             reports success without changing the state, a read-only tool that changes it, or a failing
             tool that leaves a partial write all become ``internal_error`` results.  Costs one state
@@ -180,8 +219,31 @@ class Session:
         initial_state: Any = None,
         *,
         check_writes: bool = False,
-        _states: dict[str, bytes] | None = None,
     ) -> None:
+        self._setup(env, check_writes)
+        self._initial = resolve_initial_states(self.envs, initial_state)
+        self._pending = dict(self._initial)
+
+    @classmethod
+    def from_states(cls, env: EnvironmentSpec | Sequence[EnvironmentSpec], states: Mapping[str, bytes], *,
+                    check_writes: bool = False) -> Session:
+        """A session starting from ``states``: ``{env_name: JSON bytes}`` already validated by each
+        environment's state model (what :func:`~gym_envfactory.environment.states.resolve_initial_states`
+        returns, or a replay's ``initial_state``).  O(1): nothing is parsed until the first call.
+
+        Raises:
+            SpecError: no environment, tool name collisions, or ``states`` not naming exactly the
+                session's environments.
+        """
+        self = cls.__new__(cls)
+        self._setup(env, check_writes)
+        if set(states) != set(self.envs):
+            raise SpecError(f"states for {sorted(states)} given to a session over {sorted(self.envs)}")
+        self._initial = dict(states)
+        self._pending = dict(self._initial)
+        return self
+
+    def _setup(self, env: EnvironmentSpec | Sequence[EnvironmentSpec], check_writes: bool) -> None:
         specs = [env] if isinstance(env, EnvironmentSpec) else list(env)
         if not specs:
             raise SpecError("a session needs at least one environment")
@@ -196,8 +258,6 @@ class Session:
                     )
                 self.tools[name] = t
         self.check_writes = check_writes
-        self._initial = _states if _states is not None else _resolve_initial_states(self.envs, initial_state)
-        self._pending: dict[str, bytes] = dict(self._initial)
         self._states: dict[str, BaseModel] = {}
         self._log: list[ActionRecord] = []
         self._closed = False
@@ -292,7 +352,7 @@ class Session:
                 return ToolResult(name=name, ok=False, error_type="invalid_arguments", error_code="invalid_arguments",
                                   call_id=call_id, error=f"arguments of {name} are not UTF-8 text")
         try:
-            arguments = _decode_arguments(arguments)  # a fresh copy of JSON data (the log keeps it)
+            arguments = decode_arguments(arguments)  # once per call: a parser's output passes through
         except ValueError as exc:
             return ToolResult(name=name, ok=False, error_type="invalid_arguments", error_code="invalid_arguments",
                               call_id=call_id, error=f"arguments of {name}: {exc}")
@@ -347,7 +407,7 @@ class Session:
         action log.  Nothing of the previous episode survives (CASES C02)."""
         self._check_open()
         if initial_state is not None:
-            self._initial = _resolve_initial_states(self.envs, initial_state)
+            self._initial = resolve_initial_states(self.envs, initial_state)
         self._pending = dict(self._initial)
         self._states = {}
         self._log = []
@@ -391,7 +451,7 @@ class Session:
         """An independent copy (state and action log); writes to either never reach the other."""
         self._check_open()
         states = {n: self._env_json(n) for n in self.envs}
-        child = Session(list(self.envs.values()), check_writes=self.check_writes, _states=self._initial)
+        child = Session.from_states(list(self.envs.values()), self._initial, check_writes=self.check_writes)
         child._pending = states
         child._log = list(self._log)  # records are never handed out uncopied, so they can be shared
         return child
@@ -402,7 +462,7 @@ class Session:
         states = {n: self._env_json(n) for n in self.envs}
         out = []
         for _ in range(k):
-            child = Session(list(self.envs.values()), check_writes=self.check_writes, _states=self._initial)
+            child = Session.from_states(list(self.envs.values()), self._initial, check_writes=self.check_writes)
             child._pending = dict(states)
             child._log = list(self._log)
             out.append(child)

@@ -25,43 +25,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from .errors import DatasetError, SpecError
-from .tools import format_validation_error
+from gym_envfactory.environment.scenarios import Scenario
+from gym_envfactory.errors import DatasetError, SpecError
+from gym_envfactory.replay import task_reference
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .spec import EnvironmentSpec
+    from gym_envfactory.environment.spec import EnvironmentSpec
 
-__all__ = ["Scenario", "ScenarioStep", "ScenarioReport", "ValidationReport", "load_scenarios",
+__all__ = ["ScenarioReport", "ValidationReport",
            "run_scenarios", "validate_environment", "get_path"]
 
 _MISSING = object()
 
 
-class ScenarioStep(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    call: str
-    arguments: dict[str, Any] | str = Field(default_factory=dict)
-    expect: Literal["ok", "tool_error", "invalid_arguments", "unknown_tool"] = "ok"
-    error_code: str | None = None
-    result: Any = None
-    state: dict[str, Any] = Field(default_factory=dict)
-    state_absent: list[str] = Field(default_factory=list)
-    exact: bool = False
-    state_unchanged: bool | None = None
 
 
-class Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    scenario_id: str
-    level: Literal["simple", "medium", "complex", "boundary", "error"] = "simple"
-    description: str = ""
-    initial_state: str | dict[str, Any] | None = None
-    steps: list[ScenarioStep] = Field(min_length=1)
 
 
 @dataclass
@@ -94,33 +74,6 @@ class ValidationReport:
         return out + self.coverage_failures + self.task_failures + [f"lint: {x}" for x in self.lint_failures]
 
 
-def load_scenarios(src: str | Path | Iterable[Mapping[str, Any]]) -> list[Scenario]:
-    """Parse scenarios from a JSON Lines file or objects.  Raises :class:`SpecError` (file, line, field)."""
-    out: list[Scenario] = []
-    if isinstance(src, (str, Path)):
-        path = Path(src)
-        items = []
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    items.append((lineno, json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise SpecError(f"invalid JSON: {exc.msg}", file=path, line=lineno) from None
-    else:
-        path = None
-        items = list(enumerate(src, 1))
-    seen: set[str] = set()
-    for lineno, obj in items:
-        try:
-            sc = Scenario.model_validate(obj)
-        except ValidationError as exc:
-            d = format_validation_error(exc)[0]
-            raise SpecError(d["message"], file=path, line=lineno, field=d["field"]) from None
-        if sc.scenario_id in seen:
-            raise SpecError(f"duplicate scenario_id {sc.scenario_id!r}", file=path, line=lineno, field="scenario_id")
-        seen.add(sc.scenario_id)
-        out.append(sc)
-    return out
 
 
 def get_path(obj: Any, path: str) -> Any:
@@ -161,8 +114,8 @@ def _subset_match(expected: Any, actual: Any, exact: bool = False) -> bool:
 def run_scenarios(spec: "EnvironmentSpec", scenarios: list[Scenario] | None = None) -> tuple[list[ScenarioReport], dict[str, set[str]]]:
     """Execute scenarios in isolated sessions.  Returns reports and per-tool coverage
     (``{"ok", "error"}`` outcomes observed per tool)."""
-    from .session import Session
-    from .tasks import _apply_ref
+    from gym_envfactory.environment.states import resolve_task_state
+    from gym_envfactory.session import Session
 
     scenarios = spec.scenarios if scenarios is None else scenarios
     coverage: dict[str, set[str]] = {t: set() for t in spec.tools}
@@ -170,11 +123,11 @@ def run_scenarios(spec: "EnvironmentSpec", scenarios: list[Scenario] | None = No
     for sc in scenarios:
         failures: list[str] = []
         try:
-            initial = _apply_ref(spec, sc.initial_state, {"task_id": sc.scenario_id})
+            initial = resolve_task_state(spec, sc.initial_state, {"task_id": sc.scenario_id})
         except DatasetError as exc:
             reports.append(ScenarioReport(sc.scenario_id, sc.level, False, [f"initial state: {exc}"]))
             continue
-        session = Session(spec, _states={spec.name: initial}, check_writes=True)
+        session = Session.from_states(spec, {spec.name: initial}, check_writes=True)
         for i, step in enumerate(sc.steps):
             before = session.state_bytes()
             res = session.call(step.call, step.arguments)
@@ -240,7 +193,7 @@ def validate_environment(spec: "EnvironmentSpec", *, replay_tasks: bool = True,
         report.n_tasks = len(tasks)
         for task in tasks:
             try:
-                tasks.replay(task)
+                task_reference(spec, task)
             except SpecError as exc:
                 report.task_failures.append(str(exc))
     return report

@@ -5,20 +5,27 @@ Where a case is a whole kind of fault, the test runs over every catalog environm
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
 
 import pytest
 
-from gym_envfactory import DatasetError, Session, get_environment, list_environments
-from gym_envfactory.env import EnvFactoryEnv
-from gym_envfactory.parsing import ParseError, ToolCall, parse_action
-from gym_envfactory.policies import NoisyPolicy, OraclePolicy
-from gym_envfactory.reward import RewardConfig, TurnRecord, contains_output, match_calls, score_episode
-from gym_envfactory.rollout import run_episode
-from gym_envfactory.tasks import TaskSet
+from gym_envfactory import DatasetError, Session, get_environment
+from gym_envfactory.environment.states import task_environments, task_initial_state
+from gym_envfactory.environment.tasks import TaskSet
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.envs.parsing import ParseError, ToolCall, parse_action
+from gym_envfactory.envs.reward import (
+    RewardConfig,
+    TurnRecord,
+    contains_output,
+    match_calls,
+    score_episode,
+)
+from gym_envfactory.replay import task_reference
+from gym_envfactory.rollout.policies import NoisyPolicy, OraclePolicy
+from gym_envfactory.rollout.runner import run_episode
 
 CATALOG = ["HotelBooking", "PersonalFinance", "TeamCalendar"]
 
@@ -48,7 +55,7 @@ def test_C01_duplicate_covers_two():
 @pytest.mark.parametrize("env_name", CATALOG)
 def test_C02_reset_after_wrong_attempt(env_name):
     env = EnvFactoryEnv(env_name)
-    for task in write_tasks(env.spec_env, 3):
+    for task in write_tasks(env.environment, 3):
         noisy = run_episode(env, NoisyPolicy(p=1.0, seed=1), task_id=task.task_id)
         assert noisy.reward < 1.0
         for _ in range(2):
@@ -69,8 +76,8 @@ def test_C03_interleaved_sessions(env_name):
     spec = get_environment(env_name)
     a_task, b_task = write_tasks(spec, 2)
     calls = {t.task_id: [c for turn in t.turns for c in turn.ground_truth] for t in (a_task, b_task)}
-    sa = Session(spec, _states=spec.tasks.initial_state(a_task))
-    sb = Session(spec, _states=spec.tasks.initial_state(b_task))
+    sa = Session.from_states(task_environments(spec, a_task), task_initial_state(spec, a_task))
+    sb = Session.from_states(task_environments(spec, b_task), task_initial_state(spec, b_task))
     qa, qb = list(calls[a_task.task_id]), list(calls[b_task.task_id])
     while qa or qb:  # A, B, A, B, ...
         if qa:
@@ -79,8 +86,8 @@ def test_C03_interleaved_sessions(env_name):
         if qb:
             c = qb.pop(0)
             assert sb.call(c.name, c.arguments).ok
-    assert sa.state() == spec.tasks.replay(a_task).final_state
-    assert sb.state() == spec.tasks.replay(b_task).final_state
+    assert sa.state() == task_reference(spec, a_task).final_state
+    assert sb.state() == task_reference(spec, b_task).final_state
 
 
 def test_C03_book_cancel_book_library(library):
@@ -106,7 +113,7 @@ for env_name in sys.argv[1:]:
     for t in spec.tasks:
         if len(t.envs) > 1:
             continue
-        s = Session(spec, _states=spec.tasks.initial_state(t))
+        s = Session.from_states(task_environments(spec, t), task_initial_state(spec, t))
         for turn in t.turns:
             for c in turn.ground_truth:
                 s.call(c.name, c.arguments)
@@ -125,7 +132,7 @@ def test_C04_deterministic_ids_two_processes():
 @pytest.mark.parametrize("env_name", CATALOG)
 def test_C05_scoring_is_read_only(env_name):
     env = EnvFactoryEnv(env_name)
-    task = write_tasks(env.spec_env, 1)[0]
+    task = write_tasks(env.environment, 1)[0]
     env.reset(options={"task_id": task.task_id})
     OraclePolicy().begin(env)
     first = task.turns[0].ground_truth[0]
@@ -312,7 +319,8 @@ def _example(schema, defs):
 
 
 def test_C14_library_noop_write_is_caught_by_validation():
-    from gym_envfactory.validation import run_scenarios, load_scenarios
+    from gym_envfactory.environment.scenarios import load_scenarios
+    from gym_envfactory.validation import run_scenarios
     from tests.conftest import make_library
 
     spec = make_library("LibraryC14", with_bug=True, register=False)

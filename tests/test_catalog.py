@@ -11,10 +11,11 @@ from gymnasium.utils.env_checker import check_env
 
 import gym_envfactory  # noqa: F401
 from gym_envfactory import Session, get_environment, list_environments
-from gym_envfactory.env import EnvFactoryEnv
-from gym_envfactory.parsing import ToolCall
-from gym_envfactory.policies import NoisyPolicy, RandomPolicy
-from gym_envfactory.rollout import run_episode
+from gym_envfactory.environment.states import task_environments, task_initial_state
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.envs.parsing import ToolCall
+from gym_envfactory.rollout.policies import NoisyPolicy, RandomPolicy
+from gym_envfactory.rollout.runner import run_episode
 from gym_envfactory.validation import validate_environment
 
 CATALOG = ["HotelBooking", "PersonalFinance", "TeamCalendar"]
@@ -129,7 +130,7 @@ def test_large_state_sessions_fork_and_stay_isolated(name):
     s = Session(spec, "large")
     forks = s.fork_many(8)
     task = next(t for t in spec.tasks if len(t.envs) == 1 and any(not spec.tools[c.name].read_only for tt in t.turns for c in tt.ground_truth))
-    f = Session(spec, _states=spec.tasks.initial_state(task))
+    f = Session.from_states(task_environments(spec, task), task_initial_state(spec, task))
     for turn in task.turns:
         for c in turn.ground_truth:
             assert f.call(c.name, c.arguments).ok

@@ -11,8 +11,9 @@ from gymnasium.utils.env_checker import check_env
 from pydantic import BaseModel
 
 from gym_envfactory import ToolError, define_environment, tool
-from gym_envfactory.env import EnvFactoryEnv, make_group
-from gym_envfactory.parsing import ToolCall
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.envs.groups import make_group
+from gym_envfactory.envs.parsing import ToolCall
 
 BORROW = '<tool_call>{"name": "borrow_book", "arguments": {"book_id": "B1", "member": "ada"}}</tool_call>'
 

@@ -33,8 +33,8 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS  # noqa: E402
 
-from gym_envfactory.server.mcp_server import SESSION_HEADER  # noqa: E402
-from gym_envfactory.spec import get_environment  # noqa: E402
+from gym_envfactory.environment.catalog import get_environment
+from gym_envfactory.server.mcp_server import SESSION_HEADER
 
 ENV = "HotelBooking"
 CONTROL_PLANE = {"create", "reset", "snapshot", "restore", "fork", "state", "close", "score", "info", "action_log",

@@ -7,9 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from gym_envfactory.env import EnvFactoryEnv
-from gym_envfactory.policies import OpenAIPolicy, PolicyError
-from gym_envfactory.rollout import run_episode
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.errors import PolicyError
+from gym_envfactory.rollout.policies import OpenAIPolicy
+from gym_envfactory.rollout.runner import run_episode
 from gym_envfactory.testing import ScriptedChatServer
 
 

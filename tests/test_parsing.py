@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gym_envfactory.parsing import ParseError, ToolCall, parse_action
+from gym_envfactory.envs.parsing import ParseError, ToolCall, parse_action
 
 ARGS = {"city": "Oslo", "nights": 3, "guests": [{"name": "Ada"}]}
 

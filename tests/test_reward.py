@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from gym_envfactory.reward import (RewardConfig, TurnRecord, contains_output, match_calls, score_episode,
-                                   state_diff, values_equal)
+from gym_envfactory.envs.reward import (
+    RewardConfig,
+    TurnRecord,
+    contains_output,
+    match_calls,
+    score_episode,
+    state_diff,
+    values_equal,
+)
 
 
 def gt(*calls):

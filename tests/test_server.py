@@ -17,13 +17,18 @@ import pytest
 
 import gym_envfactory  # noqa: F401
 from gym_envfactory import get_environment
-from gym_envfactory.client import AsyncSessionClient, BackendUnavailableError, RemoteError, RemoteSession, SessionClient
-from gym_envfactory.env import EnvFactoryEnv
-from gym_envfactory.parsing import ToolCall
-from gym_envfactory.policies import OraclePolicy
-from gym_envfactory.rollout import run_episode
+from gym_envfactory.backends.remote import AsyncSessionClient, SessionClient
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.errors import (
+    BackendUnavailableError,
+    InsecureBindError,
+    RemoteError,
+)
+from gym_envfactory.replay import task_reference
+from gym_envfactory.rollout.policies import OraclePolicy
+from gym_envfactory.rollout.runner import run_episode
 from gym_envfactory.server import SessionManager
-from gym_envfactory.server.app import InsecureBindError, ServerConfig, build_app
+from gym_envfactory.server.app import ServerConfig, build_app
 
 TOKEN = "s3cret-token"
 
@@ -227,7 +232,7 @@ def test_soak_1024_concurrent_sessions_interleaved_writes(server):
                 step += 1
             states = await c.batch([("state", {"session_id": s}) for s in sids])
             for i, st in enumerate(states):
-                assert st == spec.tasks.replay(tasks[i % len(tasks)]).final_state
+                assert st == task_reference(spec, tasks[i % len(tasks)]).final_state
             assert all(await c.batch([("close", {"session_id": s}) for s in sids]))
             assert (await c.request("stats"))["sessions"] == base
 
@@ -337,7 +342,7 @@ def test_fork_beyond_capacity_changes_nothing():
 
 
 def test_client_refuses_oversized_requests_and_keeps_the_connection(server):
-    from gym_envfactory.client import RequestTooLargeError
+    from gym_envfactory.errors import RequestTooLargeError
 
     c = SessionClient(server, token=TOKEN)
     sid = c.request("create", env="HotelBooking")["session_id"]

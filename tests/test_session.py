@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 
 import pytest
 
 from gym_envfactory import Session, SpecError, define_environment, tool
-from gym_envfactory.session import SessionClosedError, SnapshotError
+from gym_envfactory.errors import SessionClosedError, SnapshotError
 from tests.conftest import LibraryDB
 
 

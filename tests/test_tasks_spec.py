@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from gym_envfactory import DatasetError, SpecError, UnknownEnvironmentError, get_environment, load_environment
+from gym_envfactory import (
+    DatasetError,
+    SpecError,
+    UnknownEnvironmentError,
+    get_environment,
+    load_environment,
+)
 from gym_envfactory.errors import UnknownTaskError
+from gym_envfactory.replay import task_reference
 
 PKG = '''
 from pydantic import BaseModel
@@ -82,9 +89,9 @@ def test_load_and_gym_id(pkg):
 
 def test_gold_replay_error_names_task_turn_call(pkg):
     spec = load_environment(_fresh(pkg, "TinyReplay"))
-    assert spec.tasks.replay("a").final_state == {"n": 2}
+    assert task_reference(spec, "a").final_state == {"n": 2}
     with pytest.raises(DatasetError) as ei:
-        spec.tasks.replay("b")
+        task_reference(spec, "b")
     e = ei.value
     assert (e.task_id, e.turn, e.call, e.line) == ("b", 1, 0, 2)
     assert e.field == "turns.1.ground_truth.0" and "tasks.jsonl:2" in str(e) and "already zero" in str(e)
@@ -154,7 +161,7 @@ def test_validation_runner_and_unknown_names(pkg):
 
 
 def test_initial_state_patches(pkg):
-    from gym_envfactory.tasks import TaskSet
+    from gym_envfactory.environment.tasks import TaskSet
 
     spec = load_environment(_fresh(pkg, "TinyPatch"))
     ts = TaskSet.from_objects(spec, [{"task_id": "p", "initial_state": {"name": "small", "patches": [{"op": "replace", "path": "/n", "value": 5}]},
@@ -167,7 +174,8 @@ def test_initial_state_patches(pkg):
 
 
 def test_scenario_exact_and_absent_checks(library):
-    from gym_envfactory.validation import load_scenarios, run_scenarios
+    from gym_envfactory.environment.scenarios import load_scenarios
+    from gym_envfactory.validation import run_scenarios
 
     sc = load_scenarios([
         {"scenario_id": "exact-ok", "steps": [{"call": "add_members", "arguments": {"members": [{"name": "cy", "age": 9}]},

@@ -5,7 +5,8 @@ the MCP endpoint (:mod:`.mcp_server`: ``/mcp/<EnvName>`` over streamable HTTP, o
 Needs the ``server`` extra (starlette, uvicorn, websockets, prometheus-client).
 """
 
-from .manager import BadRequestError, CapacityError, ManagedSession, SessionManager, UnknownSessionError
+from gym_envfactory.errors import BadRequestError, CapacityError, UnknownSessionError
+from gym_envfactory.server.manager import ManagedSession, SessionManager
 
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError", "serve"]
 
@@ -20,6 +21,7 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
         InsecureBindError: ``host`` is not loopback and no ``token`` is given.
     """
     import asyncio
+    import gc
     import json
     import logging
     import socket
@@ -27,9 +29,7 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
 
     import uvicorn
 
-    from .app import ServerConfig, build_app
-
-    import gc
+    from gym_envfactory.server.app import ServerConfig, build_app
 
     manager = SessionManager(envs, ttl_s=ttl_s, max_sessions=max_sessions)
     for spec in manager.specs.values():  # load tasks and initial states before serving
@@ -45,7 +45,7 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     extra_routes: list = []
     hooks: list = []
     try:
-        from .mcp_server import mcp_routes
+        from gym_envfactory.server.mcp_server import mcp_routes
     except ImportError as exc:  # the mcp SDK is an optional dependency
         logging.getLogger(__name__).warning("MCP endpoint disabled (%s); install the mcp package", exc)
     else:

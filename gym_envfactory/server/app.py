@@ -32,8 +32,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from .fastproto import ERR_BAD_REQUEST, ERR_CAPACITY, ERR_UNKNOWN_SESSION, dispatch_frame
-from .manager import SessionManager
+from gym_envfactory.errors import InsecureBindError
+from gym_envfactory.server.fastproto import (
+    ERR_BAD_REQUEST,
+    ERR_CAPACITY,
+    ERR_UNKNOWN_SESSION,
+    dispatch_frame,
+)
+from gym_envfactory.server.manager import SessionManager
 
 __all__ = ["build_app", "ServerConfig", "is_loopback", "InsecureBindError"]
 
@@ -42,8 +48,6 @@ log = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-class InsecureBindError(RuntimeError):
-    """Refusing to listen beyond loopback without a control-plane token."""
 
 
 def is_loopback(host: str) -> bool:

@@ -22,7 +22,8 @@ import json
 import logging
 from typing import Any, Callable
 
-from .manager import BadRequestError, CapacityError, SessionManager, UnknownSessionError
+from gym_envfactory.errors import BadRequestError, CapacityError, UnknownSessionError
+from gym_envfactory.server.manager import SessionManager
 
 #: Most requests one frame (a JSON-RPC batch) may carry, and most bytes one response frame may hold.
 MAX_BATCH = 4096

@@ -15,28 +15,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..errors import EnvFactoryError
-from ..session import Session
-from ..spec import EnvironmentSpec, get_environment, list_environments
+from gym_envfactory.environment.catalog import get_environment, list_environments
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.environment.states import task_environments, task_initial_state
+from gym_envfactory.errors import (
+    BadRequestError,
+    CapacityError,
+    EnvFactoryError,
+    UnknownSessionError,
+)
+from gym_envfactory.session import Session
 
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError"]
 
 log = logging.getLogger(__name__)
 
 
-class UnknownSessionError(EnvFactoryError, KeyError):
-    """No live session with that id (never created, closed, or expired)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "unknown session"
 
 
-class CapacityError(EnvFactoryError):
-    """The server holds ``max_sessions`` sessions already."""
 
 
-class BadRequestError(EnvFactoryError, ValueError):
-    """A control request is malformed (unknown environment, bad parameters)."""
 
 
 @dataclass
@@ -129,10 +127,10 @@ class SessionManager:
                 tasks = specs[0].tasks
                 task = tasks.get(task_id)
                 if task.envs != [s.name for s in specs] and len(names) == 1:
-                    specs = tasks.envs_of(task)
+                    specs = task_environments(specs[0], task)
                     for s in specs:
                         self._spec(s.name)
-                session = Session(specs, _states=tasks.initial_state(task))
+                session = Session.from_states(specs, task_initial_state(specs[0], task))
             else:
                 session = Session(specs, initial_state)
             if snapshot is not None:

@@ -40,7 +40,10 @@ from typing import Any, AsyncIterator, Callable
 
 import mcp_types as types
 from mcp.server import Server
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import (
+    StreamableHTTPASGIApp,
+    StreamableHTTPSessionManager,
+)
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
@@ -50,10 +53,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..session import ToolResult
-from ..tools import ToolSpec
-from .fastproto import ERR_CAPACITY, ERR_UNKNOWN_SESSION
-from .manager import BadRequestError, CapacityError, ManagedSession, SessionManager, UnknownSessionError
+from gym_envfactory.environment.tools import ToolSpec
+from gym_envfactory.errors import BadRequestError, CapacityError, UnknownSessionError
+from gym_envfactory.server.fastproto import ERR_CAPACITY, ERR_UNKNOWN_SESSION
+from gym_envfactory.server.manager import ManagedSession, SessionManager
+from gym_envfactory.session import ToolResult
 
 __all__ = ["SESSION_HEADER", "EnvMCPServer", "mcp_routes", "run_stdio"]
 
@@ -250,7 +254,7 @@ def mcp_routes(manager: SessionManager, config: Any) -> tuple[list[Route], Calla
     """Routes ``/mcp/<EnvName>`` for every environment of ``manager`` (and ``/mcp`` when it serves exactly
     one), guarded by ``config.token``, and the lifespan hook that runs their transports.  Pass them to
     :func:`~gym_envfactory.server.app.build_app` as ``extra_routes`` and ``lifespan_hooks``."""
-    from .app import is_loopback
+    from gym_envfactory.server.app import is_loopback
 
     host = getattr(config, "host", "127.0.0.1")
     security = None

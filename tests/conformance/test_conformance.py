@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from gym_envfactory.env import EnvFactoryEnv
-from gym_envfactory.parsing import ToolCall
-from gym_envfactory.policies import NoisyPolicy, OraclePolicy, RandomPolicy
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.envs.parsing import ToolCall
+from gym_envfactory.rollout.policies import NoisyPolicy, OraclePolicy, RandomPolicy
 
 CATALOG = ["HotelBooking", "PersonalFinance", "TeamCalendar"]
 
@@ -59,7 +59,7 @@ def test_noisy_and_random_match_reference(make_env, env_name):
 def test_typed_errors_match_reference(make_env, env_name):
     env = make_env(f"envfactory/{env_name}-v0")
     tid = env.unwrapped.tasks.ids()[0]
-    tool = next(iter(env.unwrapped.spec_env.tools))
+    tool = next(iter(env.unwrapped.environment.tools))
     actions = [
         "<tool_call>{not json</tool_call>",
         [ToolCall("no_such_tool", {})],

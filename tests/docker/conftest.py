@@ -33,7 +33,8 @@ def _say(msg: str) -> None:
 
 @pytest.fixture(scope="session")
 def docker_client():
-    from gym_envfactory.images import ImageError, docker_client as client
+    from gym_envfactory.containers.images import docker_client as client
+    from gym_envfactory.errors import ImageError
 
     try:
         return client()
@@ -44,7 +45,8 @@ def docker_client():
 @pytest.fixture(scope="session")
 def docker_images(docker_client):
     """Base, runtime and every environment image, built when missing or stale (once per session)."""
-    from gym_envfactory.images import ImageError, ensure_images
+    from gym_envfactory.containers.images import ensure_images
+    from gym_envfactory.errors import ImageError
 
     try:
         return ensure_images(say=_say)
@@ -57,7 +59,7 @@ def _remove_leftover_containers():
     """Whatever a failed test leaves behind (backend containers of this process) is removed."""
     yield
     try:
-        from gym_envfactory.docker_backend import remove_containers
+        from gym_envfactory.containers.run import remove_containers
 
         remove_containers(**{"owner-pid": OWNER})
     except Exception:  # noqa: BLE001 - no engine: the tests already failed saying so

@@ -11,12 +11,11 @@ import gymnasium as gym
 import pytest
 
 import gym_envfactory  # noqa: F401  (registers the catalog)
-from gym_envfactory.backends import BackendError
-from gym_envfactory.client import BackendUnavailableError, RemoteSession, SessionClient
-from gym_envfactory.docker_backend import start_container
-from gym_envfactory.env import EnvFactoryEnv
-from gym_envfactory.policies import NoisyPolicy, OraclePolicy
-
+from gym_envfactory.backends.remote import RemoteSession, SessionClient
+from gym_envfactory.containers.run import start_container
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.errors import BackendError, BackendUnavailableError
+from gym_envfactory.rollout.policies import NoisyPolicy, OraclePolicy
 
 ENV_ID = "envfactory/HotelBooking-v0"
 

@@ -3,23 +3,22 @@ project (`envfactory catalog up|ps|down`), each environment used over the fast p
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
 import random
 import socket
 import time
 import urllib.request
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
 from typer.testing import CliRunner
 
 import gym_envfactory  # noqa: F401
-from gym_envfactory.client import SessionClient
-from gym_envfactory.images import env_image_tag
-from gym_envfactory.policies import OraclePolicy
-from gym_envfactory.spec import get_environment
+from gym_envfactory.backends.remote import SessionClient
+from gym_envfactory.containers.images import env_image_tag
+from gym_envfactory.environment.catalog import get_environment
+from gym_envfactory.rollout.policies import OraclePolicy
 
 from .test_docker_backend import http, play
 
@@ -124,7 +123,8 @@ def _mcp_tools(url: str, token: str, env: str) -> tuple[list[str], bool]:
 def test_catalog_up_ps_down(docker_images, tmp_path, monkeypatch):
     import typer
 
-    from gym_envfactory.cli_images import catalog_app, catalog_containers, image_app
+    from gym_envfactory.cli.images import catalog_app, image_app
+    from gym_envfactory.containers.compose import catalog_containers
 
     monkeypatch.delenv("ENVFACTORY_TOKEN", raising=False)
     app = typer.Typer()
@@ -141,7 +141,7 @@ def test_catalog_up_ps_down(docker_images, tmp_path, monkeypatch):
         env_file = d / ".env"
         assert oct(env_file.stat().st_mode & 0o777) == "0o600"
         token = env_file.read_text().strip().split("=", 1)[1]
-        names = sorted(s.name for s in gym_envfactory.images.catalog_environments())
+        names = sorted(s.name for s in gym_envfactory.containers.images.catalog_environments())
         assert sorted(compose["services"]) == [n.lower() for n in names]
         for svc in compose["services"].values():
             assert svc["read_only"] is True and svc["cap_drop"] == ["ALL"] and svc["user"] == "10001:10001"

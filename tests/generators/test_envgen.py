@@ -17,9 +17,6 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from typer.testing import CliRunner
-
-from gym_envfactory import spec as spec_mod
 from gym_envfactory.generators.envgen import (
     SEVERITY,
     EnvGen,
@@ -36,8 +33,11 @@ from gym_envfactory.generators.envgen import (
 )
 from gym_envfactory.generators.llm import LLMConfig
 from gym_envfactory.generators.prompts import STAGE_MARK
-from gym_envfactory.policies import OraclePolicy
-from gym_envfactory.rollout import run_episode
+from typer.testing import CliRunner
+
+from gym_envfactory.environment import spec as spec_mod
+from gym_envfactory.rollout.policies import OraclePolicy
+from gym_envfactory.rollout.runner import run_episode
 from gym_envfactory.testing import ScriptedChatServer
 
 FIX = Path(__file__).parent / "fixtures"
@@ -297,7 +297,6 @@ def test_generated_code_that_hangs_is_a_timeout_finding_not_a_hung_run(tmp_path)
 
 def test_import_command_reports_the_imported_environment(tmp_path):
     import typer
-
     from gym_envfactory.generators.cli import import_cmd
 
     app = typer.Typer()
@@ -387,7 +386,7 @@ def test_passing_environment_is_registered_without_importing_its_code(tmp_path, 
         gen = make_gen(tmp_path, server)
         res = asyncio.run(gen.generate(EnvGenJob(metadata=METADATA, name="PlantNurseryLazy")))
     assert res.status == "passed" and res.gym_id == "envfactory/PlantNurseryLazy-v0" and res.gym_id in gym.registry
-    assert gym.registry[res.gym_id].entry_point == "gym_envfactory.env:EnvFactoryEnv"
+    assert gym.registry[res.gym_id].entry_point == "gym_envfactory.envs.env:EnvFactoryEnv"
     # nothing of the generated package was executed in this process
     assert not [m for m in sys.modules if m.startswith("gym_envfactory._envs.PlantNurseryLazy")]
     assert "PlantNurseryLazy" not in spec_mod._CATALOG

@@ -15,7 +15,6 @@ from typing import Any, Iterator
 
 import jsonschema
 import pytest
-
 from gym_envfactory.generators.inputs import (
     EnvMetadata,
     MCPImportError,
@@ -350,7 +349,7 @@ def hotel_server() -> Iterator[str]:
 
 
 def _assert_matches_hotel(meta: EnvMetadata) -> None:
-    from gym_envfactory.spec import get_environment
+    from gym_envfactory.environment.catalog import get_environment
 
     spec = get_environment(ENV)
     assert {t.name for t in meta.tools} == set(spec.tools) and len(meta.tools) == len(spec.tools)

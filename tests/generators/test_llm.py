@@ -35,7 +35,8 @@ from gym_envfactory.generators.llm import (  # noqa: E402
     extract_json,
     run,
 )
-from gym_envfactory.testing import RecordingProxy, ScriptedChatServer, request_sha  # noqa: E402
+
+from gym_envfactory.testing import RecordingProxy, ScriptedChatServer, request_sha
 
 SCHEMA = {
     "type": "object",

@@ -28,6 +28,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from gym_envfactory.replay import ReferenceCall, TaskReference
+
 __all__ = [
     "RewardConfig",
     "StateDiff",
@@ -200,17 +202,19 @@ def _strip_masked(args: Mapping[str, Any], masked: Iterable[str]) -> dict[str, A
 
 def match_calls(
     predicted: Sequence[tuple[str, Mapping[str, Any] | None]],
-    ground_truth: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]],
+    ground_truth: Sequence[ReferenceCall | tuple[str, Mapping[str, Any], Sequence[str]]],
 ) -> list[int | None]:
-    """Multiset matching (CASES C01): for each ground-truth call ``(name, args, masked)`` the index of
-    the predicted call ``(name, normalised args or None)`` consuming it, or ``None``.
+    """Multiset matching (docs/cases.md C01): for each ground-truth call (a :class:`ReferenceCall` or a
+    ``(name, args, masked)`` tuple) the index of the predicted call ``(name, normalised args or None)``
+    consuming it, or ``None``.
 
     Each predicted call is consumed at most once and order is free.  A maximum bipartite matching
     (augmenting paths; calls per turn are few) — greedy is not enough once ground-truth calls of the
     same tool mask different arguments.
     """
     edges: list[list[int]] = []
-    for g_name, g_args, masked in ground_truth:
+    for g in ground_truth:
+        g_name, g_args, masked = (g.name, g.arguments, g.masked) if isinstance(g, ReferenceCall) else g
         want = _strip_masked(g_args, masked)
         edges.append([i for i, (p_name, p_args) in enumerate(predicted)
                       if p_name == g_name and p_args is not None and values_equal(_strip_masked(p_args, masked), want)])
@@ -365,81 +369,89 @@ def _state_score(actual: Any, expected: Any, before: Any, bookkeeping: Sequence[
     return 1.0, diff
 
 
-def _turn_counts(rec: TurnRecord, gt: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]]) -> tuple[int, int, int, list[str]]:
+def _turn_counts(rec: TurnRecord, gt: Sequence[ReferenceCall]) -> tuple[int, int, int, list[str]]:
     valid = [(n, a) for n, a, bad in rec.calls if not bad]
     invalid = sum(1 for _, _, bad in rec.calls if bad)
     matches = match_calls(valid, gt)
     matched = sum(1 for m in matches if m is not None)
     surplus = max(0, len(valid) - len(gt))
-    missed = [g[0] for g, m in zip(gt, matches) if m is None]
+    missed = [g.name for g, m in zip(gt, matches) if m is None]
     return matched, surplus, invalid, missed
 
 
-def score_turn(
-    turn_index: int,
-    record: TurnRecord,
-    gt_calls: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]],
-    gt_state: Any,
-    expected_outputs: Sequence[str],
-    cfg: RewardConfig,
-    *,
-    bookkeeping: Sequence[str] = (),
-    set_fields: Sequence[str] = (),
-    gt_prev_state: Any = _ABSENT,
-) -> TurnScore:
-    """Score one turn against the ground truth of that turn and the ground-truth state after it
-    (``gt_prev_state``: the ground-truth state before it, for the no-change rule of :func:`_state_score`)."""
-    matched, surplus, invalid, missed = _turn_counts(record, gt_calls)
-    r_traj = matched / len(gt_calls) if gt_calls else None
+def _before(reference: TaskReference, turn: int) -> Any:
+    """The ground-truth state before ``turn``; unknown (no no-change rule) for a reference built
+    without an initial state."""
+    if turn == 0 and not reference.initial_state:
+        return _ABSENT
+    return reference.state_before(turn)
+
+
+def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cfg: RewardConfig) -> TurnScore:
+    """Score turn ``turn_index`` of an episode against its task's reference.
+
+    Args:
+        turn_index: 0-based turn of ``reference``.
+        record: what the policy did in the turn (``record.state``: the state when the turn ended, or
+            ``None`` when it was not read; then ``R_state`` is not scored).
+        reference: the task's :class:`~gym_envfactory.replay.TaskReference`.
+        cfg: reward weights.
+
+    Returns:
+        :class:`TurnScore`; ``R_state`` compares with the ground-truth state after the turn, and is
+        vacuous when the ground truth left the state unchanged in that turn.
+    """
+    gt = reference.turn_calls[turn_index]
+    matched, surplus, invalid, missed = _turn_counts(record, gt)
+    r_traj = matched / len(gt) if gt else None
     r_state = None
     if record.state is not None:
-        r_state = _state_score(record.state, gt_state, gt_prev_state, bookkeeping, set_fields, limit=1)[0]
-    r_output = (sum(contains_output(record.text, o) for o in expected_outputs) / len(expected_outputs)
-                if expected_outputs else None)
+        r_state = _state_score(record.state, reference.turn_states[turn_index], _before(reference, turn_index),
+                               reference.excluded_fields, reference.set_fields, limit=1)[0]
+    outputs = reference.expected_outputs[turn_index]
+    r_output = sum(contains_output(record.text, o) for o in outputs) / len(outputs) if outputs else None
     task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)
     penalty = min(cfg.penalty_cap, cfg.gamma * (surplus + invalid))
-    return TurnScore(turn_index, r_traj, r_state, r_output, matched, len(gt_calls), surplus, invalid,
+    return TurnScore(turn_index, r_traj, r_state, r_output, matched, len(gt), surplus, invalid,
                      penalty, _clip(task_score - penalty), vacuous, missed)
 
 
-def score_episode(
-    records: Sequence[TurnRecord],
-    gt_turn_calls: Sequence[Sequence[tuple[str, Mapping[str, Any], Sequence[str]]]],
-    gt_turn_states: Sequence[Any],
-    expected_outputs: Sequence[Sequence[str]],
-    final_state: Any,
-    cfg: RewardConfig,
-    *,
-    bookkeeping: Sequence[str] = (),
-    set_fields: Sequence[str] = (),
-    initial_state: Any = _ABSENT,
-) -> EpisodeScore:
-    """Score an episode.  ``records`` may be shorter than the task (a truncated episode): turns not
-    reached contribute their ground-truth calls as unmatched.  Pure function of its inputs: scoring
-    never touches a session (CASES C05)."""
+def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final_state: Any,
+                  cfg: RewardConfig) -> EpisodeScore:
+    """Score an episode: ``R = α·R_traj + (1−α)·R_state − γ·P_len`` (paper §3.5) and every component.
+
+    Args:
+        records: one :class:`TurnRecord` per user turn reached; may be shorter than the task (a
+            truncated episode: turns not reached leave their ground-truth calls unmatched) or longer
+            (a custom user source: calls in extra turns are surplus).
+        reference: the task's :class:`~gym_envfactory.replay.TaskReference`.
+        final_state: the episode's canonical final state (:meth:`Session.state` form).
+        cfg: reward weights.
+
+    A pure function of its inputs: scoring never touches a session (docs/cases.md C05).
+    """
     turns: list[TurnScore] = []
     missed: list[str] = []
     matched = surplus = invalid = 0
-    n_gt = sum(len(c) for c in gt_turn_calls)
+    n_gt = sum(len(c) for c in reference.turn_calls)
     found = 0
-    n_out = sum(len(o) for o in expected_outputs)
-    for t, gt in enumerate(gt_turn_calls):
+    n_out = sum(len(o) for o in reference.expected_outputs)
+    for t, gt in enumerate(reference.turn_calls):
         if t < len(records):
-            prev = (gt_turn_states[t - 1] if t > 0 else initial_state)
-            ts = score_turn(t, records[t], gt, gt_turn_states[t], expected_outputs[t], cfg,
-                            bookkeeping=bookkeeping, set_fields=set_fields, gt_prev_state=prev)
+            ts = score_turn(t, records[t], reference, cfg)
             turns.append(ts)
             missed += [f"t{t}:{m}" for m in ts.missed]
             matched += ts.matched
             surplus += ts.surplus
             invalid += ts.invalid
-            found += sum(contains_output(records[t].text, o) for o in expected_outputs[t])
+            found += sum(contains_output(records[t].text, o) for o in reference.expected_outputs[t])
         else:
-            missed += [f"t{t}:{g[0]}" for g in gt]
-    for rec in records[len(gt_turn_calls):]:  # extra turns from a custom user source
+            missed += [f"t{t}:{g.name}" for g in gt]
+    for rec in records[len(reference.turn_calls):]:  # extra turns from a custom user source
         surplus += sum(1 for _, _, bad in rec.calls if not bad)
         invalid += sum(1 for _, _, bad in rec.calls if bad)
-    r_state, diff = _state_score(final_state, gt_turn_states[-1], initial_state, bookkeeping, set_fields)
+    r_state, diff = _state_score(final_state, reference.final_state, _before(reference, 0),
+                                 reference.excluded_fields, reference.set_fields)
     r_traj = matched / n_gt if n_gt else None
     r_output = found / n_out if n_out else None
     task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)

@@ -25,12 +25,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from gym_envfactory.environment.arguments import (
+    JSON_ERRORS,
+    decode_arguments,
+    has_lone_surrogate,
+    raw_text,
+    scrub,
+)
+
 __all__ = ["ToolCall", "ParseError", "ParsedAction", "parse_action"]
 
-#: Errors json.loads raises on hostile input: malformed text, nesting too deep, huge integers.
-JSON_ERRORS = (ValueError, RecursionError)
 _MAX_BLOCK_END_TRIES = 8
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
 def _unfence(text: str) -> str | None:
@@ -48,46 +53,10 @@ def _unfence(text: str) -> str | None:
     return body.strip()
 
 
-def has_lone_surrogate(obj: Any) -> bool:
-    """True when a string anywhere in ``obj`` holds a lone UTF-16 surrogate (not encodable as UTF-8)."""
-    if isinstance(obj, str):
-        try:
-            obj.encode("utf-8")
-            return False
-        except UnicodeEncodeError:
-            return True
-    if isinstance(obj, Mapping):
-        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return any(has_lone_surrogate(v) for v in obj)
-    return False
 
 
-def scrub(text: str) -> str:
-    """``text`` with lone surrogates replaced by U+FFFD (safe to store, log and send)."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return _SURROGATE_RE.sub("\ufffd", text)
 
 
-def _json_safe(value: Any) -> Any:
-    """A copy of ``value`` if it is JSON data (dict/list/str/int/float/bool/None), else raise ValueError."""
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise ValueError(f"object keys must be strings, got {type(k).__name__}")
-            out[k] = _json_safe(v)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    raise ValueError(f"{type(value).__name__} is not JSON data")
 
 
 @dataclass(slots=True)
@@ -144,68 +113,10 @@ class ParsedAction:
         return bool(self.items)
 
 
-def _decode_arguments(raw: Any) -> dict[str, Any]:
-    """Object, JSON string of an object, or doubly encoded JSON string → a fresh dict of JSON data.
-
-    Raises:
-        ValueError: malformed or too deeply nested JSON, not an object, non-JSON values, or strings
-            holding lone surrogates.
-    """
-    if raw is None:
-        return {}
-    if isinstance(raw, Mapping):
-        if _depth_over(raw, MAX_ARGUMENT_DEPTH):
-            raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
-        try:
-            value = _json_safe(raw)
-        except RecursionError:
-            raise ValueError("arguments are nested too deeply") from None
-    elif isinstance(raw, str):
-        text = raw.strip()
-        if not text:
-            return {}
-        value = text
-        for _ in range(2):  # at most double encoding
-            if not isinstance(value, str):
-                break
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"arguments are not valid JSON: {exc.msg} at position {exc.pos}") from None
-            except JSON_ERRORS as exc:
-                raise ValueError(f"arguments are not usable JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
-        if not isinstance(value, Mapping):
-            raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
-    else:
-        raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
-    if not isinstance(value, Mapping):
-        raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
-    try:
-        if _depth_over(value, MAX_ARGUMENT_DEPTH):
-            raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
-        if has_lone_surrogate(value):
-            raise ValueError("arguments contain invalid Unicode (a lone UTF-16 surrogate)")
-    except RecursionError:
-        raise ValueError("arguments are nested too deeply") from None
-    return dict(value)
 
 
-#: Deeper tool arguments are refused (no tool schema needs them; they only serve to exhaust the stack).
-MAX_ARGUMENT_DEPTH = 64
 
 
-def _depth_over(value: Any, limit: int) -> bool:
-    """True when ``value`` nests lists/objects deeper than ``limit`` (iterative: no recursion)."""
-    stack = [(value, 0)]
-    while stack:
-        v, d = stack.pop()
-        if d > limit:
-            return True
-        if isinstance(v, Mapping):
-            stack.extend((x, d + 1) for x in v.values())
-        elif isinstance(v, (list, tuple)):
-            stack.extend((x, d + 1) for x in v)
-    return False
 
 
 def _call_from_obj(obj: Any, raw: str, call_id: str | None = None) -> ToolCall | ParseError:
@@ -221,7 +132,7 @@ def _call_from_obj(obj: Any, raw: str, call_id: str | None = None) -> ToolCall |
         return ParseError("tool name contains invalid Unicode", scrub(raw), id=call_id)
     args_raw = obj["arguments"] if "arguments" in obj else obj.get("parameters")
     try:
-        args = _decode_arguments(args_raw)
+        args = decode_arguments(args_raw)
     except ValueError as exc:
         return ParseError(f"tool call {name}: {exc}", raw, name=name, id=call_id)
     return ToolCall(name=name.strip(), arguments=args, id=call_id or _id(obj.get("id")))
@@ -369,18 +280,18 @@ def parse_action(action: Any) -> ParsedAction:
             reasoning = text.reasoning or (action.get("reasoning_content") if isinstance(action.get("reasoning_content"), str) else None)
             out = ParsedAction(content=text.content, reasoning=reasoning)
             for rc in raw_calls:
-                out.items.append(_call_from_obj(rc, _raw(rc), _id(rc.get("id")) if isinstance(rc, Mapping) else None))
+                out.items.append(_call_from_obj(rc, raw_text(rc), _id(rc.get("id")) if isinstance(rc, Mapping) else None))
             if bad_content is not None:
                 out.items.append(bad_content)
             return out
         if "name" in action:
-            return ParsedAction(items=[_call_from_obj(action, _raw(action))])
+            return ParsedAction(items=[_call_from_obj(action, raw_text(action))])
         return ParsedAction(items=[ParseError("a dict action must be an assistant message or a tool call",
-                                              _raw(action))])
+                                              raw_text(action))])
     if isinstance(action, (list, tuple)):
         out = ParsedAction()
         for a in action:
-            out.items.append(_typed(a) if isinstance(a, ToolCall) else _call_from_obj(a, _raw(a)))
+            out.items.append(_typed(a) if isinstance(a, ToolCall) else _call_from_obj(a, raw_text(a)))
         return out
     return ParsedAction(items=[ParseError(f"unsupported action type {type(action).__name__}", scrub(repr(action)[:500]))])
 
@@ -389,19 +300,9 @@ def _typed(call: ToolCall) -> ToolCall | ParseError:
     if not isinstance(call.name, str) or not call.name.strip():
         return ParseError("tool call has no 'name' (a non-empty string)", scrub(repr(call)[:500]))
     try:
-        args = _decode_arguments(call.arguments)
+        args = decode_arguments(call.arguments)
     except ValueError as exc:
         return ParseError(f"tool call {scrub(call.name)}: {exc}", scrub(repr(call)[:500]), name=scrub(call.name), id=_id(call.id))
     return ToolCall(call.name.strip(), args, _id(call.id))
 
 
-def _raw(obj: Any) -> str:
-    """A printable, storable rendering of what the policy sent (for error observations and logs)."""
-    try:
-        text = json.dumps(obj, ensure_ascii=False, default=repr)
-    except (TypeError, ValueError, RecursionError):
-        try:
-            text = repr(obj)
-        except RecursionError:
-            text = f"<{type(obj).__name__} nested too deeply to show>"
-    return scrub(text[:2000])

@@ -15,11 +15,17 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
-from .errors import EnvFactoryError
-from .spec import get_environment, list_environments
+from gym_envfactory.environment.catalog import get_environment, list_environments
+from gym_envfactory.errors import EnvFactoryError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="gym_envfactory: stateful, verifiable tool-use environments for RL (EnvFactory).")
@@ -121,7 +127,7 @@ def validate_cmd(
 ) -> None:
     """Run validation scenarios (every tool's success and error paths) and replay every task's ground
     truth.  Exit code 1 if anything fails."""
-    from .validation import validate_environment
+    from gym_envfactory.validation import validate_environment
 
     if not env and not all_:
         raise typer.BadParameter("give an environment or --all")
@@ -165,9 +171,14 @@ def rollout_cmd(
     url: Annotated[Optional[str], typer.Option(help="server URL for --backend url")] = None,
 ) -> None:
     """Run a policy through episodes and print a per-episode reward table and a summary."""
-    from .env import EnvFactoryEnv
-    from .policies import PolicyError, make_policy
-    from .rollout import episode_task_ids, run_episode, write_trajectories
+    from gym_envfactory.envs.env import EnvFactoryEnv
+    from gym_envfactory.errors import PolicyError
+    from gym_envfactory.rollout.policies import make_policy
+    from gym_envfactory.rollout.runner import (
+        episode_task_ids,
+        run_episode,
+        write_trajectories,
+    )
 
     spec = _load(env_id)
     try:
@@ -220,8 +231,8 @@ def serve_cmd(
     on /v1/ws, control plane on /v1/rpc, /healthz, /readyz, /metrics.  With --transport stdio: one
     environment as an MCP server over stdin/stdout (one client, one session; logs on stderr)."""
     try:
-        from .server import serve
-        from .server.app import InsecureBindError
+        from gym_envfactory.errors import InsecureBindError
+        from gym_envfactory.server import serve
     except ImportError as exc:
         err_console.print(f"[red]envfactory serve needs the 'server' extra (pip install '.[server]'): {exc}[/red]")
         raise typer.Exit(2) from None
@@ -232,7 +243,7 @@ def serve_cmd(
         if all_ or not envs or len(envs) != 1:
             err_console.print("[red]--transport stdio serves exactly one environment: envfactory serve <Env> --transport stdio[/red]")
             raise typer.Exit(2)
-        from .server.mcp_server import run_stdio
+        from gym_envfactory.server.mcp_server import run_stdio
 
         spec = _load(envs[0])
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout carries only MCP frames
@@ -303,7 +314,7 @@ def _register_subcommands() -> None:
     (``gen``, ``import`` from the generators): the runtime never imports them by name (DESIGN §2)."""
     from importlib.metadata import entry_points
 
-    from .cli_images import catalog_app, image_app
+    from gym_envfactory.cli.images import catalog_app, image_app
 
     app.add_typer(image_app, name="image")
     app.add_typer(catalog_app, name="catalog")

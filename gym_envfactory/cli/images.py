@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,9 +26,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import EnvFactoryError
+from gym_envfactory.containers.compose import (
+    PROJECT,
+    catalog_containers,
+    run_compose,
+    write_compose,
+)
+from gym_envfactory.errors import EnvFactoryError
 
-__all__ = ["image_app", "catalog_app", "compose_spec", "write_compose", "compose_command"]
+__all__ = ["image_app", "catalog_app"]
 
 image_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Build Docker images offline: base (debootstrap), runtime (wheelhouse), environments.")
@@ -40,7 +43,6 @@ catalog_app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 
-PROJECT = "envfactory"
 DEFAULT_DIR = Path("build/catalog")
 
 
@@ -63,7 +65,7 @@ def image_base(
 ) -> None:
     """Base image from Debian packages (debootstrap --variant=minbase + python3, python3-venv,
     ca-certificates; then docker import).  For hosts that reach no registry.  Needs root."""
-    from .images import build_base
+    from gym_envfactory.containers.images import build_base
 
     try:
         res = build_base(suite=suite, tag=tag, mirror=mirror, force=force, say=_say)
@@ -80,7 +82,7 @@ def image_runtime(
 ) -> None:
     """Runtime image: `pip wheel .[server] -w build/wheelhouse` on the host, then the root Dockerfile
     (no network during the build)."""
-    from .images import build_runtime
+    from gym_envfactory.containers.images import build_runtime
 
     try:
         res = build_runtime(base_image=base, tag=tag, force=force, say=_say)
@@ -98,8 +100,8 @@ def image_build(
 ) -> None:
     """Environment images envfactory/<name>:<version>: the runtime plus /catalog/<Name>/ (and the
     environments its tasks use), labelled; unchanged images are skipped."""
-    from .images import build_env_images
-    from .spec import get_environment
+    from gym_envfactory.containers.images import build_env_images
+    from gym_envfactory.environment.catalog import get_environment
 
     if not all_ and not envs:
         raise typer.BadParameter("name environments or pass --all")
@@ -122,7 +124,7 @@ def image_build(
 @image_app.command("ls")
 def image_ls() -> None:
     """The local envfactory images with their labels and sizes."""
-    from .images import LABEL, docker_client
+    from gym_envfactory.containers.images import LABEL, docker_client
 
     try:
         client = docker_client()
@@ -140,101 +142,14 @@ def image_ls() -> None:
     console.print(table)
 
 
-# ------------------------------------------------------------------------------------ catalog (compose)
-def compose_command() -> list[str]:
-    """``docker-compose`` (v1, as Debian ships it) or ``docker compose`` (v2 plugin).
-
-    Raises:
-        EnvFactoryError: neither is installed.
-    """
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    if shutil.which("docker"):
-        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
-        if probe.returncode == 0:
-            return ["docker", "compose"]
-    raise EnvFactoryError("neither docker-compose nor the docker compose plugin is installed "
-                          "(apt-get install docker-compose)")
 
 
-def compose_spec(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 8765,
-                 mem_limit: str = "512m", cpus: float = 1.0, pids_limit: int = 256) -> dict[str, Any]:
-    """The compose file as a dict: one hardened service per environment image, ports from ``port`` up.
-    Environments whose image serves another listed environment's image are still separate services."""
-    from .docker_backend import HARDENING
-    from .images import catalog_environments, env_image_tag
-    from .spec import get_environment
-
-    specs = [get_environment(e) for e in envs] if envs else catalog_environments()
-    services: dict[str, Any] = {}
-    for i, s in enumerate(specs):
-        services[s.name.lower()] = {
-            "image": env_image_tag(s),
-            "command": ["--all"],
-            "restart": "unless-stopped",
-            "environment": {"ENVFACTORY_TOKEN": "${ENVFACTORY_TOKEN:?set it in .env}"},
-            "ports": [f"{host}:{port + i}:8765"],
-            "user": HARDENING["user"],
-            "read_only": True,
-            "tmpfs": [f"{path}:{opts}" for path, opts in HARDENING["tmpfs"].items()],
-            "security_opt": list(HARDENING["security_opt"]),
-            "cap_drop": list(HARDENING["cap_drop"]),
-            "mem_limit": mem_limit,
-            "memswap_limit": mem_limit,
-            "cpus": cpus,
-            "pids_limit": pids_limit,
-            "labels": {"org.envfactory.catalog": "1", "org.envfactory.name": s.name,
-                       "org.envfactory.gym-id": s.gym_id},
-        }
-    return {"version": "2.4", "services": services}
 
 
-def write_compose(directory: Path, envs: list[str] | None = None, *, token: str | None = None, **kw: Any) -> tuple[Path, str]:
-    """Write ``docker-compose.yml`` (JSON is valid YAML) and ``.env`` (the token, mode 0600) into
-    ``directory``; reuses the token already in ``.env`` unless ``token`` is given.  Returns (file, token)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    env_file = directory / ".env"
-    if token is None and env_file.is_file():
-        for line in env_file.read_text().splitlines():
-            if line.startswith("ENVFACTORY_TOKEN="):
-                token = line.split("=", 1)[1].strip() or None
-    token = token or secrets.token_urlsafe(32)
-    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"ENVFACTORY_TOKEN={token}\n")
-    os.chmod(env_file, 0o600)
-    path = directory / "docker-compose.yml"
-    path.write_text("# generated by `envfactory catalog up`; edit the command line, not this file\n"
-                    + json.dumps(compose_spec(envs, **kw), indent=2) + "\n")
-    return path, token
 
 
-def _compose(directory: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    directory = Path(directory).resolve()  # compose runs with cwd=directory: relative paths would resolve twice
-    cmd = [*compose_command(), "--project-name", PROJECT, "--project-directory", str(directory),
-           "-f", str(directory / "docker-compose.yml"), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=directory)
-    if check and proc.returncode != 0:
-        raise EnvFactoryError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
-                              f"{(proc.stdout + proc.stderr).strip()[-3000:]}")
-    return proc
 
 
-def catalog_containers() -> list[dict[str, Any]]:
-    """The compose project's containers: service, name, state, health, published URL."""
-    from .images import docker_client
-
-    client = docker_client()
-    rows = []
-    for c in client.containers.list(all=True, filters={"label": f"com.docker.compose.project={PROJECT}"}):
-        st = c.attrs.get("State", {})
-        ports = (c.attrs.get("NetworkSettings", {}).get("Ports") or {}).get("8765/tcp") or []
-        url = f"http://{ports[0]['HostIp'] or '127.0.0.1'}:{ports[0]['HostPort']}" if ports else ""
-        rows.append({"service": c.labels.get("com.docker.compose.service", ""), "name": c.name,
-                     "env": c.labels.get("org.envfactory.name", ""), "gym_id": c.labels.get("org.envfactory.gym-id", ""),
-                     "image": (c.image.tags or [c.image.id[7:19]])[0], "state": st.get("Status", ""),
-                     "health": (st.get("Health") or {}).get("Status", "none"), "url": url})
-    return sorted(rows, key=lambda r: r["service"])
 
 
 @catalog_app.command("up")
@@ -249,14 +164,14 @@ def catalog_up(
     cpus: Annotated[float, typer.Option(help="CPUs per container")] = 1.0,
 ) -> None:
     """Write the compose file and start the catalog as one compose project."""
-    from .images import build_env_images
+    from gym_envfactory.containers.images import build_env_images
 
     try:
         if build:
             build_env_images(envs or None, say=_say)
         path, token = write_compose(directory, envs or None, token=os.environ.get("ENVFACTORY_TOKEN"), host=host,
                                     port=port, mem_limit=mem_limit, cpus=cpus)
-        _compose(directory, "up", "-d", "--remove-orphans")
+        run_compose(directory, "up", "-d", "--remove-orphans")
         deadline = time.monotonic() + wait
         rows = catalog_containers()
         while wait > 0 and time.monotonic() < deadline and any(r["health"] != "healthy" for r in rows):
@@ -282,7 +197,7 @@ def catalog_down(
     if not (directory / "docker-compose.yml").is_file():
         _fail(EnvFactoryError(f"no compose file in {directory}: nothing to take down (was it started with --dir?)"))
     try:
-        _compose(directory, "down", "--remove-orphans", "--timeout", "10")
+        run_compose(directory, "down", "--remove-orphans", "--timeout", "10")
     except EnvFactoryError as exc:
         _fail(exc)
     console.print("catalog down")

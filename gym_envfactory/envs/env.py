@@ -1,4 +1,4 @@
-"""The Gymnasium multi-turn tool-use environment (DESIGN §6).
+"""The Gymnasium multi-turn tool-use environment (docs/architecture.md, "The Gymnasium contract").
 
 ``gym.make("envfactory/HotelBooking-v0", **kwargs)`` builds :class:`EnvFactoryEnv`.  An episode is one
 task: ``reset`` loads the task's initial state into a fresh :class:`~gym_envfactory.session.Session`
@@ -6,7 +6,7 @@ and returns the opening messages (system + first user turn); each ``step`` takes
 executes its tool calls against the episode's own state and returns the tool messages.  An assistant
 action with no tool call ends the user turn: the next user message (scripted from the task, or from a
 pluggable user source) comes back, and after the last turn the episode terminates with the reward of
-DESIGN §7.  Step limits truncate (and the episode is scored as it stands).
+docs/reward.md.  Step limits truncate (and the episode is scored as it stands).
 """
 
 from __future__ import annotations
@@ -18,14 +18,26 @@ from typing import Any, Callable, Mapping, Sequence
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
-from .errors import UnknownTaskError
-from .parsing import ParseError, ToolCall, parse_action, scrub
-from .reward import EpisodeScore, RewardConfig, TurnRecord, score_episode, score_turn
-from .spaces import AssistantActionSpace, MessagesSpace
-from .spec import EnvironmentSpec, get_environment
-from .tasks import ReplayResult, Task
+from gym_envfactory.backends import Backend, acquire_backend
+from gym_envfactory.environment.arguments import scrub
+from gym_envfactory.environment.catalog import get_environment
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.environment.states import task_environments
+from gym_envfactory.environment.tasks import Task
+from gym_envfactory.envs.parsing import ParseError, ToolCall, parse_action
+from gym_envfactory.envs.reward import (
+    EpisodeScore,
+    RewardConfig,
+    TurnRecord,
+    score_episode,
+    score_turn,
+)
+from gym_envfactory.envs.spaces import AssistantActionSpace, MessagesSpace
+from gym_envfactory.errors import UnknownTaskError
+from gym_envfactory.replay import TaskReference, task_reference
+from gym_envfactory.session import SessionProtocol
 
-__all__ = ["EnvFactoryEnv", "UserSource", "scripted_user", "RolloutGroup", "make_group"]
+__all__ = ["EnvFactoryEnv", "UserSource", "scripted_user", "DEFAULT_SYSTEM_PROMPT"]
 
 #: ``user_source(conversation, task, turn_index) -> next user message, or None to end the episode``.
 UserSource = Callable[[list[dict[str, Any]], Task, int], "str | None"]
@@ -76,7 +88,7 @@ class EnvFactoryEnv(gym.Env):
 
     Raises:
         UnknownEnvironmentError, SpecError: bad environment.  UnknownTaskError, DatasetError: at reset,
-        for an unknown task or one whose ground truth does not replay (CASES C06).
+        for an unknown task or one whose ground truth does not replay (docs/cases.md C06).
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
@@ -96,19 +108,19 @@ class EnvFactoryEnv(gym.Env):
         user: UserSource | None = None,
         system_prompt: str | None = None,
         render_mode: str | None = None,
-        backend: Any = "inprocess",
+        backend: str | Backend = "inprocess",
         url: str | None = None,
         token: str | None = None,
         backend_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.spec_env: EnvironmentSpec = env if isinstance(env, EnvironmentSpec) else get_environment(env)
+        self.environment: EnvironmentSpec = env if isinstance(env, EnvironmentSpec) else get_environment(env)
         if reward_mode not in ("episode", "turn"):
             raise ValueError(f"reward_mode must be 'episode' or 'turn', got {reward_mode!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if max_steps < 1 or max_steps_per_turn < 1 or max_calls_per_step < 1:
             raise ValueError("step and call limits must be >= 1")
-        self.tasks = self.spec_env.tasks
+        self.tasks = self.environment.tasks
         self.fixed_task_id = task_id
         if task_id is not None:
             self.tasks.get(task_id)  # fail early on an unknown id
@@ -122,15 +134,13 @@ class EnvFactoryEnv(gym.Env):
         self.user = user or scripted_user
         self.system_prompt = system_prompt
         self.render_mode = render_mode
-        from .backends import acquire_backend
-
-        served = [self.spec_env.name] + sorted({n for t in self.tasks for n in t.envs} - {self.spec_env.name})
+        served = [self.environment.name] + sorted({n for t in self.tasks for n in t.envs} - {self.environment.name})
         self.backend = acquire_backend(backend, envs=served, url=url, token=token, **dict(backend_options or {}))
         self.observation_space = MessagesSpace()
-        self.action_space = AssistantActionSpace(list(self.spec_env.tools))
-        self.session: Any = None  # Session, or RemoteSession on a remote backend
+        self.action_space = AssistantActionSpace(list(self.environment.tools))
+        self.session: SessionProtocol | None = None  # a Session, or a RemoteSession on a remote backend
         self.task: Task | None = None
-        self.replay: ReplayResult | None = None
+        self.reference: TaskReference | None = None
         self.messages: list[dict[str, Any]] = []
         self.records: list[TurnRecord] = []
         self.turn = 0
@@ -139,9 +149,6 @@ class EnvFactoryEnv(gym.Env):
         self.done = True
         self.last_score: EpisodeScore | None = None
         self._rendered = 0
-        self._bookkeeping: tuple[str, ...] = ()
-        self._initial_state: Any = None
-        self._set_fields: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ helpers
     def _pick_task(self, options: Mapping[str, Any]) -> Task:
@@ -153,14 +160,14 @@ class EnvFactoryEnv(gym.Env):
         split = options.get("split", self.split)
         pool = [t for t in self.tasks.ids(split) if self.task_ids is None or t in self.task_ids]
         if not pool:
-            raise UnknownTaskError(f"{self.spec_env.name}: no task to sample (split={split!r}, task_ids={self.task_ids})")
+            raise UnknownTaskError(f"{self.environment.name}: no task to sample (split={split!r}, task_ids={self.task_ids})")
         return self.tasks.get(pool[int(self.np_random.integers(len(pool)))])
 
     @property
     def tools(self) -> list[dict[str, Any]]:
         """OpenAI-format tool schemas of the current episode (all environments of its task)."""
         if self.session is None:
-            return self.spec_env.openai_tools()
+            return self.environment.openai_tools()
         return [t.openai_schema() for t in self.session.tools.values()]
 
     def _system_message(self, task: Task, envs: Sequence[EnvironmentSpec]) -> str:
@@ -169,11 +176,6 @@ class EnvFactoryEnv(gym.Env):
         desc = " / ".join(f"{e.name}: {e.description}" for e in envs)
         return (self.system_prompt or DEFAULT_SYSTEM_PROMPT).format(description=desc)
 
-    def _gt_calls(self, t: int) -> list[tuple[str, dict[str, Any], list[str]]]:
-        assert self.task is not None and self.replay is not None
-        return [(c.name, self.replay.turn_calls[t][i], c.masked_arguments)
-                for i, c in enumerate(self.task.turns[t].ground_truth)]
-
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         super().reset(seed=seed)
@@ -181,18 +183,12 @@ class EnvFactoryEnv(gym.Env):
             raise TypeError(f"options must be a dict (task_id, split), got {type(options).__name__}")
         options = dict(options or {})
         task = self._pick_task(options)
-        replay = self.tasks.replay(task)
-        envs = self.tasks.envs_of(task)
+        reference = task_reference(self.environment, task)
+        envs = task_environments(self.environment, task)
         if self.session is not None:
             self.session.close()
-        self.session = self.backend.create_session(envs, replay.initial_state, task.task_id)
-        self.task, self.replay = task, replay
-        self._initial_state = replay.initial
-        if len(envs) == 1:
-            self._bookkeeping, self._set_fields = envs[0].excluded_fields, envs[0].set_fields
-        else:
-            self._bookkeeping = tuple(f"{e.name}.{p}" for e in envs for p in e.excluded_fields)
-            self._set_fields = tuple(f"{e.name}.{p}" for e in envs for p in e.set_fields)
+        self.session = self.backend.create_session(envs, reference.initial_state, task.task_id)
+        self.task, self.reference = task, reference
         first = self.user([], task, 0) or task.turns[0].user
         self.messages = [
             {"role": "system", "content": self._system_message(task, envs)},
@@ -286,15 +282,12 @@ class EnvFactoryEnv(gym.Env):
         return obs, float(reward), terminated, truncated, info
 
     def _end_turn(self, info: dict[str, Any]) -> float:
-        assert self.session is not None and self.task is not None and self.replay is not None
+        assert self.session is not None and self.task is not None and self.reference is not None
         rec = self.records[self.turn]
         rec.state = self.session.state()
         reward = 0.0
         if self.turn < len(self.task.turns):
-            prev = self.replay.turn_states[self.turn - 1] if self.turn > 0 else self._initial_state
-            ts = score_turn(self.turn, rec, self._gt_calls(self.turn), self.replay.turn_states[self.turn],
-                            self.task.turns[self.turn].expected_outputs, self.reward_config,
-                            bookkeeping=self._bookkeeping, set_fields=self._set_fields, gt_prev_state=prev)
+            ts = score_turn(self.turn, rec, self.reference, self.reward_config)
             info["turn_score"] = ts.to_dict()
             if self.reward_mode == "turn":
                 reward = ts.reward / len(self.task.turns)
@@ -306,31 +299,21 @@ class EnvFactoryEnv(gym.Env):
     def _score(self, final_state: Any = None) -> EpisodeScore:
         """Score the episode on copies of the state (never mutates the session, CASES C05).
         ``final_state``: the state just read at the end of the last turn, to avoid reading it twice."""
-        assert self.session is not None and self.task is not None and self.replay is not None
-        n = len(self.task.turns)
-        return score_episode(
-            self.records,
-            [self._gt_calls(t) for t in range(n)],
-            self.replay.turn_states,
-            [t.expected_outputs for t in self.task.turns],
-            final_state if final_state is not None else self.session.state(),
-            self.reward_config,
-            bookkeeping=self._bookkeeping,
-            set_fields=self._set_fields,
-            initial_state=self._initial_state,
-        )
+        assert self.session is not None and self.reference is not None
+        final = final_state if final_state is not None else self.session.state()
+        return score_episode(self.records, self.reference, final, self.reward_config)
 
     def resume(self, snapshot: bytes, backend: Any = None) -> None:
         """Continue the current episode on a new session restored from ``snapshot`` (a
         :meth:`Session.snapshot` taken earlier), optionally on another backend — e.g. after the
         container serving the episode died.  Conversation, turn and reward bookkeeping are kept."""
-        if self.task is None or self.replay is None:
+        if self.task is None or self.reference is None:
             raise ResetNeeded("call reset() before resume()")
         if backend is not None:
             if not getattr(self, "_forked", False):
                 self.backend.release()
             self.backend = backend
-        envs = self.tasks.envs_of(self.task)
+        envs = task_environments(self.environment, self.task)
         self.session = self.backend.restore_session(envs, snapshot)
 
     def score(self) -> EpisodeScore:
@@ -384,58 +367,5 @@ class EnvFactoryEnv(gym.Env):
         return out
 
 
-class RolloutGroup:
-    """``k`` rollouts of one task from one reset (GRPO, DeepSeekMath §4.1): every member starts from a
-    fork of the same session.  ``step(actions)`` steps every unfinished member."""
-
-    def __init__(self, envs: list[EnvFactoryEnv], observation: list[dict[str, Any]], info: dict[str, Any]) -> None:
-        self.envs = envs
-        self.observation = observation
-        self.info = info
-        self.rewards: list[float] = [0.0] * len(envs)
-        self.finished: list[bool] = [False] * len(envs)
-
-    def __len__(self) -> int:
-        return len(self.envs)
-
-    def step(self, actions: Sequence[Any]) -> list[tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]] | None]:
-        """Step member ``i`` with ``actions[i]`` (``None`` for finished members)."""
-        if len(actions) != len(self.envs):
-            raise ValueError(f"expected {len(self.envs)} actions, got {len(actions)}")
-        out: list[Any] = []
-        for i, (env, a) in enumerate(zip(self.envs, actions)):
-            if self.finished[i]:
-                out.append(None)
-                continue
-            res = env.step(a)
-            self.rewards[i] += res[1]
-            self.finished[i] = res[2] or res[3]
-            out.append(res)
-        return out
-
-    @property
-    def done(self) -> bool:
-        return all(self.finished)
-
-    def close(self) -> None:
-        for e in self.envs:
-            e.close()
 
 
-def make_group(env: str | EnvFactoryEnv, k: int, *, seed: int | None = None, options: dict[str, Any] | None = None,
-               **make_kwargs: Any) -> RolloutGroup:
-    """Reset one env and fork it ``k`` times: ``k`` isolated rollouts of the same task.
-
-    ``env`` is a gym id (``"envfactory/HotelBooking-v0"``), an environment name, or an env instance.
-    """
-    if k < 1:
-        raise ValueError("k must be >= 1")
-    if isinstance(env, EnvFactoryEnv):
-        base = env
-    elif isinstance(env, str) and "/" in env:
-        base = gym.make(env, **make_kwargs).unwrapped  # type: ignore[assignment]
-    else:
-        base = EnvFactoryEnv(env, **make_kwargs)
-    obs, info = base.reset(seed=seed, options=options)
-    members = [base] + base.fork_many(k - 1)
-    return RolloutGroup(members, obs, info)

@@ -29,10 +29,18 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
-from .backends import BackendError
-from .images import (CONTAINER_PORT, CONTAINER_UID, LABEL, ImageError, docker_client, env_image_info, env_image_tag,
-                     find_image, runtime_tag)
-from .spec import get_environment
+from gym_envfactory.containers.images import (
+    CONTAINER_PORT,
+    CONTAINER_UID,
+    LABEL,
+    docker_client,
+    env_image_info,
+    env_image_tag,
+    find_image,
+    runtime_tag,
+)
+from gym_envfactory.environment.catalog import get_environment
+from gym_envfactory.errors import BackendError, ImageError
 
 __all__ = ["start_container", "ContainerHandle", "HARDENING", "wait_healthy", "remove_containers"]
 

@@ -26,18 +26,17 @@ import os
 import random
 from typing import TYPE_CHECKING, Any
 
-from .parsing import ToolCall
+from gym_envfactory.envs.parsing import ToolCall
+from gym_envfactory.errors import PolicyError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .env import EnvFactoryEnv
+    from gym_envfactory.envs.env import EnvFactoryEnv
 
 __all__ = ["Policy", "OraclePolicy", "NoisyPolicy", "RandomPolicy", "OpenAIPolicy", "make_policy", "PolicyError"]
 
 log = logging.getLogger(__name__)
 
 
-class PolicyError(RuntimeError):
-    """The policy could not produce an action (e.g. the LLM endpoint failed after retries)."""
 
 
 class Policy:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .env import EnvFactoryEnv
-from .policies import Policy
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.rollout.policies import Policy
 
 __all__ = ["EpisodeResult", "run_episode", "episode_task_ids", "write_trajectories"]
 
@@ -68,7 +68,7 @@ def run_episode(env: EnvFactoryEnv, policy: Policy, *, task_id: str | None = Non
     assert env.task is not None
     return EpisodeResult(
         task_id=env.task.task_id,
-        env=env.spec_env.name,
+        env=env.environment.name,
         policy=policy.name,
         seed=seed,
         reward=reward,

@@ -19,18 +19,16 @@ import threading
 import time
 from typing import Any, Sequence
 
-from .client import BackendUnavailableError, RemoteSession, SessionClient
-from .errors import EnvFactoryError
-from .session import Session
-from .spec import EnvironmentSpec
+from gym_envfactory.backends.remote import RemoteSession, SessionClient
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.errors import BackendError, BackendUnavailableError
+from gym_envfactory.session import Session
 
 __all__ = ["Backend", "InProcessBackend", "RemoteBackend", "acquire_backend", "BACKENDS", "BackendError"]
 
 log = logging.getLogger(__name__)
 
 
-class BackendError(EnvFactoryError):
-    """A backend could not be started or configured."""
 
 
 class Backend:
@@ -53,7 +51,7 @@ class InProcessBackend(Backend):
     name = "inprocess"
 
     def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> Session:
-        return Session(list(envs), _states=initial)
+        return Session.from_states(list(envs), initial)
 
     def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> Session:
         s = Session(list(envs))
@@ -234,7 +232,7 @@ def acquire_backend(kind: str | Backend | None, *, envs: Sequence[str] = (), url
             elif kind == "subprocess":
                 target, stop = _start_subprocess(envs, token, timeout)
             else:
-                from .docker_backend import start_container
+                from gym_envfactory.containers.run import start_container
 
                 target, stop, token = start_container(envs, token=token, timeout=timeout, **options)
             try:

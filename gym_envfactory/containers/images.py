@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .errors import EnvFactoryError
-from .spec import EnvironmentSpec, get_environment, list_environments
+from gym_envfactory.environment.catalog import get_environment, list_environments
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.errors import ImageError
 
 __all__ = [
     "ImageError",
@@ -76,8 +77,6 @@ _BASE_PRUNE = ("var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/a
                "var/log/*.log", "var/log/apt/*")
 
 
-class ImageError(EnvFactoryError):
-    """An image could not be built or the Docker engine cannot be used."""
 
 
 @dataclass

@@ -26,31 +26,15 @@ from typing import Any, Callable, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
-from .authoring import TOOL_ATTR, ToolAnnotations, ToolMeta
-from .errors import SpecError
+from gym_envfactory.authoring import TOOL_ATTR, ToolAnnotations, ToolMeta
+from gym_envfactory.environment.arguments import format_validation_error
+from gym_envfactory.errors import ArgumentError, SpecError
 
 __all__ = ["ToolSpec", "ArgumentError", "tool_spec_from_function", "format_validation_error"]
 
 
-class ArgumentError(ValueError):
-    """Arguments rejected by the argument policy.  ``details`` lists ``{"field", "message"}``."""
-
-    def __init__(self, message: str, details: list[dict[str, str]]) -> None:
-        super().__init__(message)
-        self.details = details
 
 
-def format_validation_error(exc: ValidationError) -> list[dict[str, str]]:
-    out = []
-    for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "<arguments>"
-        msg = err.get("msg", "invalid")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown parameter"
-        elif err.get("type") == "missing":
-            msg = "required parameter missing"
-        out.append({"field": loc, "message": msg})
-    return out
 
 
 def _strip_titles(schema: Any) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from gymnasium import spaces
 
-from .parsing import ToolCall
+from gym_envfactory.envs.parsing import ToolCall
 
 __all__ = ["MessagesSpace", "AssistantActionSpace"]
 

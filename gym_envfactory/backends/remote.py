@@ -18,29 +18,24 @@ import json
 import threading
 from typing import Any, Sequence
 
-from .errors import EnvFactoryError
-from .session import ActionRecord, ToolResult
-from .spec import EnvironmentSpec, get_environment
-from .tools import ToolSpec
+from gym_envfactory.environment.catalog import get_environment
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.environment.tools import ToolSpec
+from gym_envfactory.errors import (
+    BackendUnavailableError,
+    EnvFactoryError,
+    RemoteError,
+    RequestTooLargeError,
+)
+from gym_envfactory.session import ActionRecord, ToolResult
 
 __all__ = ["AsyncSessionClient", "SessionClient", "RemoteSession", "BackendUnavailableError", "RemoteError"]
 
 
-class BackendUnavailableError(EnvFactoryError, ConnectionError):
-    """The environment server cannot be reached (refused, closed, timed out)."""
 
 
-class RequestTooLargeError(EnvFactoryError, ValueError):
-    """A request frame is over the size the server accepts; it was not sent (the connection stays up)."""
 
 
-class RemoteError(EnvFactoryError):
-    """The server answered a request with a JSON-RPC error.  ``code`` is the JSON-RPC code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"server error {code}: {message}")
-        self.code = code
-        self.message = message
 
 
 def ws_url(url: str) -> str:
@@ -299,7 +294,7 @@ class RemoteSession:
         return self.client.request("state", session_id=self.session_id)
 
     def state_bytes(self) -> bytes:
-        from .spec import canonical_json
+        from gym_envfactory.environment.manifest import canonical_json
 
         return canonical_json(self.state())
 

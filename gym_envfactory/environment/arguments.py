@@ -1,0 +1,166 @@
+"""The argument policy's decoding half: what a tool call's ``arguments`` may be before validation.
+
+Arguments arrive as an object, a JSON string holding an object, or a doubly encoded JSON string
+(docs/cases.md C09); :func:`decode_arguments` turns each into a fresh dict of JSON data or raises
+``ValueError`` with a message the model can read.  Scalar strings inside are never converted here: the
+validating half (:mod:`gym_envfactory.environment.tools`, docs/argument-policy.md) decides (C08).
+Also here: text sanitising shared by every surface that stores or echoes model input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping
+
+from pydantic import ValidationError
+
+#: Errors json.loads raises on hostile input: malformed text, nesting too deep, huge integers.
+JSON_ERRORS = (ValueError, RecursionError)
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(obj: Any) -> bool:
+    """True when a string anywhere in ``obj`` holds a lone UTF-16 surrogate (not encodable as UTF-8)."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+            return False
+        except UnicodeEncodeError:
+            return True
+    if isinstance(obj, Mapping):
+        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return any(has_lone_surrogate(v) for v in obj)
+    return False
+
+
+def scrub(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD (safe to store, log and send)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE_RE.sub("\ufffd", text)
+
+
+def _json_safe(value: Any) -> Any:
+    """A copy of ``value`` if it is JSON data (dict/list/str/int/float/bool/None), else raise ValueError."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"object keys must be strings, got {type(k).__name__}")
+            out[k] = _json_safe(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    raise ValueError(f"{type(value).__name__} is not JSON data")
+
+
+class DecodedArguments(dict[str, Any]):
+    """A dict of JSON data that :func:`decode_arguments` produced (a fresh copy owned by the call).
+
+    The marker lets decoding happen once per call: the action parser decodes what the model sent, and
+    :meth:`Session.call <gym_envfactory.session.Session.call>` accepts the result without walking it
+    again.  Anything else handed to a session is decoded there.
+    """
+
+    __slots__ = ()
+
+
+def decode_arguments(raw: Any) -> DecodedArguments:
+    """Object, JSON string of an object, or doubly encoded JSON string → a fresh dict of JSON data.
+
+    Raises:
+        ValueError: malformed or too deeply nested JSON, not an object, non-JSON values, or strings
+            holding lone surrogates.
+    """
+    if type(raw) is DecodedArguments:
+        return raw
+    if raw is None:
+        return DecodedArguments()
+    if isinstance(raw, Mapping):
+        if _depth_over(raw, MAX_ARGUMENT_DEPTH):
+            raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
+        try:
+            value = _json_safe(raw)
+        except RecursionError:
+            raise ValueError("arguments are nested too deeply") from None
+    elif isinstance(raw, str):
+        text = raw.strip()
+        if not text:
+            return DecodedArguments()
+        value = text
+        for _ in range(2):  # at most double encoding
+            if not isinstance(value, str):
+                break
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"arguments are not valid JSON: {exc.msg} at position {exc.pos}") from None
+            except JSON_ERRORS as exc:
+                raise ValueError(f"arguments are not usable JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
+        if not isinstance(value, Mapping):
+            raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
+    else:
+        raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
+    if not isinstance(value, Mapping):
+        raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
+    try:
+        if _depth_over(value, MAX_ARGUMENT_DEPTH):
+            raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
+        if has_lone_surrogate(value):
+            raise ValueError("arguments contain invalid Unicode (a lone UTF-16 surrogate)")
+    except RecursionError:
+        raise ValueError("arguments are nested too deeply") from None
+    return DecodedArguments(value)
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """True when ``value`` nests lists/objects deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return True
+        if isinstance(v, Mapping):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, d + 1) for x in v)
+    return False
+
+
+def raw_text(obj: Any) -> str:
+    """A printable, storable rendering of what the policy sent (for error observations and logs)."""
+    try:
+        text = json.dumps(obj, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            text = repr(obj)
+        except RecursionError:
+            text = f"<{type(obj).__name__} nested too deeply to show>"
+    return scrub(text[:2000])
+
+
+def format_validation_error(exc: ValidationError) -> list[dict[str, str]]:
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "<arguments>"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown parameter"
+        elif err.get("type") == "missing":
+            msg = "required parameter missing"
+        out.append({"field": loc, "message": msg})
+    return out
+
+
+#: Deeper tool arguments are refused (no tool schema needs them; they only serve to exhaust the stack).
+MAX_ARGUMENT_DEPTH = 64

@@ -1,0 +1,246 @@
+"""The catalog: where environments are found, the registry of loaded and code-defined environments, and
+their Gymnasium ids (``envfactory/<Name>-v<major>``).
+
+Catalog folders are searched in order: ``$ENVFACTORY_CATALOG`` (``os.pathsep``-separated), the catalog
+shipped in the wheel (``gym_envfactory/_catalog``), then ``env_images/`` of a source checkout.
+
+Importing :mod:`gym_envfactory` registers the catalog (reading only the manifests; environments load
+on first ``gym.make``).  Without an import, ``gym.make("gym_envfactory:envfactory/HotelBooking-v0")``
+imports the package first (Gymnasium's ``module:env_id`` form).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import tomllib
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import gymnasium as gym
+from pydantic import BaseModel
+
+from gym_envfactory.environment.manifest import Manifest, Provenance
+from gym_envfactory.environment.package import load_environment
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.environment.tools import tool_spec_from_function
+from gym_envfactory.errors import UnknownEnvironmentError
+
+__all__ = [
+    "ENTRY_POINT",
+    "catalog_dirs",
+    "catalog_folders",
+    "list_environments",
+    "get_environment",
+    "define_environment",
+    "add_environment",
+    "forget_environment",
+    "programmatic_environments",
+    "register_catalog",
+    "register_environment",
+    "strip_gym_id",
+]
+
+log = logging.getLogger(__name__)
+
+#: Gymnasium builds the env from this string, so this module never imports the Gymnasium layer.
+ENTRY_POINT = "gym_envfactory.envs.env:EnvFactoryEnv"
+
+
+def _register(env_id: str, name: str) -> None:
+    gym.register(id=env_id, entry_point=ENTRY_POINT, kwargs={"env": name}, disable_env_checker=True)
+
+
+def register_environment(spec: EnvironmentSpec) -> str:
+    """Register (or re-register) ``spec`` under its gym id; returns the id."""
+    env_id = spec.gym_id
+    if env_id in gym.registry:
+        del gym.registry[env_id]
+    _register(env_id, spec.name)
+    return env_id
+
+
+def register_catalog() -> list[str]:
+    """Register every catalog environment found by :func:`catalog_dirs`."""
+    ids = []
+    for name, folder in catalog_folders().items():
+        try:
+            version = tomllib.loads((folder / "environment.toml").read_text()).get("version", "0.0.0")
+            major = int(str(version).split(".", 1)[0])
+        except (tomllib.TOMLDecodeError, ValueError, OSError) as exc:
+            log.warning("skipping %s: unreadable manifest (%s); `envfactory validate %s` says more", folder, exc, name)
+            continue
+        env_id = f"envfactory/{name}-v{major}"
+        if env_id not in gym.registry:
+            _register(env_id, name)
+        ids.append(env_id)
+    return ids
+
+
+_PROGRAMMATIC: dict[str, EnvironmentSpec] = {}
+
+
+_CATALOG: dict[str, EnvironmentSpec] = {}
+
+
+_REG_LOCK = threading.Lock()
+
+
+def catalog_dirs() -> list[Path]:
+    """Folders searched for environment packages, in order.
+
+    ``$ENVFACTORY_CATALOG`` (``os.pathsep``-separated) first, then the catalog shipped in the wheel
+    (``gym_envfactory/_catalog``), then ``env_images/`` of a source checkout.
+    """
+    dirs: list[Path] = []
+    env = os.environ.get("ENVFACTORY_CATALOG")
+    if env:
+        dirs.extend(Path(p) for p in env.split(os.pathsep) if p)
+    here = Path(__file__).resolve().parent.parent  # the gym_envfactory package folder
+    dirs.append(here / "_catalog")
+    dirs.append(here.parent / "env_images")
+    return [d for d in dirs if d.is_dir()]
+
+
+def catalog_folders() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in catalog_dirs():
+        for sub in sorted(d.iterdir()):
+            if (sub / "environment.toml").is_file() and sub.name not in found:
+                found[sub.name] = sub
+    return found
+
+
+def list_environments() -> list[str]:
+    """Names of every catalog and programmatic environment."""
+    return sorted(set(catalog_folders()) | set(_PROGRAMMATIC))
+
+
+def get_environment(name: str) -> EnvironmentSpec:
+    """The environment called ``name`` (a folder name, an env name, or a gym id).
+
+    Raises:
+        UnknownEnvironmentError: no such environment.
+        SpecError: the package exists but is malformed.
+    """
+    name = strip_gym_id(name)
+    if name in _PROGRAMMATIC:
+        return _PROGRAMMATIC[name]
+    with _REG_LOCK:
+        if name in _CATALOG:
+            return _CATALOG[name]
+        folders = catalog_folders()
+        if name not in folders:
+            raise UnknownEnvironmentError(
+                f"unknown environment {name!r}; known: {', '.join(list_environments()) or 'none'}"
+            )
+        spec = load_environment(folders[name])
+        _CATALOG[name] = spec
+        return spec
+
+
+def strip_gym_id(name: str) -> str:
+    m = re.fullmatch(r"(?:[\w.]+:)?(?:envfactory/)?([A-Za-z0-9_]+?)(?:-v\d+)?", name)
+    return m.group(1) if m else name
+
+
+def define_environment(
+    name: str,
+    state_model: type[BaseModel],
+    tools: Iterable[Callable[..., Any]],
+    *,
+    initial_state: BaseModel | Mapping[str, Any] | None = None,
+    initial_states: Mapping[str, BaseModel | Mapping[str, Any]] | None = None,
+    tasks: Iterable[Mapping[str, Any]] | str | Path | None = None,
+    scenarios: Iterable[Mapping[str, Any]] | str | Path | None = None,
+    domain: str = "utilities",
+    version: str = "0.1.0",
+    description: str = "",
+    bookkeeping_fields: Sequence[str] = (),
+    free_text_fields: Sequence[str] = (),
+    set_fields: Sequence[str] = (),
+    register: bool = True,
+) -> EnvironmentSpec:
+    """Define an environment in code, without a folder, and (by default) register it with Gymnasium.
+
+    Example::
+
+        class Counter(BaseModel):
+            value: int = 0
+
+        @tool(read_only=True)
+        def get(state: Counter) -> int: return state.value
+
+        @tool
+        def add(state: Counter, *, amount: int) -> int:
+            state.value += amount
+            return state.value
+
+        spec = define_environment("Counter", Counter, [get, add], initial_state=Counter(),
+                                  tasks=[{"task_id": "t1", "turns": [{"user": "add 2",
+                                          "ground_truth": [{"name": "add", "arguments": {"amount": 2}}]}]}])
+        env = gym.make("envfactory/Counter-v0")
+
+    ``initial_state`` is stored as ``"small"`` (the default); ``initial_states`` names several.  Tasks
+    follow the JSON Lines task format (:mod:`gym_envfactory.tasks`); ``env`` defaults to ``name``.
+
+    Raises:
+        SpecError: bad name/version/domain or a tool signature that breaks the authoring contract.
+    """
+    manifest = Manifest(
+        name=name,
+        version=version,
+        domain=domain,
+        description=description or (state_model.__doc__ or name).strip(),
+        state_model=f"{state_model.__module__}:{state_model.__qualname__}",
+        bookkeeping_fields=list(bookkeeping_fields),
+        free_text_fields=list(free_text_fields),
+        set_fields=list(set_fields),
+        provenance=Provenance(kind="programmatic"),
+    )
+    manifest.check(None)
+    states: dict[str, Any] = dict(initial_states or {})
+    if initial_state is not None:
+        states.setdefault("small", initial_state)
+    if not states:
+        states["small"] = state_model()
+    if "small" not in states:
+        manifest.default_initial_state = next(iter(states))
+    specs = [tool_spec_from_function(f, name) for f in tools]
+    spec = EnvironmentSpec(
+        manifest,
+        state_model,
+        specs,
+        initial_states=states,
+        tasks_source=tasks,
+        scenarios_source=scenarios,
+    )
+    if register:
+        add_environment(spec)
+    return spec
+
+
+def add_environment(spec: EnvironmentSpec, *, register: bool = True) -> None:
+    """Make ``spec`` findable by :func:`get_environment` under its name (a code-defined or freshly
+    generated environment), replacing any earlier one of that name; ``register`` also (re)registers
+    its gym id."""
+    with _REG_LOCK:
+        _PROGRAMMATIC[spec.name] = spec
+        _CATALOG.pop(spec.name, None)
+    if register:
+        register_environment(spec)
+
+
+def forget_environment(name: str) -> None:
+    """Drop ``name`` from the registry (code-defined and cached catalog entries); the next
+    :func:`get_environment` reloads it from its folder, if it has one.  Idempotent."""
+    with _REG_LOCK:
+        _PROGRAMMATIC.pop(name, None)
+        _CATALOG.pop(name, None)
+
+
+def programmatic_environments() -> list[str]:
+    """Names of environments defined in code (or added) rather than found in a catalog folder."""
+    return sorted(_PROGRAMMATIC)

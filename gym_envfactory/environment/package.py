@@ -1,0 +1,100 @@
+"""Loading an environment package folder (``env_images/<Name>/``): import its modules under a private
+name, collect its ``@tool`` functions, check its manifest.  Public so generators load packages the same
+way the runtime does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+import tomllib
+from pathlib import Path
+from types import ModuleType
+
+from pydantic import BaseModel, ValidationError
+
+from gym_envfactory.authoring import TOOL_ATTR
+from gym_envfactory.environment.arguments import format_validation_error
+from gym_envfactory.environment.manifest import Manifest
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.environment.tools import ToolSpec, tool_spec_from_function
+from gym_envfactory.errors import SpecError
+
+
+def import_package(name: str, folder: Path) -> ModuleType:
+    mod_name = f"gym_envfactory._envs.{name}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    if "gym_envfactory._envs" not in sys.modules:
+        parent = ModuleType("gym_envfactory._envs")
+        parent.__path__ = []  # namespace-like container
+        sys.modules["gym_envfactory._envs"] = parent
+    init = folder / "__init__.py"
+    spec = importlib.util.spec_from_file_location(
+        mod_name, init if init.exists() else None, submodule_search_locations=[str(folder)]
+    )
+    if spec is None or spec.loader is None:
+        raise SpecError("cannot import environment package", file=folder)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        if init.exists():
+            spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[mod_name]
+        raise SpecError(f"importing the package failed: {exc!r}", file=init) from exc
+    return module
+
+
+def import_member(pkg: ModuleType, folder: Path, module: str, *, field: str) -> ModuleType:
+    file = folder / (module.replace(".", "/") + ".py")
+    try:
+        return importlib.import_module(f"{pkg.__name__}.{module}")
+    except ModuleNotFoundError as exc:
+        raise SpecError(f"module {module!r} not found ({exc})", file=file, field=field) from exc
+    except SpecError:
+        raise
+    except Exception as exc:
+        raise SpecError(f"importing {module!r} failed: {exc!r}", file=file, field=field) from exc
+
+
+def collect_tools(module: ModuleType, env: str) -> list[ToolSpec]:
+    """Every ``@tool`` function defined in ``module``, in definition order."""
+    out = []
+    for obj in vars(module).values():
+        if callable(obj) and hasattr(obj, TOOL_ATTR) and getattr(obj, "__module__", None) == module.__name__:
+            out.append(tool_spec_from_function(obj, env))
+    out.sort(key=lambda t: t.fn.__code__.co_firstlineno)
+    return out
+
+
+def load_environment(path: str | Path) -> EnvironmentSpec:
+    """Load and check an environment package folder.  Raises :class:`SpecError` (file, line, field)."""
+    folder = Path(path).resolve()
+    man_file = folder / "environment.toml"
+    if not man_file.is_file():
+        raise SpecError("missing manifest environment.toml", file=man_file)
+    try:
+        raw = tomllib.loads(man_file.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise SpecError(f"invalid TOML: {exc}", file=man_file, line=int(m.group(1)) if m else None) from None
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as exc:
+        d = format_validation_error(exc)[0]
+        raise SpecError(d["message"], file=man_file, field=d["field"]) from None
+    manifest.check(man_file)
+    pkg = import_package(manifest.name, folder)
+    mod_name, _, cls_name = manifest.state_model.partition(":")
+    state_mod = import_member(pkg, folder, mod_name, field="state_model")
+    state_model = getattr(state_mod, cls_name or "State", None)
+    if not (isinstance(state_model, type) and issubclass(state_model, BaseModel)):
+        raise SpecError(
+            f"{manifest.state_model!r} is not a Pydantic model", file=man_file, field="state_model"
+        )
+    tools_mod = import_member(pkg, folder, manifest.tools_module, field="tools_module")
+    tools = collect_tools(tools_mod, manifest.name)
+    return EnvironmentSpec(manifest, state_model, tools, path=folder)

@@ -1,0 +1,65 @@
+"""Validation scenarios (``scenarios.jsonl``): the tests EnvGen's Test Agent writes and authors write by
+hand; :mod:`gym_envfactory.validation` runs them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gym_envfactory.environment.arguments import format_validation_error
+from gym_envfactory.errors import SpecError
+
+
+class ScenarioStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    call: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    expect: Literal["ok", "tool_error", "invalid_arguments", "unknown_tool"] = "ok"
+    error_code: str | None = None
+    result: Any = None
+    state: dict[str, Any] = Field(default_factory=dict)
+    state_absent: list[str] = Field(default_factory=list)
+    exact: bool = False
+    state_unchanged: bool | None = None
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scenario_id: str
+    level: Literal["simple", "medium", "complex", "boundary", "error"] = "simple"
+    description: str = ""
+    initial_state: str | dict[str, Any] | None = None
+    steps: list[ScenarioStep] = Field(min_length=1)
+
+
+def load_scenarios(src: str | Path | Iterable[Mapping[str, Any]]) -> list[Scenario]:
+    """Parse scenarios from a JSON Lines file or objects.  Raises :class:`SpecError` (file, line, field)."""
+    out: list[Scenario] = []
+    if isinstance(src, (str, Path)):
+        path = Path(src)
+        items = []
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    items.append((lineno, json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise SpecError(f"invalid JSON: {exc.msg}", file=path, line=lineno) from None
+    else:
+        path = None
+        items = list(enumerate(src, 1))
+    seen: set[str] = set()
+    for lineno, obj in items:
+        try:
+            sc = Scenario.model_validate(obj)
+        except ValidationError as exc:
+            d = format_validation_error(exc)[0]
+            raise SpecError(d["message"], file=path, line=lineno, field=d["field"]) from None
+        if sc.scenario_id in seen:
+            raise SpecError(f"duplicate scenario_id {sc.scenario_id!r}", file=path, line=lineno, field="scenario_id")
+        seen.add(sc.scenario_id)
+        out.append(sc)
+    return out

@@ -1,0 +1,224 @@
+"""Environment specifications: loading ``env_images/<Name>/`` packages and defining environments in code.
+
+An environment package (DESIGN §3) is a folder::
+
+    env_images/HotelBooking/
+        environment.toml      # manifest (this module's :class:`Manifest`)
+        __init__.py           # makes the folder an importable package (may be empty)
+        state.py              # the root Pydantic model (the database)
+        tools.py              # @tool functions: tool(state, *, arg: T = default) -> R
+        initial_states/*.json # validated by the state model; at least "small" and "large"
+        tasks.jsonl           # tasks (gym_envfactory.tasks.Task), one JSON object per line
+        scenarios.jsonl       # validation scenarios (gym_envfactory.validation.Scenario)
+
+Errors name the file, line and field (:class:`~gym_envfactory.errors.SpecError`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pydantic import BaseModel, ValidationError
+
+from gym_envfactory.environment.arguments import format_validation_error
+from gym_envfactory.environment.manifest import STATE_NAME_RE, Manifest, canonical_json
+from gym_envfactory.environment.scenarios import Scenario, load_scenarios
+from gym_envfactory.environment.tasks import TaskSet
+from gym_envfactory.environment.tools import ToolSpec
+from gym_envfactory.errors import SpecError
+
+__all__ = ["EnvironmentSpec"]
+
+log = logging.getLogger(__name__)
+
+
+
+
+
+
+
+
+
+
+class EnvironmentSpec:
+    """A loaded environment: state model, tools, initial states, tasks, validation scenarios.
+
+    Instances are immutable after construction and shared by every session of the environment; all
+    per-episode state lives in :class:`~gym_envfactory.session.Session`.
+    """
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        state_model: type[BaseModel],
+        tools: Sequence[ToolSpec],
+        *,
+        path: Path | None = None,
+        initial_states: Mapping[str, Any] | None = None,
+        tasks_source: Any = None,
+        scenarios_source: Any = None,
+    ) -> None:
+        self.manifest = manifest
+        self.name = manifest.name
+        self.version = manifest.version
+        self.domain = manifest.domain
+        self.description = manifest.description
+        self.state_model = state_model
+        self.path = path
+        self.bookkeeping_fields = tuple(manifest.bookkeeping_fields)
+        self.free_text_fields = tuple(manifest.free_text_fields)
+        self.set_fields = tuple(manifest.set_fields)
+        self.tools: dict[str, ToolSpec] = {}
+        for t in tools:
+            if t.name in self.tools:
+                raise SpecError(f"duplicate tool name {t.name!r}", file=path, field="tools")
+            t.env = self.name
+            self.tools[t.name] = t
+        if not self.tools:
+            raise SpecError("an environment needs at least one tool", file=path, field="tools")
+        self._inline_states = dict(initial_states or {})
+        self._state_cache: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._tasks_source = tasks_source
+        self._scenarios_source = scenarios_source
+
+    def __repr__(self) -> str:
+        return f"EnvironmentSpec({self.name!r}, v{self.version}, {len(self.tools)} tools)"
+
+    @property
+    def excluded_fields(self) -> tuple[str, ...]:
+        """Paths left out of state equivalence: bookkeeping plus free text (DESIGN §7, CASES C07)."""
+        return self.bookkeeping_fields + self.free_text_fields
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".", 1)[0])
+
+    @property
+    def gym_id(self) -> str:
+        return f"envfactory/{self.name}-v{self.major}"
+
+    # ---------------------------------------------------------------- initial states
+    def initial_state_names(self) -> list[str]:
+        names = set(self._inline_states)
+        if self.path is not None and (self.path / "initial_states").is_dir():
+            names.update(p.stem for p in (self.path / "initial_states").glob("*.json"))
+        return sorted(names)
+
+    def initial_state_json(self, name: str | None = None) -> bytes:
+        """The named initial state as validated JSON bytes (cached).  Raises :class:`SpecError`."""
+        name = name or self.manifest.default_initial_state
+        if not isinstance(name, str) or not STATE_NAME_RE.match(name):
+            raise SpecError(f"initial state names are plain names such as 'small' or 'large', got {str(name)[:80]!r}")
+        cached = self._state_cache.get(name)
+        if cached is not None:
+            return cached
+        with self._lock:
+            if name in self._state_cache:
+                return self._state_cache[name]
+            file: Path | None = None
+            if name in self._inline_states:
+                raw = self._inline_states[name]
+                if isinstance(raw, BaseModel):
+                    raw = raw.model_dump(mode="json")
+            else:
+                file = self.path / "initial_states" / f"{name}.json" if self.path else None
+                if file is None or not file.is_file():
+                    raise SpecError(
+                        f"environment {self.name} has no initial state {name!r}; "
+                        f"available: {', '.join(self.initial_state_names()) or 'none'}",
+                        file=file,
+                    )
+                try:
+                    raw = json.loads(file.read_text())
+                except json.JSONDecodeError as exc:
+                    raise SpecError(f"invalid JSON: {exc.msg}", file=file, line=exc.lineno) from None
+            model = self.validate_state(raw, file=file)
+            data = model.model_dump_json().encode()
+            self._state_cache[name] = data
+            return data
+
+    def validate_state(self, raw: Any, *, file: Path | str | None = None) -> BaseModel:
+        """Validate a state dict with the state model.  Raises :class:`SpecError` naming the field."""
+        try:
+            return self.state_model.model_validate(raw)
+        except ValidationError as exc:
+            d = format_validation_error(exc)[0]
+            raise SpecError(
+                f"{d['message']} ({len(exc.errors())} error(s) in state)", file=file, field=d["field"]
+            ) from None
+
+    # ---------------------------------------------------------------- tasks & scenarios
+    @cached_property
+    def tasks(self) -> TaskSet:
+        """All tasks of the environment (loaded and schema-checked on first access)."""
+        src = self._tasks_source
+        if src is None and self.path is not None and (self.path / "tasks.jsonl").is_file():
+            src = self.path / "tasks.jsonl"
+        if src is None:
+            return TaskSet(self.name, [], source=None)
+        if isinstance(src, (str, Path)):
+            return TaskSet.from_jsonl(self.name, Path(src))
+        return TaskSet.from_objects(self.name, list(src))
+
+    @cached_property
+    def scenarios(self) -> list[Scenario]:
+        src = self._scenarios_source
+        if src is None and self.path is not None and (self.path / "scenarios.jsonl").is_file():
+            src = self.path / "scenarios.jsonl"
+        if src is None:
+            return []
+        return load_scenarios(src)
+
+    # ---------------------------------------------------------------- schemas
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """OpenAI chat-completions ``tools`` list (function-calling format)."""
+        return [t.openai_schema() for t in self.tools.values()]
+
+    def mcp_tools(self) -> list[dict[str, Any]]:
+        return [t.mcp_schema() for t in self.tools.values()]
+
+    def content_hash(self) -> str:
+        """sha256 over the package files (or tool schemas for programmatic environments)."""
+        h = hashlib.sha256()
+        if self.path is None:
+            h.update(canonical_json(self.mcp_tools()))
+        else:
+            for p in sorted(self.path.rglob("*")):
+                if p.is_file() and "__pycache__" not in p.parts:
+                    h.update(str(p.relative_to(self.path)).encode())
+                    h.update(p.read_bytes())
+        return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------ loading
+
+
+
+
+
+
+
+
+
+
+# ------------------------------------------------------------------------------------ registry
+
+
+
+
+
+
+
+
+
+
+
+
+

@@ -1,0 +1,186 @@
+"""Tasks (docs/architecture.md, "Tasks"): the JSON Lines format and loading with file/line/field errors.
+
+One task per line of ``tasks.jsonl``::
+
+    {"task_id": "hotel-007",
+     "env": "HotelBooking",                      # or ["HotelBooking", "TeamCalendar"]
+     "split": "train",                            # free-form; "train"/"test" by convention
+     "initial_state": "small",                    # a named state, or {"name": "small",
+                                                  #   "patches": [RFC 6902 ops]}, or {"state": {...}},
+                                                  #   or {env_name: <one of those>} for several envs
+     "turns": [
+       {"user": "Book the cheapest ...",
+        "ground_truth": [{"name": "search_hotels", "arguments": {...}, "masked_arguments": []}],
+        "clarification": false,                   # true: the right answer is a question, no calls
+        "expected_outputs": ["450.00"]}           # strings the reply must contain at token boundaries
+     ],
+     "provenance": {"kind": "hand-written"}}
+
+The final state is never stored: :mod:`gym_envfactory.replay` derives it by replaying the ground truth
+(a replay error is a :class:`~gym_envfactory.errors.DatasetError` naming task, turn and call; C06).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gym_envfactory.environment.arguments import format_validation_error
+from gym_envfactory.errors import DatasetError, UnknownTaskError
+
+__all__ = ["GroundTruthCall", "Turn", "Task", "TaskSet"]
+
+
+class GroundTruthCall(BaseModel):
+    """One ground-truth tool call.  ``masked_arguments`` are ignored when calls are compared."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    masked_arguments: list[str] = Field(default_factory=list)
+
+
+class Turn(BaseModel):
+    """One user turn and what a correct agent does in it."""
+
+    model_config = ConfigDict(extra="forbid")
+    user: str
+    ground_truth: list[GroundTruthCall] = Field(default_factory=list)
+    clarification: bool = False
+    expected_outputs: list[str] = Field(default_factory=list)
+
+
+
+
+class Task(BaseModel):
+    """A task (DESIGN §6).  ``envs`` lists the environment names it spans (first = primary)."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_id: str
+    env: str | list[str] | None = None
+    split: str = "train"
+    initial_state: str | dict[str, Any] | None = None
+    system: str | None = None
+    turns: list[Turn] = Field(min_length=1)
+    provenance: dict[str, Any] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)
+
+    @property
+    def envs(self) -> list[str]:
+        if self.env is None:
+            return []
+        return [self.env] if isinstance(self.env, str) else list(self.env)
+
+    @property
+    def multi_turn(self) -> bool:
+        return len(self.turns) > 1
+
+    @property
+    def n_ground_truth_calls(self) -> int:
+        return sum(len(t.ground_truth) for t in self.turns)
+
+
+
+
+
+
+class TaskSet:
+    """The tasks of one environment (its ``tasks.jsonl`` or programmatic list).
+
+    Loading and lookup only: the ground truth is replayed by :mod:`gym_envfactory.replay`, which
+    caches one reference per task.
+    """
+
+    def __init__(self, env_name: str, tasks: list[Task], *, source: Path | None,
+                 lines: Mapping[str, int] | None = None) -> None:
+        self.env_name = env_name
+        self.source = source
+        self._tasks = tasks
+        self._by_id = {t.task_id: t for t in tasks}
+        self._lines = dict(lines or {})
+
+    # ---------------------------------------------------------------- loading
+    @classmethod
+    def from_jsonl(cls, env_name: str, path: Path) -> "TaskSet":
+        """Parse ``tasks.jsonl``.  Raises :class:`DatasetError` naming file, line and field."""
+        tasks: list[Task] = []
+        lines: dict[str, int] = {}
+        with open(path, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DatasetError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path, line=lineno) from None
+                task = cls._parse(env_name, obj, file=path, line=lineno)
+                if task.task_id in lines:
+                    raise DatasetError(f"duplicate task_id {task.task_id!r} (first on line {lines[task.task_id]})",
+                                       file=path, line=lineno, field="task_id")
+                lines[task.task_id] = lineno
+                tasks.append(task)
+        return cls(env_name, tasks, source=path, lines=lines)
+
+    @classmethod
+    def from_objects(cls, env_name: str, objs: Iterable[Mapping[str, Any] | Task]) -> "TaskSet":
+        tasks = []
+        seen: set[str] = set()
+        for i, obj in enumerate(objs, 1):
+            t = obj if isinstance(obj, Task) else cls._parse(env_name, dict(obj), file=None, line=i)
+            if t.task_id in seen:
+                raise DatasetError(f"duplicate task_id {t.task_id!r}", line=i, field="task_id")
+            seen.add(t.task_id)
+            tasks.append(t)
+        return cls(env_name, tasks, source=None)
+
+    @staticmethod
+    def _parse(env_name: str, obj: Any, *, file: Path | None, line: int) -> Task:
+        try:
+            task = Task.model_validate(obj)
+        except ValidationError as exc:
+            d = format_validation_error(exc)[0]
+            tid = obj.get("task_id") if isinstance(obj, dict) else None
+            raise DatasetError(d["message"], file=file, line=line, field=d["field"], task_id=tid) from None
+        if task.env is None:
+            task.env = env_name
+        if task.envs[0] != env_name:
+            raise DatasetError(f"task belongs to {task.envs[0]!r}, this file is {env_name!r}'s",
+                               file=file, line=line, field="env", task_id=task.task_id)
+        for ti, turn in enumerate(task.turns):
+            if turn.clarification and turn.ground_truth:
+                raise DatasetError("a clarification turn has no ground-truth calls",
+                                   file=file, line=line, field=f"turns.{ti}.ground_truth", task_id=task.task_id)
+        return task
+
+    # ---------------------------------------------------------------- access
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self._tasks)
+
+    def ids(self, split: str | None = None) -> list[str]:
+        return [t.task_id for t in self._tasks if split is None or t.split == split]
+
+    def splits(self) -> list[str]:
+        return sorted({t.split for t in self._tasks})
+
+    def get(self, task_id: str) -> Task:
+        try:
+            return self._by_id[task_id]
+        except KeyError:
+            raise UnknownTaskError(f"{self.env_name} has no task {task_id!r}") from None
+
+    def sample(self, rng: random.Random, split: str | None = None) -> Task:
+        """A task drawn with ``rng`` (seeded by the caller), optionally from one split."""
+        pool = self.ids(split)
+        if not pool:
+            raise UnknownTaskError(f"{self.env_name} has no tasks" + (f" in split {split!r}" if split else ""))
+        return self._by_id[rng.choice(pool)]
+
+    def line_of(self, task_id: str) -> int | None:
+        return self._lines.get(task_id)

@@ -1,0 +1,162 @@
+"""Ground truth → one reference per task: what the reward compares an episode against.
+
+:func:`task_reference` replays a task's ground-truth calls in a fresh session (once per task, cached,
+thread-safe) and returns a :class:`TaskReference`: the initial state, the state after every turn, the
+normalised ground-truth calls with their masked arguments, the expected outputs, and the state fields the
+environments exclude from equivalence (docs/reward.md).  A ground-truth call that fails is a dataset
+error naming the file, line, task, turn and call (docs/cases.md C06), never a logged warning.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.environment.states import task_environments, task_initial_state
+from gym_envfactory.environment.tasks import Task, TaskSet
+from gym_envfactory.errors import DatasetError
+from gym_envfactory.session import Session
+
+__all__ = ["ReferenceCall", "TaskReference", "task_reference", "replay_ground_truth"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceCall:
+    """One ground-truth call: tool ``name``, ``arguments`` normalised by the argument policy, the
+    argument names ignored when calls are compared (``masked``), and the call's result payload."""
+
+    name: str
+    arguments: dict[str, Any]
+    masked: tuple[str, ...] = ()
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class TaskReference:
+    """Everything the reward needs to know about one task (shared by every episode: read-only).
+
+    Attributes:
+        task_id: the task.
+        envs: names of the environments the task spans (primary first).
+        initial_state: validated JSON bytes per environment (what a session starts from).
+        turn_states: canonical state after each turn (one env: its state dict; several:
+            ``{env_name: state}``), the same form as :meth:`Session.state`.
+        turn_calls: the ground-truth calls of each turn.
+        expected_outputs: per turn, strings the reply must contain at token boundaries.
+        clarification: per turn, whether the right answer is a question with no calls.
+        excluded_fields: state paths left out of equivalence (bookkeeping and free text; prefixed with
+            ``<env>.`` for several environments).
+        set_fields: list paths compared as multisets (same prefixing).
+    """
+
+    task_id: str
+    envs: tuple[str, ...]
+    initial_state: dict[str, bytes]
+    turn_states: list[Any]
+    turn_calls: list[list[ReferenceCall]]
+    expected_outputs: list[list[str]]
+    clarification: list[bool]
+    excluded_fields: tuple[str, ...] = ()
+    set_fields: tuple[str, ...] = ()
+
+    @property
+    def n_turns(self) -> int:
+        return len(self.turn_states)
+
+    @property
+    def final_state(self) -> Any:
+        """The canonical state after the last turn."""
+        return self.turn_states[-1]
+
+    @cached_property
+    def initial(self) -> Any:
+        """The initial state in the canonical form of :meth:`Session.state` (parsed once per task)."""
+        states = {n: json.loads(b) for n, b in self.initial_state.items()}
+        return next(iter(states.values())) if len(states) == 1 else states
+
+    def state_before(self, turn: int) -> Any:
+        """The ground-truth state before ``turn`` (the initial state for turn 0)."""
+        return self.turn_states[turn - 1] if turn > 0 else self.initial
+
+
+def _fields(envs: Sequence[EnvironmentSpec]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if len(envs) == 1:
+        return envs[0].excluded_fields, envs[0].set_fields
+    return (tuple(f"{e.name}.{p}" for e in envs for p in e.excluded_fields),
+            tuple(f"{e.name}.{p}" for e in envs for p in e.set_fields))
+
+
+def replay_ground_truth(spec: EnvironmentSpec, task: Task) -> TaskReference:
+    """Run every ground-truth call of ``task`` (a task of ``spec``) in order in a fresh :class:`Session`.
+
+    Raises:
+        DatasetError: a bad initial-state reference, or a ground-truth call that is unknown, has invalid
+            arguments, fails, or masks an argument the tool does not have (naming task, turn, call).
+    """
+    tasks: TaskSet = spec.tasks
+    envs = task_environments(spec, task)
+    initial = task_initial_state(spec, task)
+    session = Session.from_states(envs, initial)
+    turn_states: list[Any] = []
+    turn_calls: list[list[ReferenceCall]] = []
+    where = {"file": tasks.source, "line": tasks.line_of(task.task_id), "task_id": task.task_id}
+    try:
+        for ti, turn in enumerate(task.turns):
+            calls = []
+            for ci, call in enumerate(turn.ground_truth):
+                res = session.call(call.name, call.arguments)
+                if not res.ok:
+                    raise DatasetError(f"ground-truth call {call.name} failed: {res.error_type}: {res.error}",
+                                       **where, field=f"turns.{ti}.ground_truth.{ci}", turn=ti, call=ci)
+                unknown_masks = set(call.masked_arguments) - set(res.arguments or {})
+                if unknown_masks:
+                    raise DatasetError(f"masked_arguments {sorted(unknown_masks)} are not parameters of {call.name}",
+                                       **where, field=f"turns.{ti}.ground_truth.{ci}.masked_arguments",
+                                       turn=ti, call=ci)
+                calls.append(ReferenceCall(call.name, res.arguments or {}, tuple(call.masked_arguments), res.content))
+            turn_states.append(session.state())
+            turn_calls.append(calls)
+    finally:
+        session.close()
+    excluded, set_fields = _fields(envs)
+    return TaskReference(
+        task_id=task.task_id,
+        envs=tuple(e.name for e in envs),
+        initial_state=initial,
+        turn_states=turn_states,
+        turn_calls=turn_calls,
+        expected_outputs=[list(t.expected_outputs) for t in task.turns],
+        clarification=[t.clarification for t in task.turns],
+        excluded_fields=excluded,
+        set_fields=set_fields,
+    )
+
+
+_CACHE: weakref.WeakKeyDictionary[TaskSet, dict[str, TaskReference]] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def task_reference(spec: EnvironmentSpec, task: Task | str) -> TaskReference:
+    """The :class:`TaskReference` of ``task`` (a task of ``spec``, or its id), replayed once and cached.
+
+    Raises:
+        UnknownTaskError: no task with that id.
+        DatasetError: the ground truth does not replay (see :func:`replay_ground_truth`).
+    """
+    tasks: TaskSet = spec.tasks
+    if isinstance(task, str):
+        task = tasks.get(task)
+    per_set = _CACHE.get(tasks)
+    if per_set is not None:
+        cached = per_set.get(task.task_id)
+        if cached is not None:
+            return cached
+    reference = replay_ground_truth(spec, task)
+    with _LOCK:
+        return _CACHE.setdefault(tasks, {}).setdefault(task.task_id, reference)
