@@ -8,7 +8,7 @@ Quick start::
     env = gym.make("envfactory/HotelBooking-v0")
     obs, info = env.reset(seed=0)
 
-See DESIGN.md for the architecture and the reward policy (EnvFactory, arXiv 2605.18703).
+docs/architecture.md describes the layers, docs/reward.md the reward (EnvFactory, arXiv 2605.18703).
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from gym_envfactory.environment.catalog import (
 )
 from gym_envfactory.environment.package import load_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.envs.groups import RolloutGroup, make_group
 from gym_envfactory.envs.parsing import ToolCall
+from gym_envfactory.envs.reward import EpisodeScore, RewardConfig
 from gym_envfactory.errors import (
     DatasetError,
     EnvFactoryError,
@@ -34,6 +37,11 @@ from gym_envfactory.session import Session, ToolResult
 __version__ = "0.1.0"
 
 __all__ = [
+    "EnvFactoryEnv",
+    "make_group",
+    "RolloutGroup",
+    "RewardConfig",
+    "EpisodeScore",
     "ToolError",
     "ToolAnnotations",
     "tool",

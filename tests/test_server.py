@@ -276,7 +276,7 @@ def test_closed_and_expired_sessions_are_freed():
 
 
 def test_pool_replaces_a_backend_whose_server_died():
-    from gym_envfactory.backends import _POOL, acquire_backend
+    from gym_envfactory.backends import acquire_backend, shared_backends
 
     proc, url = start_server("PersonalFinance")
     a = acquire_backend("url", url=url, token=TOKEN)
@@ -294,7 +294,7 @@ def test_pool_replaces_a_backend_whose_server_died():
         s = b.create_session(env_spec, {}, get_environment("PersonalFinance").tasks.ids()[0])
         assert s.state()
         a.release()  # releasing the dead one must not drop the live one from the pool
-        assert any(sh.backend is b._shared.backend for sh in _POOL.values())
+        assert any(sh is b.remote for sh in shared_backends())
         s.close()
         b.release()
     finally:

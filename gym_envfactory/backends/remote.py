@@ -18,6 +18,7 @@ import json
 import threading
 from typing import Any, Sequence
 
+from gym_envfactory.backends.base import Backend
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.tools import ToolSpec
@@ -341,3 +342,27 @@ class RemoteSession:
 
 def envs_by_name(names: Sequence[str]) -> list[EnvironmentSpec]:
     return [get_environment(n) for n in names]
+
+
+class RemoteBackend(Backend):
+    """Sessions on a server at ``url`` over the fast session protocol."""
+
+    name = "url"
+
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0) -> None:
+        self.url = url
+        self.client = SessionClient(url, token=token, timeout=timeout)
+
+    def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> RemoteSession:
+        if task_id is not None:
+            return RemoteSession.create(self.client, envs, task_id=task_id)
+        states = {n: json.loads(b) for n, b in initial.items()}
+        return RemoteSession.create(self.client, envs, initial_state=states if len(states) > 1 else next(iter(states.values())))
+
+    def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> RemoteSession:
+        names = [e.name for e in envs]
+        res = self.client.request("create", env=names if len(names) > 1 else names[0], snapshot=snapshot.decode())
+        return RemoteSession(self.client, res["session_id"], envs)
+
+    def close(self) -> None:
+        self.client.close()
