@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench validate clean
+.PHONY: demo test lint bench validate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,22 @@ demo: $(BIN)/python
 	$(BIN)/envfactory rollout envfactory/HotelBooking-v0 --policy noisy --seed 0 --out trajectories.jsonl
 
 # 2. Install what the tests need and run them (Python packages; debootstrap for the Docker tests, which
-#    build their images offline).  pytest's exit code 5 (nothing collected) is a failure.
+#    build their images offline): first the guard rails (docs/contributing.md), then pytest.  pytest's exit
+#    code 5 (nothing collected) is a failure.
 test: $(BIN)/python
 	bash scripts/install-test-deps.sh
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(MAKE) --no-print-directory lint
 	@$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+# Guard rails: ruff (pyflakes, import order, bugbear, pyupgrade, public docstrings), the import-linter layer
+# contracts, mypy on the runtime, the 1,000-line ceiling and the private-name check.
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+	$(BIN)/python scripts/check_source.py
 
 bench: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"

@@ -1,0 +1,91 @@
+"""``envfactory export rl|sft``: training data from environments (mounted through the ``envfactory.cli``
+entry-point group; the runtime never imports this module)."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gym_envfactory.errors import EnvFactoryError
+from gym_envfactory.generators.export.episodes import oracle_trajectories, read_trajectories, resolve_env_names
+from gym_envfactory.generators.export.rl import rl_rows, write_parquet
+from gym_envfactory.generators.export.sft import dataset_info_entry, to_alpaca, to_sharegpt
+
+__all__ = ["export_app"]
+
+export_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                         help="Export training data: RL prompts (VeRL parquet) and SFT conversations (LlamaFactory).")
+
+
+class Per(str, Enum):
+    """Row granularity of RL data."""
+
+    turn = "turn"
+    task = "task"
+
+
+class SFTFormat(str, Enum):
+    """LlamaFactory dataset formats."""
+
+    sharegpt = "sharegpt"
+    alpaca = "alpaca"
+
+
+def _fail(exc: Exception) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(1)
+
+
+@export_app.command("rl")
+def export_rl(
+    envs: Annotated[list[str], typer.Argument(help="gym ids or environment names; 'all' for the catalog")],
+    out: Annotated[Path, typer.Option("--out", help="parquet file to write")],
+    split: Annotated[str | None, typer.Option(help="only tasks of this split (train, test)")] = None,
+    per: Annotated[Per, typer.Option(help="one row per task turn (the paper's unit) or per task")] = Per.turn,
+) -> None:
+    """RL prompts as VeRL parquet rows; every row rebuilds its episode with env.reset(options=...)."""
+    try:
+        rows = rl_rows(resolve_env_names(envs), split=split, per=per.value)
+        write_parquet(rows, out)
+    except (EnvFactoryError, ValueError) as exc:
+        _fail(exc)
+    except ImportError as exc:
+        _fail(RuntimeError(f"parquet needs the 'export' extra (pip install '.[export]'): {exc}"))
+    typer.echo(f"wrote {len(rows)} rows to {out}")
+
+
+@export_app.command("sft")
+def export_sft(
+    envs: Annotated[list[str], typer.Argument(help="gym ids or environment names; 'all' for the catalog")] = None,  # type: ignore[assignment]
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write (a list of records)")] = Path("sft.json"),
+    fmt: Annotated[SFTFormat, typer.Option("--format", help="LlamaFactory format")] = SFTFormat.sharegpt,
+    split: Annotated[str | None, typer.Option(help="only tasks of this split (ground-truth source)")] = None,
+    from_trajectories: Annotated[Path | None, typer.Option("--from-trajectories",
+                                                           help="trajectories.jsonl from `envfactory rollout --out`")] = None,
+    min_reward: Annotated[float, typer.Option(help="keep trajectories with at least this reward")] = 1.0,
+    name: Annotated[str, typer.Option(help="dataset name in dataset_info.json")] = "envfactory",
+) -> None:
+    """SFT conversations from the tasks' ground truth (oracle episodes) or from rollout trajectories
+    filtered by reward; writes the data file and a dataset_info.json entry beside it."""
+    try:
+        if from_trajectories is not None:
+            trajectories = list(read_trajectories(from_trajectories, min_reward=min_reward))
+        else:
+            if not envs:
+                raise EnvFactoryError("name environments, or give --from-trajectories")
+            trajectories = [t for e in resolve_env_names(envs) for t in oracle_trajectories(e, split=split)]
+    except EnvFactoryError as exc:
+        _fail(exc)
+    records = to_sharegpt(trajectories) if fmt is SFTFormat.sharegpt else to_alpaca(trajectories)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    info_path = out.parent / "dataset_info.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    info.update(dataset_info_entry(name, out.name, fmt.value))
+    info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    typer.echo(f"wrote {len(records)} {fmt.value} records from {len(trajectories)} trajectories to {out}; "
+               f"dataset_info entry {name!r} in {info_path}")

@@ -1,0 +1,113 @@
+"""RL prompts as VeRL parquet rows (https://verl.readthedocs.io, "Prepare Data for Post-Training").
+
+One row per task turn (the paper's unit, arXiv 2605.18703 §3.5) or per task (``per="task"``)::
+
+    data_source   "envfactory/HotelBooking-v0"
+    prompt        the opening messages of the episode: system prompt, and for turn t > 0 the earlier
+                  turns played from the ground truth (user, assistant tool calls, tool results, reply),
+                  then the user message of turn t.  Exactly ``env.reset(options=reset_options)``.
+    ability       "tool_use"
+    reward_model  {"style": "rule", "ground_truth": JSON of the window's ground-truth calls,
+                   expected outputs and clarification flags}
+    extra_info    {"index", "split", "env" (gym id), "envs" (environment names), "task_id", "turn",
+                   "n_turns", "initial_state" (the task file's reference, JSON), "tools" (OpenAI tool
+                   schemas, JSON), "reset_options" {"task_id", "start_turn", "end_turn"}}
+
+Nested values whose shape varies between rows (tool schemas, ground truth) are JSON strings, so one
+parquet schema holds every environment.  The reward is the environment's own: a trainer rebuilds the
+episode with ``env.reset(options=row["extra_info"]["reset_options"])`` and steps it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gym_envfactory import EnvFactoryEnv
+from gym_envfactory.replay import task_reference
+
+__all__ = ["rl_rows", "write_parquet"]
+
+
+def _ground_truth(reference: Any, start: int, end: int) -> str:
+    turns = []
+    for t in range(start, end):
+        turns.append({
+            "turn": t,
+            "calls": [{"name": c.name, "arguments": c.arguments, "masked_arguments": list(c.masked)}
+                      for c in reference.turn_calls[t]],
+            "expected_outputs": reference.expected_outputs[t],
+            "clarification": reference.clarification[t],
+        })
+    return json.dumps({"task_id": reference.task_id, "turns": turns}, ensure_ascii=False)
+
+
+def rl_rows(env_names: Iterable[str], *, split: str | None = None, per: str = "turn") -> list[dict[str, Any]]:
+    """VeRL rows (module docstring) for every task of ``env_names`` (optionally one split).
+
+    Args:
+        env_names: environment names.
+        split: keep only tasks of this split.
+        per: ``"turn"`` (one row per user turn) or ``"task"`` (one row per task).
+
+    Raises:
+        ValueError: ``per`` is neither.  DatasetError: a task's ground truth does not replay.
+    """
+    if per not in ("turn", "task"):
+        raise ValueError(f"per must be 'turn' or 'task', got {per!r}")
+    rows: list[dict[str, Any]] = []
+    for name in env_names:
+        env = EnvFactoryEnv(name)
+        try:
+            for task_id in env.tasks.ids(split):
+                task = env.tasks.get(task_id)
+                reference = task_reference(env.environment, task)
+                n = len(task.turns)
+                windows = [(t, t + 1) for t in range(n)] if per == "turn" else [(0, n)]
+                for start, end in windows:
+                    options = {"task_id": task_id, "start_turn": start, "end_turn": end}
+                    obs, info = env.reset(options=options)
+                    rows.append({
+                        "data_source": env.environment.gym_id,
+                        "prompt": obs,
+                        "ability": "tool_use",
+                        "reward_model": {"style": "rule", "ground_truth": _ground_truth(reference, start, end)},
+                        "extra_info": {
+                            "index": len(rows),
+                            "split": task.split,
+                            "env": env.environment.gym_id,
+                            "envs": info["envs"],
+                            "task_id": task_id,
+                            "turn": start,
+                            "n_turns": n,
+                            "initial_state": json.dumps(task.initial_state, ensure_ascii=False),
+                            "tools": json.dumps(info["tools"], ensure_ascii=False),
+                            "reset_options": options,
+                        },
+                    })
+        finally:
+            env.close()
+    return rows
+
+
+def write_parquet(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    """Write ``rows`` as one parquet file (pyarrow).  Raises ``ImportError`` without pyarrow (the
+    ``export`` extra)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # the prompt's messages differ in keys (tool_calls, tool_call_id, name): one schema for all
+    prompts = [[_message(m) for m in r["prompt"]] for r in rows]
+    table = pa.Table.from_pylist([{**r, "prompt": p} for r, p in zip(rows, prompts, strict=True)])
+    pq.write_table(table, path)
+    return path
+
+
+def _message(m: dict[str, Any]) -> dict[str, Any]:
+    """A chat message with every key the schema has (absent ones null)."""
+    return {"role": m["role"], "content": m.get("content") or "", "tool_calls": m.get("tool_calls"),
+            "tool_call_id": m.get("tool_call_id"), "name": m.get("name")}

@@ -1,0 +1,147 @@
+"""``envfactory export rl|sft``: rows rebuild their episodes (the oracle scores 1.0 on each), parquet
+round-trips, SFT records follow LlamaFactory's formats, trajectories are filtered by reward."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gym_envfactory import EnvFactoryEnv
+from gym_envfactory.generators.export.cli import export_app
+from gym_envfactory.generators.export.episodes import Trajectory, oracle_trajectories, read_trajectories
+from gym_envfactory.generators.export.rl import rl_rows, write_parquet
+from gym_envfactory.generators.export.sft import dataset_info_entry, to_alpaca, to_sharegpt
+from gym_envfactory.rollout.policies import OraclePolicy
+from gym_envfactory.rollout.runner import run_episode
+
+ENV = "HotelBooking"
+
+
+@pytest.fixture(scope="module")
+def turn_rows():
+    return rl_rows([ENV], per="turn")
+
+
+def _play(row):
+    env = EnvFactoryEnv(ENV)
+    obs, info = env.reset(options=row["extra_info"]["reset_options"])
+    policy = OraclePolicy()
+    policy.begin(env)
+    done, reward, last = False, 0.0, {}
+    while not done:
+        obs2, r, term, trunc, last = env.step(policy.act(env))
+        reward += r
+        done = term or trunc
+    env.close()
+    return obs, reward, last
+
+
+def test_every_turn_row_rebuilds_its_episode_and_the_oracle_scores_one(turn_rows):
+    env = EnvFactoryEnv(ENV)
+    n_turns = sum(len(t.turns) for t in env.tasks)
+    assert len(turn_rows) == n_turns  # one row per task turn
+    for row in turn_rows:
+        obs, reward, last = _play(row)
+        assert obs == row["prompt"], row["extra_info"]["task_id"]
+        assert reward == 1.0, (row["extra_info"], last.get("score"))
+        assert row["reward_model"]["style"] == "rule"
+        gt = json.loads(row["reward_model"]["ground_truth"])
+        assert [t["turn"] for t in gt["turns"]] == [row["extra_info"]["turn"]]
+
+
+def test_later_turn_rows_carry_the_earlier_turns_played_from_ground_truth(turn_rows):
+    later = [r for r in turn_rows if r["extra_info"]["turn"] > 0]
+    assert later, "the catalog has multi-turn tasks"
+    row = later[0]
+    roles = [m["role"] for m in row["prompt"]]
+    assert roles[0] == "system" and roles[-1] == "user"
+    assert roles.count("user") == row["extra_info"]["turn"] + 1
+    assert json.loads(row["extra_info"]["tools"])[0]["type"] == "function"
+
+
+def test_per_task_rows_rebuild_whole_episodes():
+    rows = rl_rows([ENV], per="task", split="test")
+    assert rows and all(r["extra_info"]["split"] == "test" for r in rows)
+    for row in rows[:5]:
+        obs, reward, _ = _play(row)
+        assert obs == row["prompt"] and reward == 1.0
+
+
+def test_parquet_round_trip(turn_rows, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = write_parquet(turn_rows, tmp_path / "rl.parquet")
+    back = pq.read_table(path).to_pylist()
+    assert len(back) == len(turn_rows)
+    for a, b in zip(back, turn_rows, strict=True):
+        assert [m["role"] for m in a["prompt"]] == [m["role"] for m in b["prompt"]]
+        assert [m["content"] for m in a["prompt"]] == [m.get("content") or "" for m in b["prompt"]]
+        assert a["extra_info"]["reset_options"] == b["extra_info"]["reset_options"]
+        assert a["reward_model"] == b["reward_model"]
+
+
+def _alternates(conv):
+    for i, turn in enumerate(conv):
+        want = ("human", "observation") if i % 2 == 0 else ("gpt", "function_call")
+        assert turn["from"] in want, (i, turn)
+    assert conv[-1]["from"] in ("gpt", "function_call")
+
+
+def test_sharegpt_records_follow_llamafactory_alternation():
+    trajectories = list(oracle_trajectories(ENV, split="train"))
+    records = to_sharegpt(trajectories)
+    assert len(records) == len(trajectories)
+    for rec in records:
+        _alternates(rec["conversations"])
+        assert rec["system"] and json.loads(rec["tools"])[0]["name"]
+        for turn in rec["conversations"]:
+            if turn["from"] == "function_call":
+                call = json.loads(turn["value"])
+                assert {"name", "arguments"} <= set(call if isinstance(call, dict) else call[0])
+
+
+def test_alpaca_records_put_tool_calls_in_hermes_form():
+    trajectories = list(oracle_trajectories(ENV, split="test"))
+    records = to_alpaca(trajectories)
+    calls = [r for r in records if r["output"].startswith("<tool_call>")]
+    assert calls and all(r["instruction"] for r in records)
+    first = calls[0]
+    body = json.loads(first["output"][len("<tool_call>"):-len("</tool_call>")])
+    assert body["name"] and isinstance(body["arguments"], dict)
+    assert dataset_info_entry("d", "d.json", "alpaca")["d"]["formatting"] == "alpaca"
+
+
+def test_trajectories_are_filtered_by_reward(tmp_path):
+    env = EnvFactoryEnv(ENV)
+    tid = env.tasks.ids()[0]
+    good = run_episode(env, OraclePolicy(), task_id=tid).to_json()
+    bad = {**good, "reward": 0.25}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    kept = list(read_trajectories(path, min_reward=0.5))
+    assert [t.reward for t in kept] == [1.0]
+    assert isinstance(kept[0], Trajectory) and kept[0].tools
+
+
+def test_a_malformed_trajectory_line_names_file_and_line(tmp_path):
+    from gym_envfactory.errors import DatasetError
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"reward": 1}\n')
+    with pytest.raises(DatasetError, match=r"t\.jsonl:1"):
+        list(read_trajectories(path))
+
+
+def test_cli_writes_parquet_sft_and_dataset_info(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(export_app, ["rl", f"envfactory/{ENV}-v0", "--out", str(tmp_path / "rl.parquet"), "--per", "task"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "rl.parquet").stat().st_size > 0
+    res = runner.invoke(export_app, ["sft", ENV, "--out", str(tmp_path / "sft.json"), "--split", "train"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "sft.json").read_text())
+    info = json.loads((tmp_path / "dataset_info.json").read_text())
+    assert data and info["envfactory"]["file_name"] == "sft.json"
+    res = runner.invoke(export_app, ["sft", "NoSuchEnv", "--out", str(tmp_path / "x.json")])
+    assert res.exit_code == 1 and "unknown environment" in res.output
