@@ -124,7 +124,7 @@ def main() -> None:
     }
     print(f"images: base {sizes['base']['mb']} MB ({base}), runtime {sizes['runtime']['mb']} MB "
           f"(+{sizes['runtime']['over_base_mb']} MB over the base)")
-    for name, s in sizes["environments"].items():
+    for s in sizes["environments"].values():
         print(f"  {s['tag']}: {s['mb']} MB, own layer {s['layer_kb']} kB ({', '.join(s['serves'])})")
     cs = out["cold_start"]
     print(f"cold start to healthy+ready ({args.env}, n={n}): p50 {cs['to_healthy_and_ready']['p50_s']} s, "

@@ -21,14 +21,12 @@ import sys
 import time
 from pathlib import Path
 
+from gym_envfactory import get_environment
+from gym_envfactory.backends.remote import AsyncSessionClient
 from gym_envfactory.replay import task_reference
 
 HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
-sys.path.insert(0, str(HERE.parent))
-
-from gym_envfactory import get_environment
-from gym_envfactory.backends.remote import AsyncSessionClient
 
 
 def pct(xs, p):

@@ -14,8 +14,9 @@ Everything else (argument validation, schemas, sessions) is derived by the runti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 __all__ = ["ToolError", "ToolAnnotations", "tool", "TOOL_ATTR"]
 

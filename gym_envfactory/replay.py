@@ -80,6 +80,27 @@ class TaskReference:
         states = {n: json.loads(b) for n, b in self.initial_state.items()}
         return next(iter(states.values())) if len(states) == 1 else states
 
+    @classmethod
+    def from_parts(cls, turn_calls: Sequence[Sequence[ReferenceCall | tuple[str, dict[str, Any], Sequence[str]]]],
+                   turn_states: Sequence[Any], expected_outputs: Sequence[Sequence[str]] | None = None, *,
+                   initial: Any = None, task_id: str = "", excluded_fields: Sequence[str] = (),
+                   set_fields: Sequence[str] = (), clarification: Sequence[bool] | None = None) -> TaskReference:
+        """A reference built by hand (offline scoring, tests): per-turn ground-truth calls as
+        :class:`ReferenceCall` or ``(name, arguments, masked)`` tuples, the state after each turn, and
+        optionally the expected outputs and the ``initial`` state (canonical form; without it the
+        no-change rule for read-only turns is not applied to turn 0)."""
+        calls = [[c if isinstance(c, ReferenceCall) else ReferenceCall(c[0], dict(c[1]), tuple(c[2])) for c in turn]
+                 for turn in turn_calls]
+        n = len(calls)
+        ref = cls(task_id=task_id, envs=(), initial_state={} if initial is None else {"": b""},
+                  turn_states=list(turn_states), turn_calls=calls,
+                  expected_outputs=[list(o) for o in expected_outputs] if expected_outputs is not None else [[]] * n,
+                  clarification=list(clarification) if clarification is not None else [False] * n,
+                  excluded_fields=tuple(excluded_fields), set_fields=tuple(set_fields))
+        if initial is not None:
+            ref.__dict__["initial"] = initial  # fills the cached property
+        return ref
+
     def state_before(self, turn: int) -> Any:
         """The ground-truth state before ``turn`` (the initial state for turn 0)."""
         return self.turn_states[turn - 1] if turn > 0 else self.initial
@@ -92,16 +113,17 @@ def _fields(envs: Sequence[EnvironmentSpec]) -> tuple[tuple[str, ...], tuple[str
             tuple(f"{e.name}.{p}" for e in envs for p in e.set_fields))
 
 
-def replay_ground_truth(spec: EnvironmentSpec, task: Task) -> TaskReference:
-    """Run every ground-truth call of ``task`` (a task of ``spec``) in order in a fresh :class:`Session`.
+def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None = None) -> TaskReference:
+    """Run every ground-truth call of ``task`` (a task of ``spec``; of ``tasks`` when a task set other
+    than ``spec.tasks`` holds it) in order in a fresh :class:`Session`.
 
     Raises:
         DatasetError: a bad initial-state reference, or a ground-truth call that is unknown, has invalid
             arguments, fails, or masks an argument the tool does not have (naming task, turn, call).
     """
-    tasks: TaskSet = spec.tasks
+    tasks = spec.tasks if tasks is None else tasks
     envs = task_environments(spec, task)
-    initial = task_initial_state(spec, task)
+    initial = task_initial_state(spec, task, tasks)
     session = Session.from_states(envs, initial)
     turn_states: list[Any] = []
     turn_calls: list[list[ReferenceCall]] = []
@@ -142,14 +164,15 @@ _CACHE: weakref.WeakKeyDictionary[TaskSet, dict[str, TaskReference]] = weakref.W
 _LOCK = threading.Lock()
 
 
-def task_reference(spec: EnvironmentSpec, task: Task | str) -> TaskReference:
-    """The :class:`TaskReference` of ``task`` (a task of ``spec``, or its id), replayed once and cached.
+def task_reference(spec: EnvironmentSpec, task: Task | str, tasks: TaskSet | None = None) -> TaskReference:
+    """The :class:`TaskReference` of ``task`` (a task of ``spec``, or its id; ``tasks``: the task set
+    holding it when not ``spec.tasks``), replayed once per task set and cached.
 
     Raises:
         UnknownTaskError: no task with that id.
         DatasetError: the ground truth does not replay (see :func:`replay_ground_truth`).
     """
-    tasks: TaskSet = spec.tasks
+    tasks = spec.tasks if tasks is None else tasks
     if isinstance(task, str):
         task = tasks.get(task)
     per_set = _CACHE.get(tasks)
@@ -157,6 +180,6 @@ def task_reference(spec: EnvironmentSpec, task: Task | str) -> TaskReference:
         cached = per_set.get(task.task_id)
         if cached is not None:
             return cached
-    reference = replay_ground_truth(spec, task)
+    reference = replay_ground_truth(spec, task, tasks)
     with _LOCK:
         return _CACHE.setdefault(tasks, {}).setdefault(task.task_id, reference)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import copy
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -447,7 +448,7 @@ class Session:
         self._states = {}
         self._log = log
 
-    def fork(self) -> "Session":
+    def fork(self) -> Session:
         """An independent copy (state and action log); writes to either never reach the other."""
         self._check_open()
         states = {n: self._env_json(n) for n in self.envs}
@@ -456,7 +457,7 @@ class Session:
         child._log = list(self._log)  # records are never handed out uncopied, so they can be shared
         return child
 
-    def fork_many(self, k: int) -> list["Session"]:
+    def fork_many(self, k: int) -> list[Session]:
         """``k`` independent forks sharing one serialisation of the current state (GRPO groups)."""
         self._check_open()
         states = {n: self._env_json(n) for n in self.envs}
@@ -479,7 +480,7 @@ class Session:
         if self._closed:
             raise SessionClosedError("session is closed")
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -30,9 +30,10 @@ import threading
 import urllib.error
 import urllib.request
 from collections import deque
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 __all__ = ["ScriptedChatServer", "ScriptExhausted", "RecordingProxy", "request_sha"]
 
@@ -172,7 +173,7 @@ class ScriptedChatServer(_LocalHTTPServer):
         self._thread = None
 
     @classmethod
-    def from_file(cls, path: str | Path, *, model: str = "scripted", port: int = 0) -> "ScriptedChatServer":
+    def from_file(cls, path: str | Path, *, model: str = "scripted", port: int = 0) -> ScriptedChatServer:
         """A server replaying recorded replies from ``path``.
 
         Accepted contents: JSON Lines of ``{"request_sha": ..., "reply": ...}`` (as :class:`RecordingProxy`

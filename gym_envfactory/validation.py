@@ -111,10 +111,10 @@ def _subset_match(expected: Any, actual: Any, exact: bool = False) -> bool:
     return expected == actual
 
 
-def run_scenarios(spec: "EnvironmentSpec", scenarios: list[Scenario] | None = None) -> tuple[list[ScenarioReport], dict[str, set[str]]]:
+def run_scenarios(spec: EnvironmentSpec, scenarios: list[Scenario] | None = None) -> tuple[list[ScenarioReport], dict[str, set[str]]]:
     """Execute scenarios in isolated sessions.  Returns reports and per-tool coverage
     (``{"ok", "error"}`` outcomes observed per tool)."""
-    from gym_envfactory.environment.states import resolve_task_state
+    from gym_envfactory.environment.states import resolve_state
     from gym_envfactory.session import Session
 
     scenarios = spec.scenarios if scenarios is None else scenarios
@@ -123,7 +123,7 @@ def run_scenarios(spec: "EnvironmentSpec", scenarios: list[Scenario] | None = No
     for sc in scenarios:
         failures: list[str] = []
         try:
-            initial = resolve_task_state(spec, sc.initial_state, {"task_id": sc.scenario_id})
+            initial = resolve_state(spec, sc.initial_state, task_form=True, where={"task_id": sc.scenario_id})
         except DatasetError as exc:
             reports.append(ScenarioReport(sc.scenario_id, sc.level, False, [f"initial state: {exc}"]))
             continue
@@ -166,7 +166,7 @@ def run_scenarios(spec: "EnvironmentSpec", scenarios: list[Scenario] | None = No
     return reports, coverage
 
 
-def validate_environment(spec: "EnvironmentSpec", *, replay_tasks: bool = True,
+def validate_environment(spec: EnvironmentSpec, *, replay_tasks: bool = True,
                          require_coverage: bool = True, lint: bool = True) -> ValidationReport:
     """Run every validation scenario, check that each tool has a success and an error path covered,
     replay every task's ground truth, and lint the package for nondeterminism (DESIGN §3).  Never
@@ -287,7 +287,7 @@ def lint_source(source: str, filename: str = "<source>") -> list[str]:
     return out
 
 
-def lint_environment(spec: "EnvironmentSpec") -> list[str]:
+def lint_environment(spec: EnvironmentSpec) -> list[str]:
     """:func:`lint_source` over every module of an environment folder (``build_states.py`` skipped)."""
     if spec.path is None:
         return []

@@ -23,7 +23,7 @@ from gym_envfactory.envs.reward import (
     match_calls,
     score_episode,
 )
-from gym_envfactory.replay import task_reference
+from gym_envfactory.replay import TaskReference, task_reference
 from gym_envfactory.rollout.policies import NoisyPolicy, OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
 
@@ -46,8 +46,8 @@ def test_C01_duplicate_covers_two():
     dup = [("weather", {"city": "Lima"}, False), ("weather", {"city": "Lima"}, False)]
     good = [("weather", {"city": "Lima"}, False), ("weather", {"city": "Oslo"}, False)]
     cfg = RewardConfig()
-    s_dup = score_episode([TurnRecord(calls=dup, state={})], [gt], [{}], [[]], {}, cfg)
-    s_good = score_episode([TurnRecord(calls=good, state={})], [gt], [{}], [[]], {}, cfg)
+    s_dup = score_episode([TurnRecord(calls=dup, state={})], TaskReference.from_parts([gt], [{}], [[]]), {}, cfg)
+    s_good = score_episode([TurnRecord(calls=good, state={})], TaskReference.from_parts([gt], [{}], [[]]), {}, cfg)
     assert s_dup.r_traj == 0.5 and s_good.r_traj == 1.0
     assert match_calls([(n, a) for n, a, _ in dup], gt).count(None) == 1
 
@@ -107,6 +107,7 @@ REPLAY_SCRIPT = """
 import hashlib, json, sys
 import gym_envfactory
 from gym_envfactory import Session, get_environment
+from gym_envfactory.environment.states import task_environments, task_initial_state
 out = {}
 for env_name in sys.argv[1:]:
     spec = get_environment(env_name)
@@ -146,12 +147,12 @@ def test_C05_scoring_is_read_only(env_name):
 
 def test_C06_gold_replay_error(library):
     spec = library
-    ts = TaskSet.from_objects(spec, [{"task_id": "bad", "turns": [
+    ts = TaskSet.from_objects(spec.name, [{"task_id": "bad", "turns": [
         {"user": "lend Dune", "ground_truth": [{"name": "borrow_book", "arguments": {"book_id": "B1", "member": "ada"}}]},
         {"user": "return it twice", "ground_truth": [{"name": "return_book", "arguments": {"loan_id": "L-0001"}},
                                                       {"name": "return_book", "arguments": {"loan_id": "L-0001"}}]}]}])
     with pytest.raises(DatasetError) as ei:
-        ts.replay("bad")
+        task_reference(spec, "bad", ts)
     assert (ei.value.task_id, ei.value.turn, ei.value.call) == ("bad", 1, 1) and "already returned" in str(ei.value)
     spec.tasks  # the good tasks still load
     env = EnvFactoryEnv(spec)
@@ -226,10 +227,10 @@ def test_C10_token_boundary():
     assert not contains_output("100 nights", "10")
     assert contains_output("Your total is 10.", "10")
     rec = [TurnRecord(calls=[], text="That is 100 nights", state={})]
-    s = score_episode(rec, [[]], [{}], [["10"]], {}, RewardConfig(output_weight=1.0))
+    s = score_episode(rec, TaskReference.from_parts([[]], [{}], [["10"]]), {}, RewardConfig(output_weight=1.0))
     assert s.r_output == 0.0
     rec = [TurnRecord(calls=[], text="Your total is 10.", state={})]
-    assert score_episode(rec, [[]], [{}], [["10"]], {}, RewardConfig(output_weight=1.0)).r_output == 1.0
+    assert score_episode(rec, TaskReference.from_parts([[]], [{}], [["10"]]), {}, RewardConfig(output_weight=1.0)).r_output == 1.0
 
 
 def test_C11_vacuous_criterion(library):
@@ -243,7 +244,7 @@ def test_C11_vacuous_criterion(library):
     assert comp["r_output"] is None and "r_output" in comp["vacuous"] and comp["reward"] == 1.0
     # a task whose only criterion is vacuous scores 0, not 1
     rec = [TurnRecord(calls=[], text="hi", state=None)]
-    s = score_episode(rec, [[]], [{}], [[]], {"x": 1}, RewardConfig(alpha=1.0))
+    s = score_episode(rec, TaskReference.from_parts([[]], [{}], [[]]), {"x": 1}, RewardConfig(alpha=1.0))
     assert s.vacuous == ["r_traj"] and s.reward == 0.0
 
 

@@ -13,6 +13,7 @@ from gym_envfactory.envs.reward import (
     state_diff,
     values_equal,
 )
+from gym_envfactory.replay import TaskReference
 
 
 def gt(*calls):
@@ -57,7 +58,7 @@ def test_token_boundary_outputs():
 
 
 def _score(records, gt_calls, gt_states, outputs, final, **cfg):
-    return score_episode(records, gt_calls, gt_states, outputs, final, RewardConfig(**cfg))
+    return score_episode(records, TaskReference.from_parts(gt_calls, gt_states, outputs), final, RewardConfig(**cfg))
 
 
 def test_episode_reward_formula_and_penalty_cap():

@@ -164,13 +164,13 @@ def test_initial_state_patches(pkg):
     from gym_envfactory.environment.tasks import TaskSet
 
     spec = load_environment(_fresh(pkg, "TinyPatch"))
-    ts = TaskSet.from_objects(spec, [{"task_id": "p", "initial_state": {"name": "small", "patches": [{"op": "replace", "path": "/n", "value": 5}]},
+    ts = TaskSet.from_objects(spec.name, [{"task_id": "p", "initial_state": {"name": "small", "patches": [{"op": "replace", "path": "/n", "value": 5}]},
                                       "turns": [{"user": "x", "ground_truth": [{"name": "bump"}]}]}])
-    assert ts.replay("p").final_state == {"n": 6}
-    ts = TaskSet.from_objects(spec, [{"task_id": "q", "initial_state": {"name": "small", "patches": [{"op": "replace", "path": "/zz/1", "value": 5}]},
+    assert task_reference(spec, "p", ts).final_state == {"n": 6}
+    ts = TaskSet.from_objects(spec.name, [{"task_id": "q", "initial_state": {"name": "small", "patches": [{"op": "replace", "path": "/zz/1", "value": 5}]},
                                       "turns": [{"user": "x"}]}])
     with pytest.raises(DatasetError, match="patch failed"):
-        ts.replay("q")
+        task_reference(spec, "q", ts)
 
 
 def test_scenario_exact_and_absent_checks(library):

@@ -227,7 +227,7 @@ LAST = ["Silva", "Chen", "Okafor", "Novak", "Garcia", "Schmidt", "Kowalski", "Ha
 def large_state() -> HotelDB:
     rng = random.Random(SEED)
     db = small_state()
-    for cid, name, country, tax, hoods in CITY_POOL:
+    for cid, name, country, tax, _hoods in CITY_POOL:
         db.cities[cid] = City(city_id=cid, name=name, country=country, tax_percent=tax)
     hoods_of = {c[0]: c[4] for c in CITY_POOL}
     hoods_of.update({"LIS": ["Alfama", "Baixa", "Belem", "Principe Real"], "VIE": ["Innere Stadt", "Neubau", "Wieden"],

@@ -16,7 +16,8 @@ import asyncio
 import itertools
 import json
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from gym_envfactory.backends.base import Backend
 from gym_envfactory.environment.catalog import get_environment
@@ -67,7 +68,7 @@ class AsyncSessionClient:
         self._reader: asyncio.Task[None] | None = None
         self._closed_reason: str | None = None
 
-    async def connect(self) -> "AsyncSessionClient":
+    async def connect(self) -> AsyncSessionClient:
         import websockets
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -76,7 +77,7 @@ class AsyncSessionClient:
                 websockets.connect(self.url, additional_headers=headers, max_size=self.max_size,
                                    open_timeout=self.timeout, ping_interval=20, ping_timeout=20),
                 self.timeout)
-        except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as exc:
+        except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as exc:
             raise BackendUnavailableError(f"cannot connect to {self.url}: {type(exc).__name__}: {exc}") from None
         self._closed_reason = None
         self._reader = asyncio.create_task(self._read())
@@ -140,7 +141,7 @@ class AsyncSessionClient:
                 if len(futs) == 1:
                     return [await futs[0]]
                 return list(await asyncio.gather(*futs))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             for req in payload:
                 self._pending.pop(req["id"], None)
             raise BackendUnavailableError(f"{self.url}: no answer within {self.timeout} s") from None
@@ -181,7 +182,7 @@ class AsyncSessionClient:
             await asyncio.gather(self._reader, return_exceptions=True)
         self._ws = None
 
-    async def __aenter__(self) -> "AsyncSessionClient":
+    async def __aenter__(self) -> AsyncSessionClient:
         return await self.connect()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -259,7 +260,7 @@ class RemoteSession:
 
     @classmethod
     def create(cls, client: SessionClient, envs: Sequence[EnvironmentSpec], *, task_id: str | None = None,
-               initial_state: Any = None) -> "RemoteSession":
+               initial_state: Any = None) -> RemoteSession:
         names = [e.name for e in envs]
         res = client.request("create", env=names if len(names) > 1 else names[0], task_id=task_id,
                              initial_state=initial_state)
@@ -320,10 +321,10 @@ class RemoteSession:
             raise NotImplementedError("a remote reset returns to the session's creation state; create a new session instead")
         self.client.request("reset", session_id=self.session_id)
 
-    def fork(self) -> "RemoteSession":
+    def fork(self) -> RemoteSession:
         return self.fork_many(1)[0]
 
-    def fork_many(self, k: int) -> list["RemoteSession"]:
+    def fork_many(self, k: int) -> list[RemoteSession]:
         ids = self.client.request("fork", session_id=self.session_id, k=k)
         return [RemoteSession(self.client, i, list(self.envs.values())) for i in ids]
 

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -76,8 +76,8 @@ def image_base(
 
 @image_app.command("runtime")
 def image_runtime(
-    base: Annotated[Optional[str], typer.Option(help="BASE_IMAGE (default: envfactory/base:bookworm if present, else python:3.11-slim)")] = None,
-    tag: Annotated[Optional[str], typer.Option(help="tag (default envfactory/runtime:<package version>)")] = None,
+    base: Annotated[str | None, typer.Option(help="BASE_IMAGE (default: envfactory/base:bookworm if present, else python:3.11-slim)")] = None,
+    tag: Annotated[str | None, typer.Option(help="tag (default envfactory/runtime:<package version>)")] = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild even if the sources did not change")] = False,
 ) -> None:
     """Runtime image: `pip wheel .[server] -w build/wheelhouse` on the host, then the root Dockerfile
@@ -93,9 +93,9 @@ def image_runtime(
 
 @image_app.command("build")
 def image_build(
-    envs: Annotated[Optional[list[str]], typer.Argument(help="environments (names or gym ids)")] = None,
+    envs: Annotated[list[str] | None, typer.Argument(help="environments (names or gym ids)")] = None,
     all_: Annotated[bool, typer.Option("--all", help="every catalog environment")] = False,
-    runtime: Annotated[Optional[str], typer.Option(help="runtime image (default envfactory/runtime:<version>)")] = None,
+    runtime: Annotated[str | None, typer.Option(help="runtime image (default envfactory/runtime:<version>)")] = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild unchanged images too")] = False,
 ) -> None:
     """Environment images envfactory/<name>:<version>: the runtime plus /catalog/<Name>/ (and the
@@ -154,7 +154,7 @@ def image_ls() -> None:
 
 @catalog_app.command("up")
 def catalog_up(
-    envs: Annotated[Optional[list[str]], typer.Argument(help="environments (default: the whole catalog)")] = None,
+    envs: Annotated[list[str] | None, typer.Argument(help="environments (default: the whole catalog)")] = None,
     host: Annotated[str, typer.Option(help="host address the ports are published on (0.0.0.0: every interface)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="first host port; one port per environment")] = 8765,
     directory: Annotated[Path, typer.Option("--dir", help="where the compose file and .env go")] = DEFAULT_DIR,

@@ -11,7 +11,7 @@ import statistics
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -122,7 +122,7 @@ def _first_sentence(text: str) -> str:
 
 @app.command("validate")
 def validate_cmd(
-    env: Annotated[Optional[str], typer.Argument(help="environment name or gym id")] = None,
+    env: Annotated[str | None, typer.Argument(help="environment name or gym id")] = None,
     all_: Annotated[bool, typer.Option("--all", help="validate every catalog environment")] = False,
 ) -> None:
     """Run validation scenarios (every tool's success and error paths) and replay every task's ground
@@ -156,19 +156,19 @@ def validate_cmd(
 def rollout_cmd(
     env_id: Annotated[str, typer.Argument(help="gym id (envfactory/HotelBooking-v0) or environment name")],
     policy: Annotated[PolicyKind, typer.Option(help="oracle replays ground truth; noisy (default) perturbs it; random samples tools; openai calls an endpoint")] = PolicyKind.noisy,
-    episodes: Annotated[Optional[int], typer.Option(help="number of episodes (default: every task once)")] = None,
+    episodes: Annotated[int | None, typer.Option(help="number of episodes (default: every task once)")] = None,
     seed: Annotated[int, typer.Option(help="seed for task order and policy randomness")] = 0,
-    split: Annotated[Optional[str], typer.Option(help="only tasks of this split (train/test)")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="write trajectories as JSON Lines")] = None,
+    split: Annotated[str | None, typer.Option(help="only tasks of this split (train/test)")] = None,
+    out: Annotated[Path | None, typer.Option(help="write trajectories as JSON Lines")] = None,
     noise: Annotated[float, typer.Option(help="perturbation probability per call (noisy policy)")] = 0.3,
-    model: Annotated[Optional[str], typer.Option(help="model name (openai policy)")] = None,
-    base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")] = None,
+    model: Annotated[str | None, typer.Option(help="model name (openai policy)")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")] = None,
     api_key_env: Annotated[str, typer.Option(help="environment variable holding the API key")] = "OPENAI_API_KEY",
     alpha: Annotated[float, typer.Option(help="reward weight of R_traj (R_state gets 1-alpha)")] = 0.5,
     gamma: Annotated[float, typer.Option(help="penalty per surplus or invalid call")] = 0.05,
     max_steps: Annotated[int, typer.Option(help="assistant actions per episode before truncation")] = 32,
     backend: Annotated[Backend, typer.Option(help="where sessions run")] = Backend.inprocess,
-    url: Annotated[Optional[str], typer.Option(help="server URL for --backend url")] = None,
+    url: Annotated[str | None, typer.Option(help="server URL for --backend url")] = None,
 ) -> None:
     """Run a policy through episodes and print a per-episode reward table and a summary."""
     from gym_envfactory.envs.env import EnvFactoryEnv
@@ -217,11 +217,11 @@ def rollout_cmd(
 
 @app.command("serve")
 def serve_cmd(
-    envs: Annotated[Optional[list[str]], typer.Argument(help="environments to serve (default: --all)")] = None,
+    envs: Annotated[list[str] | None, typer.Argument(help="environments to serve (default: --all)")] = None,
     all_: Annotated[bool, typer.Option("--all", help="serve every catalog environment")] = False,
     host: Annotated[str, typer.Option(help="bind address; beyond loopback a token is required")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port (0 = any free port)")] = 8765,
-    token: Annotated[Optional[str], typer.Option(envvar="ENVFACTORY_TOKEN", help="bearer token for every route but /healthz")] = None,
+    token: Annotated[str | None, typer.Option(envvar="ENVFACTORY_TOKEN", help="bearer token for every route but /healthz")] = None,
     ttl: Annotated[float, typer.Option(help="idle seconds before a session expires")] = 900.0,
     max_sessions: Annotated[int, typer.Option(help="most live sessions")] = 10_000,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,

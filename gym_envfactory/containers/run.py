@@ -26,8 +26,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from gym_envfactory.containers.images import (
     CONTAINER_PORT,

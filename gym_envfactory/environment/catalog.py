@@ -16,8 +16,9 @@ import os
 import re
 import threading
 import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
 from pydantic import BaseModel

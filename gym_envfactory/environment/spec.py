@@ -20,9 +20,10 @@ import hashlib
 import json
 import logging
 import threading
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 

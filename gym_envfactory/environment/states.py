@@ -128,14 +128,15 @@ def task_environments(spec: EnvironmentSpec, task: Task) -> list[EnvironmentSpec
     return [spec if n == spec.name else get_environment(n) for n in task.envs]
 
 
-def task_initial_state(spec: EnvironmentSpec, task: Task | str) -> dict[str, bytes]:
-    """Validated initial state bytes per environment of ``task`` (a task of ``spec.tasks``, or its id).
+def task_initial_state(spec: EnvironmentSpec, task: Task | str, tasks: TaskSet | None = None) -> dict[str, bytes]:
+    """Validated initial state bytes per environment of ``task`` (a task of ``spec.tasks``, or of
+    ``tasks`` when given, or its id).
 
     Raises:
         DatasetError: a bad reference, naming the tasks file, line, task and field.
         UnknownTaskError: no task with that id.
     """
-    tasks: TaskSet = spec.tasks
+    tasks = spec.tasks if tasks is None else tasks
     if isinstance(task, str):
         task = tasks.get(task)
     where: dict[str, Any] = {"file": tasks.source, "line": tasks.line_of(task.task_id), "task_id": task.task_id}

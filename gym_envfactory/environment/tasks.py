@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -105,7 +106,7 @@ class TaskSet:
 
     # ---------------------------------------------------------------- loading
     @classmethod
-    def from_jsonl(cls, env_name: str, path: Path) -> "TaskSet":
+    def from_jsonl(cls, env_name: str, path: Path) -> TaskSet:
         """Parse ``tasks.jsonl``.  Raises :class:`DatasetError` naming file, line and field."""
         tasks: list[Task] = []
         lines: dict[str, int] = {}
@@ -126,7 +127,7 @@ class TaskSet:
         return cls(env_name, tasks, source=path, lines=lines)
 
     @classmethod
-    def from_objects(cls, env_name: str, objs: Iterable[Mapping[str, Any] | Task]) -> "TaskSet":
+    def from_objects(cls, env_name: str, objs: Iterable[Mapping[str, Any] | Task]) -> TaskSet:
         tasks = []
         seen: set[str] = set()
         for i, obj in enumerate(objs, 1):

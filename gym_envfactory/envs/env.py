@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
@@ -183,7 +184,7 @@ class EnvFactoryEnv(gym.Env):
             raise TypeError(f"options must be a dict (task_id, split), got {type(options).__name__}")
         options = dict(options or {})
         task = self._pick_task(options)
-        reference = task_reference(self.environment, task)
+        reference = task_reference(self.environment, task, self.tasks)
         envs = task_environments(self.environment, task)
         if self.session is not None:
             self.session.close()
@@ -344,12 +345,12 @@ class EnvFactoryEnv(gym.Env):
         super().close()
 
     # ------------------------------------------------------------------ GRPO groups
-    def fork(self) -> "EnvFactoryEnv":
+    def fork(self) -> EnvFactoryEnv:
         """An independent copy of this episode at its current point (state, conversation, counters,
         RNG).  Steps on the fork never affect this env."""
         return self.fork_many(1)[0]
 
-    def fork_many(self, k: int) -> list["EnvFactoryEnv"]:
+    def fork_many(self, k: int) -> list[EnvFactoryEnv]:
         """``k`` independent copies of the current episode (a GRPO group), sharing one serialisation
         of the state."""
         if self.session is None:

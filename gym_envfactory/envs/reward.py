@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from gym_envfactory.replay import ReferenceCall, TaskReference
 
@@ -71,7 +72,7 @@ class RewardConfig:
             raise ValueError("gamma, penalty_cap and output_weight must be >= 0")
 
     @classmethod
-    def coerce(cls, value: "RewardConfig | Mapping[str, float] | None") -> "RewardConfig":
+    def coerce(cls, value: RewardConfig | Mapping[str, float] | None) -> RewardConfig:
         if value is None:
             return cls()
         if isinstance(value, RewardConfig):

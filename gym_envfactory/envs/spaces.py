@@ -10,7 +10,8 @@ spaces as tuples (``gymnasium.vector.utils.batch_space`` registers ``Space``).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces

@@ -47,14 +47,14 @@ class Policy:
     def __init__(self) -> None:
         self.perturbations: list[str] = []
 
-    def begin(self, env: "EnvFactoryEnv") -> None:
+    def begin(self, env: EnvFactoryEnv) -> None:
         self.perturbations = []
 
-    def act(self, env: "EnvFactoryEnv") -> Any:  # pragma: no cover - interface
+    def act(self, env: EnvFactoryEnv) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
 
-def _reply_text(env: "EnvFactoryEnv", turn: int) -> str:
+def _reply_text(env: EnvFactoryEnv, turn: int) -> str:
     assert env.task is not None
     t = env.task.turns[turn]
     if t.clarification:
@@ -74,17 +74,17 @@ class OraclePolicy(Policy):
         self._queue: list[Any] = []
         self._turn = -1
 
-    def begin(self, env: "EnvFactoryEnv") -> None:
+    def begin(self, env: EnvFactoryEnv) -> None:
         super().begin(env)
         self._turn = -1
         self._queue = []
 
-    def _plan(self, env: "EnvFactoryEnv", turn: int) -> list[Any]:
+    def _plan(self, env: EnvFactoryEnv, turn: int) -> list[Any]:
         assert env.task is not None
         plan: list[Any] = [ToolCall(c.name, dict(c.arguments)) for c in env.task.turns[turn].ground_truth]
         return plan + [_reply_text(env, turn)]
 
-    def act(self, env: "EnvFactoryEnv") -> Any:
+    def act(self, env: EnvFactoryEnv) -> Any:
         if env.turn != self._turn:
             self._turn = env.turn
             self._queue = self._plan(env, env.turn) if env.turn < len(env.task.turns) else ["Done."]  # type: ignore[union-attr]
@@ -125,7 +125,7 @@ class NoisyPolicy(OraclePolicy):
             return None
         return out
 
-    def _plan(self, env: "EnvFactoryEnv", turn: int) -> list[Any]:
+    def _plan(self, env: EnvFactoryEnv, turn: int) -> list[Any]:
         assert env.task is not None
         task = env.task
         plan: list[Any] = []
@@ -198,7 +198,7 @@ class RandomPolicy(Policy):
         self._turn = -1
         self._strings: list[str] = []
 
-    def begin(self, env: "EnvFactoryEnv") -> None:
+    def begin(self, env: EnvFactoryEnv) -> None:
         super().begin(env)
         s: set[str] = set()
         _collect_strings(env.session.state(), s)  # type: ignore[union-attr]
@@ -239,7 +239,7 @@ class RandomPolicy(Policy):
             return (_dt.datetime(2026, 12, 1, 9) + _dt.timedelta(hours=self.rng.randint(-48, 24 * 40))).isoformat()
         return self.rng.choice(self._strings)
 
-    def act(self, env: "EnvFactoryEnv") -> Any:
+    def act(self, env: EnvFactoryEnv) -> Any:
         if env.turn != self._turn:
             self._turn = env.turn
             self._left = self.rng.randint(0, self.max_calls)
@@ -299,7 +299,7 @@ class OpenAIPolicy(Policy):
             out.append(m)
         return out
 
-    def act(self, env: "EnvFactoryEnv") -> Any:
+    def act(self, env: EnvFactoryEnv) -> Any:
         kwargs: dict[str, Any] = {"model": self.model, "messages": self._wire_messages(env.messages),
                                   "tools": env.tools, "temperature": self.temperature}
         if self.seed is not None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gym_envfactory.errors import BadRequestError, CapacityError, UnknownSessionError
 from gym_envfactory.server.manager import SessionManager

@@ -12,8 +12,9 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from gym_envfactory.environment.catalog import get_environment, list_environments
 from gym_envfactory.environment.spec import EnvironmentSpec

@@ -36,7 +36,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import mcp_types as types
 from mcp.server import Server

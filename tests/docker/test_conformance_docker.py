@@ -3,7 +3,8 @@ typed errors as in-process.  One container per configuration, shared by the suit
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import pytest
