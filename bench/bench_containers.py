@@ -1,4 +1,4 @@
-"""Container benchmark (DESIGN §8-9): image sizes and container cold start to healthy.
+"""Container benchmark (docs/containers.md, docs/performance.md): image sizes and container cold start to healthy.
 
 Measures, with the images `envfactory image base|runtime|build --all` made (built here if missing):
   1. image sizes: base, runtime, every environment image and its own layer over the runtime

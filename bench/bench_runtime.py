@@ -1,4 +1,4 @@
-"""Runtime benchmark (DESIGN §9): in-process sessions against MCP, side by side in one run.
+"""Runtime benchmark (docs/performance.md): in-process sessions against MCP, side by side in one run.
 
 Measures on HotelBooking's large initial state (~1,000 records):
   1. tool-call latency: direct Python function call, Session.call (validation + typed result), and a

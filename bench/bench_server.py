@@ -1,4 +1,4 @@
-"""Remote benchmark (DESIGN §9): the fast session protocol against FastMCP streamable HTTP, and a
+"""Remote benchmark (docs/performance.md): the fast session protocol against FastMCP streamable HTTP, and a
 1,024-session soak, side by side in one run.
 
 1. Same tool (HotelBooking get_hotel_details on the large state), same machine, one client:

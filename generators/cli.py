@@ -12,7 +12,7 @@ import inspect
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -97,20 +97,20 @@ def _exit(results: list[Any]) -> None:
 
 @gen_app.command("env")
 def gen_env(
-    metadata: Annotated[Optional[Path], typer.Option("--metadata", help="metadata JSON (one environment, a list, or JSON Lines)")] = None,
-    openapi: Annotated[Optional[Path], typer.Option("--openapi", help="OpenAPI 3.x document (.json/.yaml)")] = None,
-    mcp: Annotated[Optional[str], typer.Option("--mcp", help="a live MCP server: stdio command line or http(s) URL")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="environment name (CamelCase); default: the metadata class_name")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", envvar="ENVFACTORY_MODEL", help="model id (or $ENVFACTORY_MODEL)")] = None,
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")] = None,
+    metadata: Annotated[Path | None, typer.Option("--metadata", help="metadata JSON (one environment, a list, or JSON Lines)")] = None,
+    openapi: Annotated[Path | None, typer.Option("--openapi", help="OpenAPI 3.x document (.json/.yaml)")] = None,
+    mcp: Annotated[str | None, typer.Option("--mcp", help="a live MCP server: stdio command line or http(s) URL")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="environment name (CamelCase); default: the metadata class_name")] = None,
+    model: Annotated[str | None, typer.Option("--model", envvar="ENVFACTORY_MODEL", help="model id (or $ENVFACTORY_MODEL)")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")] = None,
     api_key_env: Annotated[str, typer.Option("--api-key-env", help="environment variable holding the API key")] = "OPENAI_API_KEY",
-    resources: Annotated[Optional[Path], typer.Option("--resources", help="folder of notes / API docs given to the Code Agent")] = None,
+    resources: Annotated[Path | None, typer.Option("--resources", help="folder of notes / API docs given to the Code Agent")] = None,
     max_revisions: Annotated[int, typer.Option("--max-revisions", help="Reviser rounds after the first attempt")] = 3,
     out: Annotated[Path, typer.Option("--out", help="output catalog folder")] = Path("env_images"),
     quarantine: Annotated[Path, typer.Option("--quarantine", help="folder for environments that never pass")] = Path("build/quarantine"),
     checkpoint_dir: Annotated[Path, typer.Option("--checkpoint-dir", help="checkpoints and the LLM cache")] = Path("build/envgen"),
     concurrency: Annotated[int, typer.Option("--concurrency", help="LLM requests in flight at once")] = 4,
-    domain: Annotated[Optional[str], typer.Option("--domain", help="force the domain of the generated environments")] = None,
+    domain: Annotated[str | None, typer.Option("--domain", help="force the domain of the generated environments")] = None,
     temperature: Annotated[float, typer.Option("--temperature")] = 0.0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     inline: Annotated[bool, typer.Option("--inline", help="validate in this process (default: a child process per validation)")] = False,
@@ -158,9 +158,9 @@ def gen_env(
 @gen_app.command("resume")
 def gen_resume(
     checkpoint: Annotated[Path, typer.Argument(help="a checkpoint file (<checkpoint-dir>/<Name>.json) or a checkpoint folder (every unfinished run)")],
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="override the stored endpoint")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="override the stored model (its cached answers then do not apply)")] = None,
-    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="override the stored endpoint")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="override the stored model (its cached answers then do not apply)")] = None,
+    api_key_env: Annotated[str | None, typer.Option("--api-key-env")] = None,
 ) -> None:
     """Continue runs from their checkpoints; answered LLM requests replay from the cache."""
     import json
@@ -199,12 +199,12 @@ def gen_resume(
 
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="a single-file tool server (FastMCP wrappers over an API class) or a plain Python class")],
-    name: Annotated[Optional[str], typer.Option("--name", help="environment name (CamelCase)")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="environment name (CamelCase)")] = None,
     out: Annotated[Path, typer.Option("--out", help="output catalog folder")] = Path("env_images"),
-    domain: Annotated[Optional[str], typer.Option("--domain", help="environment domain")] = None,
-    initial_state: Annotated[Optional[Path], typer.Option("--initial-state", help="scenario JSON used as the small initial state")] = None,
-    tasks: Annotated[Optional[Path], typer.Option("--tasks", help="tasks.jsonl to copy in")] = None,
-    scenarios: Annotated[Optional[Path], typer.Option("--scenarios", help="scenarios.jsonl to copy in")] = None,
+    domain: Annotated[str | None, typer.Option("--domain", help="environment domain")] = None,
+    initial_state: Annotated[Path | None, typer.Option("--initial-state", help="scenario JSON used as the small initial state")] = None,
+    tasks: Annotated[Path | None, typer.Option("--tasks", help="tasks.jsonl to copy in")] = None,
+    scenarios: Annotated[Path | None, typer.Option("--scenarios", help="scenarios.jsonl to copy in")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing folder of the same name")] = False,
     validate: Annotated[bool, typer.Option("--validate/--no-validate", help="run the validation scenarios afterwards")] = True,
 ) -> None:

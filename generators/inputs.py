@@ -25,9 +25,10 @@ import logging
 import os
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import jsonschema
 from pydantic import (
@@ -49,6 +50,7 @@ __all__ = [
     "load_metadata_all",
     "openapi_to_metadata",
     "mcp_to_metadata",
+    "unwrap_result_schema",
     "load_resources",
     "SearchResult",
     "SearchProvider",
@@ -174,7 +176,7 @@ class EnvMetadata(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _unique(self) -> "EnvMetadata":
+    def _unique(self) -> EnvMetadata:
         seen: set[str] = set()
         for t in self.tools:
             if t.name in seen:
@@ -763,7 +765,7 @@ async def mcp_to_metadata(target: str, class_name: str | None = None, *, timeout
             "name": name,
             "description": (t.description or t.title or "").strip(),
             "input_schema": dict(t.input_schema or {"type": "object", "properties": {}}),
-            "output_schema": _unwrap_result(dict(t.output_schema or {})) if unwrap_result
+            "output_schema": unwrap_result_schema(dict(t.output_schema or {})) if unwrap_result
             else dict(t.output_schema or {}),
         })
     if not tools:
@@ -773,7 +775,7 @@ async def mcp_to_metadata(target: str, class_name: str | None = None, *, timeout
     return _validate({"class_name": name, "description": desc, "tools": tools}, target)
 
 
-def _unwrap_result(schema: dict[str, Any]) -> dict[str, Any]:
+def unwrap_result_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """``{"type": "object", "properties": {"result": X}, "required": ["result"], "$defs": D}`` → ``X`` with
     ``$defs: D`` at its root (so ``#/$defs/...`` refs still resolve); any other schema is returned as is."""
     extra = set(schema) - {"type", "properties", "required", "$defs", "x-fastmcp-wrap-result",
@@ -855,7 +857,9 @@ class SearchProvider(Protocol):
 
     enabled: bool
 
-    async def search(self, query: str, *, max_results: int = 5) -> list[SearchResult]: ...
+    async def search(self, query: str, *, max_results: int = 5) -> list[SearchResult]:
+        """At most ``max_results`` hits for ``query`` (an empty list when nothing is found)."""
+        ...
 
 
 class NoSearch:
@@ -864,4 +868,5 @@ class NoSearch:
     enabled = False
 
     async def search(self, query: str, *, max_results: int = 5) -> list[SearchResult]:
+        """No hits, ever."""
         return []

@@ -37,9 +37,10 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 import jsonschema
 import openai
@@ -349,7 +350,7 @@ class LLMClient:
         if entry is not None:
             await entry[1].client.close()
 
-    async def __aenter__(self) -> "LLMClient":
+    async def __aenter__(self) -> LLMClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -13,7 +13,8 @@ form a model needs; keep the two in step.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "STAGE_MARK",

@@ -1,4 +1,4 @@
-"""Source-checkout layout: ``gym_envfactory.generators`` and ``gym_envfactory.training`` (DESIGN §2).
+"""Source-checkout layout: ``gym_envfactory.generators`` and ``gym_envfactory.training`` (docs/architecture.md, "Layers").
 
 A wheel installs the repository's ``generators/`` and ``training/`` folders inside the package (see
 ``pyproject.toml``, force-include), so nothing generic lands in site-packages.  In a source checkout or
@@ -12,7 +12,9 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _ROOT = _PACKAGE_DIR.parent
@@ -20,7 +22,8 @@ MAPPED = ("generators", "training")
 
 
 class _CheckoutFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         head, _, name = fullname.rpartition(".")
         if head != "gym_envfactory" or name not in MAPPED:
             return None
@@ -32,5 +35,7 @@ class _CheckoutFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
+    """Append the checkout finder to ``sys.meta_path`` (once), in a source checkout only (a
+    ``pyproject.toml`` next to the package); a wheel install leaves the import system unchanged."""
     if (_ROOT / "pyproject.toml").is_file() and not any(isinstance(f, _CheckoutFinder) for f in sys.meta_path):
         sys.meta_path.append(_CheckoutFinder())

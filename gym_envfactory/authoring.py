@@ -1,6 +1,6 @@
 """The small public authoring API that environment packages import.
 
-An environment (DESIGN §3, EnvFactory paper §3.2) is a Pydantic root model (the database) plus plain
+An environment (docs/authoring.md; EnvFactory paper §3.2) is a Pydantic root model (the database) plus plain
 Python functions ``tool(state, *, arg: type = default, ...) -> result``.  This module holds the only
 names an environment folder needs from the runtime:
 

@@ -71,7 +71,7 @@ class SpecError(EnvFactoryError):
 
 
 class DatasetError(SpecError):
-    """A task is broken: malformed line, or its ground truth does not replay (CASES C06).
+    """A task is broken: malformed line, or its ground truth does not replay (docs/cases.md C06).
 
     ``task_id``, ``turn`` (0-based) and ``call`` (0-based index within the turn) say where.
     """

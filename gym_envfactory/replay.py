@@ -15,7 +15,8 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from pathlib import Path
+from typing import Any, TypedDict
 
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments, task_initial_state
@@ -67,6 +68,7 @@ class TaskReference:
 
     @property
     def n_turns(self) -> int:
+        """The number of user turns of the task."""
         return len(self.turn_states)
 
     @property
@@ -106,11 +108,19 @@ class TaskReference:
         return self.turn_states[turn - 1] if turn > 0 else self.initial
 
 
-def _fields(envs: Sequence[EnvironmentSpec]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    if len(envs) == 1:
-        return envs[0].excluded_fields, envs[0].set_fields
-    return (tuple(f"{e.name}.{p}" for e in envs for p in e.excluded_fields),
-            tuple(f"{e.name}.{p}" for e in envs for p in e.set_fields))
+class _Where(TypedDict):
+    """Where a task is, for :class:`DatasetError`."""
+
+    file: Path | None
+    line: int | None
+    task_id: str
+
+
+def _fields(environments: Sequence[EnvironmentSpec]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if len(environments) == 1:
+        return environments[0].excluded_fields, environments[0].set_fields
+    return (tuple(f"{e.name}.{p}" for e in environments for p in e.excluded_fields),
+            tuple(f"{e.name}.{p}" for e in environments for p in e.set_fields))
 
 
 def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None = None) -> TaskReference:
@@ -122,12 +132,12 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
             arguments, fails, or masks an argument the tool does not have (naming task, turn, call).
     """
     tasks = spec.tasks if tasks is None else tasks
-    envs = task_environments(spec, task)
+    environments = task_environments(spec, task)
     initial = task_initial_state(spec, task, tasks)
-    session = Session.from_states(envs, initial)
+    session = Session.from_states(environments, initial)
     turn_states: list[Any] = []
     turn_calls: list[list[ReferenceCall]] = []
-    where = {"file": tasks.source, "line": tasks.line_of(task.task_id), "task_id": task.task_id}
+    where: _Where = {"file": tasks.source, "line": tasks.line_of(task.task_id), "task_id": task.task_id}
     try:
         for ti, turn in enumerate(task.turns):
             calls = []
@@ -146,10 +156,10 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
             turn_calls.append(calls)
     finally:
         session.close()
-    excluded, set_fields = _fields(envs)
+    excluded, set_fields = _fields(environments)
     return TaskReference(
         task_id=task.task_id,
-        envs=tuple(e.name for e in envs),
+        envs=tuple(e.name for e in environments),
         initial_state=initial,
         turn_states=turn_states,
         turn_calls=turn_calls,

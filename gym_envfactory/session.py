@@ -76,7 +76,7 @@ class ToolResult:
 
     @property
     def is_invalid_call(self) -> bool:
-        """True for parse errors, unknown tools and invalid arguments (DESIGN §7 ``P_len``)."""
+        """True for parse errors, unknown tools and invalid arguments (docs/reward.md, ``P_len``)."""
         return self.error_type in INVALID_CALL_ERRORS
 
     def to_text(self) -> str:
@@ -91,6 +91,8 @@ class ToolResult:
         return json.dumps(body, ensure_ascii=False)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as a JSON-ready dict (the wire form of the session protocol; :class:`ToolResult`
+        takes it back as keyword arguments)."""
         return {
             "name": self.name,
             "ok": self.ok,
@@ -115,6 +117,7 @@ class ActionRecord:
     tag: Any = None
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as a JSON-ready dict, the result nested as :meth:`ToolResult.to_dict`."""
         return {
             "index": self.index,
             "name": self.name,
@@ -244,8 +247,8 @@ class Session:
         self._pending = dict(self._initial)
         return self
 
-    def _setup(self, env: EnvironmentSpec | Sequence[EnvironmentSpec], check_writes: bool) -> None:
-        specs = [env] if isinstance(env, EnvironmentSpec) else list(env)
+    def _setup(self, environments: EnvironmentSpec | Sequence[EnvironmentSpec], check_writes: bool) -> None:
+        specs = [environments] if isinstance(environments, EnvironmentSpec) else list(environments)
         if not specs:
             raise SpecError("a session needs at least one environment")
         self.envs: dict[str, EnvironmentSpec] = {s.name: s for s in specs}
@@ -264,17 +267,17 @@ class Session:
         self._closed = False
 
     # ------------------------------------------------------------------ state access
-    def _model(self, env: str) -> BaseModel:
-        m = self._states.get(env)
+    def _model(self, env_name: str) -> BaseModel:
+        m = self._states.get(env_name)
         if m is None:
-            m = self.envs[env].state_model.model_validate_json(self._pending.pop(env))
-            self._states[env] = m
+            m = self.envs[env_name].state_model.model_validate_json(self._pending.pop(env_name))
+            self._states[env_name] = m
         return m
 
-    def _env_json(self, env: str) -> bytes:
-        m = self._states.get(env)
+    def _state_json(self, env_name: str) -> bytes:
+        m = self._states.get(env_name)
         if m is None:
-            return self._pending[env]
+            return self._pending[env_name]
         return m.model_dump_json().encode()
 
     def state_model(self, env: str | None = None) -> BaseModel:
@@ -290,8 +293,8 @@ class Session:
         """
         self._check_open()
         if len(self.envs) == 1:
-            return json.loads(self._env_json(next(iter(self.envs))))
-        return {n: json.loads(self._env_json(n)) for n in self.envs}
+            return json.loads(self._state_json(next(iter(self.envs))))
+        return {n: json.loads(self._state_json(n)) for n in self.envs}
 
     def state_bytes(self) -> bytes:
         """Canonical JSON bytes of :meth:`state` (sorted keys): byte-identical for equal states."""
@@ -304,6 +307,7 @@ class Session:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
         return self._closed
 
     # ------------------------------------------------------------------ calls
@@ -405,7 +409,7 @@ class Session:
     # ------------------------------------------------------------------ lifecycle
     def reset(self, initial_state: Any = None) -> None:
         """Return to ``initial_state`` (default: the state this session was created with) and clear the
-        action log.  Nothing of the previous episode survives (CASES C02)."""
+        action log.  Nothing of the previous episode survives (docs/cases.md C02)."""
         self._check_open()
         if initial_state is not None:
             self._initial = resolve_initial_states(self.envs, initial_state)
@@ -416,9 +420,9 @@ class Session:
     def snapshot(self) -> bytes:
         """Serialise states and action log to JSON bytes (portable across processes and hosts)."""
         self._check_open()
-        envs = b",".join(json.dumps(n).encode() + b":" + self._env_json(n) for n in self.envs)
+        states = b",".join(json.dumps(n).encode() + b":" + self._state_json(n) for n in self.envs)
         log_json = json.dumps([r.to_dict() for r in self._log], ensure_ascii=False).encode()
-        return b'{"v":1,"envs":{' + envs + b'},"log":' + log_json + b"}"
+        return b'{"v":1,"envs":{' + states + b'},"log":' + log_json + b"}"
 
     def restore(self, data: bytes) -> None:
         """Replace states and action log with a :meth:`snapshot`.  Raises :class:`SnapshotError` and
@@ -451,7 +455,7 @@ class Session:
     def fork(self) -> Session:
         """An independent copy (state and action log); writes to either never reach the other."""
         self._check_open()
-        states = {n: self._env_json(n) for n in self.envs}
+        states = {n: self._state_json(n) for n in self.envs}
         child = Session.from_states(list(self.envs.values()), self._initial, check_writes=self.check_writes)
         child._pending = states
         child._log = list(self._log)  # records are never handed out uncopied, so they can be shared
@@ -460,7 +464,7 @@ class Session:
     def fork_many(self, k: int) -> list[Session]:
         """``k`` independent forks sharing one serialisation of the current state (GRPO groups)."""
         self._check_open()
-        states = {n: self._env_json(n) for n in self.envs}
+        states = {n: self._state_json(n) for n in self.envs}
         out = []
         for _ in range(k):
             child = Session.from_states(list(self.envs.values()), self._initial, check_writes=self.check_writes)

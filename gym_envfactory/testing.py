@@ -221,9 +221,9 @@ class ScriptedChatServer(_LocalHTTPServer):
         if callable(script):
             return script(body)
         with self._lock:
-            if self._index >= len(self._script):
-                raise ScriptExhausted(f"script has {len(self._script)} replies; request {self._index + 1} has none")
-            reply = self._script[self._index]
+            if self._index >= len(script):
+                raise ScriptExhausted(f"script has {len(script)} replies; request {self._index + 1} has none")
+            reply = script[self._index]
             self._index += 1
             return reply
 

@@ -18,7 +18,7 @@ checks hand-written and generated environments.  ``scenarios.jsonl``, one scenar
      ]}
 
 Sessions run with ``check_writes=True``: a write tool that reports success without changing the state,
-a read-only tool that writes, or an error after a partial write fails the scenario (CASES C14).
+a read-only tool that writes, or an error after a partial write fails the scenario (docs/cases.md C14).
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ _MISSING = object()
 
 @dataclass
 class ScenarioReport:
+    """The outcome of one scenario: ``passed`` when no step failed; ``failures`` names each failing
+    step (index, tool) and what differed."""
+
     scenario_id: str
     level: str
     passed: bool
@@ -66,10 +69,12 @@ class ValidationReport:
 
     @property
     def passed(self) -> bool:
+        """True when every scenario passed and no coverage, task replay or lint check failed."""
         return (all(s.passed for s in self.scenarios) and not self.coverage_failures
                 and not self.task_failures and not self.lint_failures)
 
     def failures(self) -> list[str]:
+        """Every failure as one line: scenario steps, then coverage gaps, task replays and lint findings."""
         out = [f"scenario {s.scenario_id}: {f}" for s in self.scenarios for f in s.failures]
         return out + self.coverage_failures + self.task_failures + [f"lint: {x}" for x in self.lint_failures]
 
@@ -105,7 +110,7 @@ def _subset_match(expected: Any, actual: Any, exact: bool = False) -> bool:
         )
     if isinstance(expected, list):
         return (isinstance(actual, list) and len(expected) == len(actual)
-                and all(_subset_match(e, a, exact) for e, a in zip(expected, actual)))
+                and all(_subset_match(e, a, exact) for e, a in zip(expected, actual, strict=True)))
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         return isinstance(actual, (int, float)) and not isinstance(actual, bool) and expected == actual
     return expected == actual
@@ -169,7 +174,7 @@ def run_scenarios(spec: EnvironmentSpec, scenarios: list[Scenario] | None = None
 def validate_environment(spec: EnvironmentSpec, *, replay_tasks: bool = True,
                          require_coverage: bool = True, lint: bool = True) -> ValidationReport:
     """Run every validation scenario, check that each tool has a success and an error path covered,
-    replay every task's ground truth, and lint the package for nondeterminism (DESIGN §3).  Never
+    replay every task's ground truth, and lint the package for nondeterminism (docs/authoring.md).  Never
     raises for environment faults: they are collected in the report."""
     report = ValidationReport(env=spec.name)
     if lint:
@@ -201,7 +206,7 @@ def validate_environment(spec: EnvironmentSpec, *, replay_tasks: bool = True,
 
 # ------------------------------------------------------------------------------- determinism lint
 
-#: Call targets that read the wall clock or a global entropy source (DESIGN §3).
+#: Call targets that read the wall clock or a global entropy source (docs/authoring.md).
 _FORBIDDEN_CALLS = {
     "datetime.now": "wall-clock time (read state.now instead)",
     "datetime.utcnow": "wall-clock time (read state.now instead)",
@@ -231,7 +236,7 @@ def _dotted(node: Any) -> str | None:
 
 
 def lint_source(source: str, filename: str = "<source>") -> list[str]:
-    """Determinism lint of one module's source (DESIGN §3; EnvGen's generated code is checked the same way).
+    """Determinism lint of one module's source (docs/authoring.md; EnvGen's generated code is checked the same way).
 
     Rejects: wall-clock reads (``datetime.now()``, ``date.today()``, ``time.time()``...), ``uuid1/uuid4``,
     the builtin ``hash()``, the global ``random`` module (``random.Random(seed)`` instances are allowed),

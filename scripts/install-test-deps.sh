@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages the tests need beyond Python: debootstrap, so the Docker tests can build their base
-# image from Debian packages on hosts that reach no container registry (DESIGN §8).  Idempotent.
+# image from Debian packages on hosts that reach no container registry (docs/containers.md).  Idempotent.
 set -euo pipefail
 if command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ]; then
   exit 0

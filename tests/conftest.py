@@ -45,7 +45,7 @@ class LibraryDB(BaseModel):
 @tool(read_only=True)
 def get_book(state: LibraryDB, *, book_id: Annotated[str, Field(description="Book id, e.g. B1")]) -> Book:
     """Get one book by id."""
-    state.request_count  # read only
+    _ = state.request_count  # read only
     if book_id not in state.books:
         raise ToolError(f"no book {book_id}", code="not_found")
     return state.books[book_id]
@@ -124,7 +124,7 @@ def extend_loan(state: LibraryDB, *, loan_id: str, new_due: dt.date, reason: str
 
 @tool
 def buggy_noop_write(state: LibraryDB, *, book_id: str) -> dict:
-    """A planted bug: a write tool that reports success without changing anything (CASES C14)."""
+    """A planted bug: a write tool that reports success without changing anything (docs/cases.md C14)."""
     return {"ok": True, "book_id": book_id}
 
 

@@ -79,13 +79,13 @@ def test_one_resolver_for_task_and_code_references():
 
 def test_arguments_are_decoded_once_per_call(monkeypatch):
     calls = []
-    real = arguments._json_safe
+    real = arguments.copy_json_data
 
     def counting(value):
         calls.append(1)
         return real(value)
 
-    monkeypatch.setattr(arguments, "_json_safe", counting)
+    monkeypatch.setattr(arguments, "copy_json_data", counting)
     env = EnvFactoryEnv(ENV)
     env.reset(options={"task_id": env.tasks.ids()[0]})
     calls.clear()

@@ -1,4 +1,4 @@
-"""The one argument-validation policy (CASES C08, C09), one test per parameter kind."""
+"""The one argument-validation policy (docs/cases.md C08, C09), one test per parameter kind."""
 
 from __future__ import annotations
 

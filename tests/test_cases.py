@@ -1,4 +1,4 @@
-"""One test (at least) per case of ../shared/CASES.md, named after the case id.
+"""One test (at least) per case of docs/cases.md, named after the case id.
 
 Where a case is a whole kind of fault, the test runs over every catalog environment, not one example.
 """
@@ -154,7 +154,7 @@ def test_C06_gold_replay_error(library):
     with pytest.raises(DatasetError) as ei:
         task_reference(spec, "bad", ts)
     assert (ei.value.task_id, ei.value.turn, ei.value.call) == ("bad", 1, 1) and "already returned" in str(ei.value)
-    spec.tasks  # the good tasks still load
+    _ = spec.tasks  # the good tasks still load
     env = EnvFactoryEnv(spec)
     env.tasks = ts
     with pytest.raises(DatasetError):

@@ -1,4 +1,4 @@
-"""The Gymnasium contract (DESIGN §6) on the programmatic Library environment."""
+"""The Gymnasium contract (docs/architecture.md, "The Gymnasium contract") on the programmatic Library environment."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_parse_errors_are_observations_and_counted(library):
 def test_truncation_on_step_limits(library):
     env = EnvFactoryEnv("Library", task_id="borrow-dune", max_steps=3)
     env.reset()
-    for i in range(3):
+    for _ in range(3):
         obs, r, term, trunc, info = env.step('<tool_call>{"name": "get_book", "arguments": {"book_id": "B2"}}</tool_call>')
     assert trunc and not term and info["truncated_reason"] == "max_steps"
     assert info["episode"]["surplus"] == 2 and info["episode"]["r_traj"] == 0.0 and r < 0.5

@@ -1,4 +1,4 @@
-"""Tool-call parsing (CASES C09, C13) including property-based tests."""
+"""Tool-call parsing (docs/cases.md C09, C13) including property-based tests."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gym_envfactory import Session
-from gym_envfactory.envs.reward import _num_canon, state_diff
+from gym_envfactory.envs.reward import canonical_number, state_diff
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000), st.text(max_size=6),
                     st.floats(-1e6, 1e6, allow_nan=False).map(lambda f: round(f, 3)))
@@ -18,7 +18,7 @@ states = st.dictionaries(st.text("abcdef", min_size=1, max_size=4), values, max_
 
 
 def canon(x):
-    return json.dumps(_num_canon(x), sort_keys=True)
+    return json.dumps(canonical_number(x), sort_keys=True)
 
 
 @settings(max_examples=300, deadline=None)

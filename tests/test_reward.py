@@ -1,4 +1,4 @@
-"""The composite reward (DESIGN §7)."""
+"""The composite reward (docs/reward.md)."""
 
 from __future__ import annotations
 

@@ -211,7 +211,7 @@ def test_restarted_server_starts_clean():
 
 
 def test_soak_1024_concurrent_sessions_interleaved_writes(server):
-    """CASES C03 at scale: 1,024 sessions over one connection, writes interleaved round-robin in
+    """docs/cases.md C03 at scale: 1,024 sessions over one connection, writes interleaved round-robin in
     batches; each ends equal to its solo replay; closing leaves no session behind."""
     spec = get_environment("HotelBooking")
     tasks = [t for t in spec.tasks if len(t.envs) == 1 and t.n_ground_truth_calls >= 2][:8]
@@ -258,7 +258,7 @@ def test_closed_and_expired_sessions_are_freed():
     m = SessionManager(["HotelBooking"], ttl_s=5, clock=lambda: clock[0])
     refs = []
     ids = []
-    for i in range(200):
+    for _ in range(200):
         ms = m.create("HotelBooking", task_id="hotel-003")
         m.call(ms.session_id, "cancel_hotel_booking", {"booking_id": "BK-0001"})
         refs.append(weakref.ref(ms.session))
@@ -282,16 +282,16 @@ def test_pool_replaces_a_backend_whose_server_died():
     a = acquire_backend("url", url=url, token=TOKEN)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    env_spec = [get_environment("PersonalFinance")]
+    environments = [get_environment("PersonalFinance")]
     with pytest.raises(BackendUnavailableError):
-        a.create_session(env_spec, {}, get_environment("PersonalFinance").tasks.ids()[0])
+        a.create_session(environments, {}, get_environment("PersonalFinance").tasks.ids()[0])
     proc2 = subprocess.Popen([sys.executable, "-m", "gym_envfactory.cli", "serve", "PersonalFinance", "--port", url.rsplit(":", 1)[1],
                               "--announce"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "ENVFACTORY_TOKEN": TOKEN})
     try:
         assert proc2.stdout.readline().startswith("{")
         b = acquire_backend("url", url=url, token=TOKEN)  # same configuration: a fresh connection
-        s = b.create_session(env_spec, {}, get_environment("PersonalFinance").tasks.ids()[0])
+        s = b.create_session(environments, {}, get_environment("PersonalFinance").tasks.ids()[0])
         assert s.state()
         a.release()  # releasing the dead one must not drop the live one from the pool
         assert any(sh is b.remote for sh in shared_backends())

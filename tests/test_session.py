@@ -1,4 +1,4 @@
-"""Sessions (DESIGN §4): typed results, isolation, snapshot/restore/fork, reset, determinism."""
+"""Sessions (docs/architecture.md, "Sessions"): typed results, isolation, snapshot/restore/fork, reset, determinism."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Environment packages and task files: loading errors name file, line and field (DESIGN §3, §6)."""
+"""Environment packages and task files: loading errors name file, line and field (docs/authoring.md; docs/architecture.md, "Tasks")."""
 
 from __future__ import annotations
 

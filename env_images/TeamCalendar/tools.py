@@ -420,7 +420,7 @@ def search_meeting_rooms(
     start: Annotated[datetime, Field(description="Meeting start, naive ISO datetime")],
     end: Annotated[datetime, Field(description="Meeting end, naive ISO datetime")],
     min_capacity: Annotated[int, Field(ge=1, description="Seats needed (everyone, organizer included)")] = 1,
-    equipment: Annotated[list[Equipment], Field(description="Equipment the room must have")] = [],
+    equipment: Annotated[list[Equipment], Field(description="Equipment the room must have")] = [],  # noqa: B006 - the schema default; never mutated
     floor: Annotated[int | None, Field(description="Only rooms on this floor")] = None,
     max_results: Annotated[int, Field(ge=1, le=50)] = 10,
 ) -> list[Room]:
@@ -523,7 +523,7 @@ def create_event(
     title: Annotated[str, Field(description="Event title")],
     start: Annotated[datetime, Field(description="Start, naive ISO datetime in organisation time")],
     end: Annotated[datetime, Field(description="End, same day, naive ISO datetime")],
-    attendee_ids: Annotated[list[str], Field(description="Person ids to invite, besides the organizer")] = [],
+    attendee_ids: Annotated[list[str], Field(description="Person ids to invite, besides the organizer")] = [],  # noqa: B006 - the schema default; never mutated
     room_id: Annotated[str | None, Field(description="Meeting room id (e.g. RM-201), or none for a call")] = None,
     agenda: Annotated[str, Field(description="Agenda / notes shown to attendees")] = "",
     recurrence: Annotated[Recurrence, Field(description="'none', 'weekdays' (Mon-Fri) or 'weekly'")] = "none",

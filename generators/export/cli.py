@@ -4,7 +4,7 @@ entry-point group; the runtime never imports this module)."""
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -21,14 +21,14 @@ export_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="Export training data: RL prompts (VeRL parquet) and SFT conversations (LlamaFactory).")
 
 
-class Per(str, Enum):
+class Per(StrEnum):
     """Row granularity of RL data."""
 
     turn = "turn"
     task = "task"
 
 
-class SFTFormat(str, Enum):
+class SFTFormat(StrEnum):
     """LlamaFactory dataset formats."""
 
     sharegpt = "sharegpt"

@@ -15,6 +15,11 @@ class Backend:
     name = "backend"
 
     def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> Any:
+        """A new session over ``envs`` starting from ``initial`` (validated initial-state JSON bytes per
+        environment name, as :func:`~gym_envfactory.environment.states.task_initial_state` returns);
+        ``task_id``: the task being played, if any (a remote backend lets the server resolve that task's
+        initial state itself).  Returns a Session-like object
+        (``call``, ``state``, ``snapshot``, ``fork_many``, ``close``; docs/architecture.md, "Sessions")."""
         raise NotImplementedError
 
     def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gym_envfactory.backends.base import Backend
@@ -23,7 +23,7 @@ __all__ = ["acquire_backend", "shared_backends", "BACKENDS"]
 class _Shared:
     """A reference-counted shared backend (one server/connection for many envs)."""
 
-    def __init__(self, key: tuple, backend: RemoteBackend, stop: Any = None) -> None:
+    def __init__(self, key: tuple, backend: RemoteBackend, stop: Callable[[], None] | None = None) -> None:
         self.key = key
         self.backend = backend
         self.stop = stop
@@ -122,8 +122,9 @@ def acquire_backend(kind: str | Backend | None, *, envs: Sequence[str] = (), url
             _POOL.pop(key, None)  # its server died: leave it to its current users, start afresh
             shared = None
         if shared is None:
-            stop = None
+            stop: Callable[[], None] | None = None
             if kind == "url":
+                assert url is not None  # checked above
                 target = url
             elif kind == "subprocess":
                 target, stop = start_server_process(envs, token, timeout)

@@ -1,4 +1,4 @@
-"""Clients of the fast session protocol (DESIGN §5) and a remote :class:`~gym_envfactory.session.Session`.
+"""Clients of the fast session protocol (docs/architecture.md, "Backends") and a remote :class:`~gym_envfactory.session.Session`.
 
 - :class:`AsyncSessionClient`: one WebSocket, many sessions multiplexed by JSON-RPC id; ``batch``
   sends many calls (a GRPO group's) in one frame.
@@ -69,6 +69,12 @@ class AsyncSessionClient:
         self._closed_reason: str | None = None
 
     async def connect(self) -> AsyncSessionClient:
+        """Open the WebSocket (``Authorization: Bearer <token>`` when a token is set) and start reading
+        replies; returns ``self``.
+
+        Raises:
+            BackendUnavailableError: the server cannot be reached within ``timeout`` seconds.
+        """
         import websockets
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -106,9 +112,9 @@ class AsyncSessionClient:
                                 fut.set_exception(RemoteError(err.get("code", -32600) if isinstance(err, dict) else -32600, str(msg_text)))
                         self._pending.clear()
                         continue
-                    fut = self._pending.pop(rid, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(r)
+                    waiting = self._pending.pop(rid, None)
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(r)
         except websockets.exceptions.ConnectionClosed as exc:
             reason = f"connection closed ({exc.rcvd.code if exc.rcvd else 'no close frame'})"
         except (OSError, ValueError, TypeError, AttributeError) as exc:
@@ -176,6 +182,8 @@ class AsyncSessionClient:
         return out
 
     async def close(self) -> None:
+        """Close the WebSocket and wait for the reader; requests still waiting fail with
+        :class:`BackendUnavailableError`."""
         if self._ws is not None:
             await self._ws.close()
         if self._reader is not None:
@@ -222,12 +230,21 @@ class SessionClient:
         return self._client._ws is not None and self._client._closed_reason is None
 
     def request(self, method: str, **params: Any) -> Any:
+        """One JSON-RPC 2.0 request, blocking; returns its result.
+
+        Raises:
+            RemoteError: the server answered with an error object.
+            BackendUnavailableError: the connection is lost or no answer came within ``timeout`` s.
+        """
         return self._run(self._client.request(method, **params))
 
     def batch(self, requests: Sequence[tuple[str, dict[str, Any]]]) -> list[Any]:
+        """Many ``(method, params)`` requests in one frame (a JSON-RPC 2.0 batch), blocking; results in
+        order, a failed request's slot holding its :class:`RemoteError` (see :meth:`AsyncSessionClient.batch`)."""
         return self._run(self._client.batch(requests))
 
     def close(self) -> None:
+        """Close the connection and stop the event-loop thread (idempotent; errors on the way are ignored)."""
         if self._loop.is_running():
             try:
                 self._run(self._client.close())
@@ -261,6 +278,13 @@ class RemoteSession:
     @classmethod
     def create(cls, client: SessionClient, envs: Sequence[EnvironmentSpec], *, task_id: str | None = None,
                initial_state: Any = None) -> RemoteSession:
+        """Create a session on the server over ``envs``: from task ``task_id``'s initial state, or from
+        ``initial_state`` (the state dict; ``{env_name: dict}`` for several environments).
+
+        Raises:
+            RemoteError: the server refused, or serves another version of an environment (code -32003).
+            BackendUnavailableError: the server is gone.
+        """
         names = [e.name for e in envs]
         res = client.request("create", env=names if len(names) > 1 else names[0], task_id=task_id,
                              initial_state=initial_state)
@@ -272,6 +296,8 @@ class RemoteSession:
         return cls(client, res["session_id"], envs)
 
     def call(self, name: str, arguments: Any = None, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
+        """Validate and run one tool call on the server (see :meth:`Session.call`); a bad call is a typed
+        result, never an exception."""
         return _tool_result(self.client.request("call", session_id=self.session_id, name=name, arguments=arguments,
                                                 call_id=call_id, tag=tag))
 
@@ -285,6 +311,8 @@ class RemoteSession:
         return [_tool_result(r) for r in res]
 
     def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
+        """Log a call that could not be parsed (``parse_error``) in the server's action log; ``raw`` that
+        is not JSON-serialisable is sent as its ``repr``."""
         try:
             json.dumps(raw)
         except (TypeError, ValueError):
@@ -293,46 +321,63 @@ class RemoteSession:
                                                 message=message, call_id=call_id, tag=tag))
 
     def state(self) -> Any:
+        """The canonical state (one env: its dict; several: ``{env_name: dict}``), fetched from the server."""
         return self.client.request("state", session_id=self.session_id)
 
     def state_bytes(self) -> bytes:
+        """Canonical JSON bytes of :meth:`state` (sorted keys): byte-identical for equal states."""
         from gym_envfactory.environment.manifest import canonical_json
 
         return canonical_json(self.state())
 
     def state_model(self, env: str | None = None) -> Any:
+        """A local Pydantic copy of environment ``env``'s state (default: the first); unlike
+        :meth:`Session.state_model`, mutating it does not change the session."""
         name = env or next(iter(self.envs))
         st = self.state()
         return self.envs[name].state_model.model_validate(st if len(self.envs) == 1 else st[name])
 
     @property
     def action_log(self) -> list[ActionRecord]:
+        """The calls since the last reset, fetched from the server."""
         return [ActionRecord(r["index"], r["name"], r["raw_arguments"], _tool_result(r["result"]), r.get("tag"))
                 for r in self.client.request("action_log", session_id=self.session_id)]
 
     def snapshot(self) -> bytes:
+        """States and action log as portable JSON bytes (the same format as :meth:`Session.snapshot`)."""
         return self.client.request("snapshot", session_id=self.session_id).encode()
 
     def restore(self, data: bytes) -> None:
+        """Replace states and log with a :meth:`snapshot`; the server's :class:`SnapshotError` arrives as a
+        :class:`RemoteError` and leaves the session unchanged."""
         self.client.request("restore", session_id=self.session_id, snapshot=data.decode())
 
     def reset(self, initial_state: Any = None) -> None:
+        """Back to the state the session was created with, with an empty action log.
+
+        Raises:
+            NotImplementedError: ``initial_state`` given (create a new session instead).
+        """
         if initial_state is not None:
             raise NotImplementedError("a remote reset returns to the session's creation state; create a new session instead")
         self.client.request("reset", session_id=self.session_id)
 
     def fork(self) -> RemoteSession:
+        """An independent copy on the same server (state and action log)."""
         return self.fork_many(1)[0]
 
     def fork_many(self, k: int) -> list[RemoteSession]:
+        """``k`` independent copies on the same server in one request (a GRPO group)."""
         ids = self.client.request("fork", session_id=self.session_id, k=k)
         return [RemoteSession(self.client, i, list(self.envs.values())) for i in ids]
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
         return self._closed
 
     def close(self) -> None:
+        """Close the session on the server (idempotent; a server that is gone is ignored)."""
         if not self._closed:
             self._closed = True
             try:
@@ -342,6 +387,11 @@ class RemoteSession:
 
 
 def envs_by_name(names: Sequence[str]) -> list[EnvironmentSpec]:
+    """The local :class:`EnvironmentSpec` of each name, in order.
+
+    Raises:
+        UnknownEnvironmentError: a name not in the catalog or registry.
+    """
     return [get_environment(n) for n in names]
 
 
@@ -355,12 +405,15 @@ class RemoteBackend(Backend):
         self.client = SessionClient(url, token=token, timeout=timeout)
 
     def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> RemoteSession:
+        """A :class:`RemoteSession` over ``envs``: the server resolves ``task_id``'s initial state itself
+        when given (``initial`` then stays local), else ``initial`` (JSON bytes per environment) is sent."""
         if task_id is not None:
             return RemoteSession.create(self.client, envs, task_id=task_id)
         states = {n: json.loads(b) for n, b in initial.items()}
         return RemoteSession.create(self.client, envs, initial_state=states if len(states) > 1 else next(iter(states.values())))
 
     def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> RemoteSession:
+        """A new :class:`RemoteSession` on the server holding ``snapshot`` (bytes of :meth:`Session.snapshot`)."""
         names = [e.name for e in envs]
         res = self.client.request("create", env=names if len(names) > 1 else names[0], snapshot=snapshot.decode())
         return RemoteSession(self.client, res["session_id"], envs)

@@ -1,5 +1,5 @@
 """``envfactory image ...`` and ``envfactory catalog ...``: build the images offline and run the
-catalog as one compose project (DESIGN §8).
+catalog as one compose project (docs/containers.md).
 
 - ``envfactory image base [--suite bookworm] [--tag envfactory/base:bookworm] [--force]``
 - ``envfactory image runtime [--base IMAGE] [--force]``

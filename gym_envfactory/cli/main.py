@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import statistics
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -25,6 +25,7 @@ from rich.progress import (
 from rich.table import Table
 
 from gym_envfactory.environment.catalog import get_environment, list_environments
+from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import EnvFactoryError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -33,14 +34,18 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 
 
-class PolicyKind(str, Enum):
+class PolicyKind(StrEnum):
+    """The ``--policy`` choices of ``envfactory rollout`` (see :func:`gym_envfactory.rollout.policies.make_policy`)."""
+
     oracle = "oracle"
     noisy = "noisy"
     random = "random"
     openai = "openai"
 
 
-class Backend(str, Enum):
+class Backend(StrEnum):
+    """The ``--backend`` choices of ``envfactory rollout``: where sessions run (docs/architecture.md, "Backends")."""
+
     inprocess = "inprocess"
     subprocess = "subprocess"
     docker = "docker"
@@ -129,9 +134,12 @@ def validate_cmd(
     truth.  Exit code 1 if anything fails."""
     from gym_envfactory.validation import validate_environment
 
-    if not env and not all_:
+    if all_:
+        names = list_environments()
+    elif env:
+        names = [env]
+    else:
         raise typer.BadParameter("give an environment or --all")
-    names = list_environments() if all_ else [env]  # type: ignore[list-item]
     ok = True
     for name in names:
         try:
@@ -262,9 +270,11 @@ def serve_cmd(
 
 def _print_results(gym_id: str, policy: str, results: list) -> None:
     table = Table(title=f"{gym_id} · policy={policy} · {len(results)} episodes")
-    for col, just in (("task", "left"), ("turns", "right"), ("steps", "right"), ("matched/gt", "right"),
-                      ("R_traj", "right"), ("R_state", "right"), ("P_len", "right"), ("reward", "right"), ("why", "left")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("task", "left"), ("turns", "right"), ("steps", "right"), ("matched/gt", "right"), ("R_traj", "right"),
+        ("R_state", "right"), ("P_len", "right"), ("reward", "right"), ("why", "left"))
+    for col, just in columns:
+        table.add_column(col, justify=just)
     for r in results:
         c = r.components
         why = list(r.perturbations)
@@ -300,9 +310,9 @@ def _print_results(gym_id: str, policy: str, results: list) -> None:
     console.print(summary)
 
 
-def _load(env: str):
+def _load(env_name: str) -> EnvironmentSpec:
     try:
-        return get_environment(env)
+        return get_environment(env_name)
     except EnvFactoryError as exc:
         err_console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None
@@ -311,7 +321,7 @@ def _load(env: str):
 def _register_subcommands() -> None:
     """``envfactory image ...`` and ``envfactory catalog ...`` (Docker; typer/rich only at import), then
     the commands optional parts contribute through the ``envfactory.cli`` entry-point group
-    (``gen``, ``import`` from the generators): the runtime never imports them by name (DESIGN §2)."""
+    (``gen``, ``import`` from the generators): the runtime never imports them by name (docs/architecture.md, "Layers")."""
     from importlib.metadata import entry_points
 
     from gym_envfactory.cli.images import catalog_app, image_app
@@ -343,9 +353,10 @@ _register_subcommands()
 
 
 def main() -> None:
+    """The ``envfactory`` console script: configure logging and run the Typer app (exits the process)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     app()
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

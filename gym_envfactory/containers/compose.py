@@ -90,6 +90,13 @@ def write_compose(directory: Path, envs: list[str] | None = None, *, token: str 
 
 
 def run_compose(directory: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``docker compose <args>`` on the catalog project written in ``directory`` (its
+    ``docker-compose.yml``), capturing output (docs/containers.md).
+
+    Raises:
+        EnvFactoryError: ``check`` and a non-zero exit (with the command and the output's tail), or no
+            compose command installed.
+    """
     directory = Path(directory).resolve()  # compose runs with cwd=directory: relative paths would resolve twice
     cmd = [*compose_command(), "--project-name", PROJECT, "--project-directory", str(directory),
            "-f", str(directory / "docker-compose.yml"), *args]

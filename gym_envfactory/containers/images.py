@@ -1,4 +1,4 @@
-"""Docker images of the catalog, built offline (DESIGN §8).
+"""Docker images of the catalog, built offline (docs/containers.md).
 
 Three layers, each skipped when it is already up to date:
 
@@ -92,6 +92,7 @@ class ImageResult:
     labels: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary: tag, id, built, size in bytes and MB (10^6 bytes), build seconds."""
         return {"tag": self.tag, "id": self.id, "built": self.built, "size_bytes": self.size,
                 "size_mb": round(self.size / 1e6, 1), "seconds": round(self.seconds, 1)}
 
@@ -279,6 +280,8 @@ def _package_version() -> str:
 
 
 def runtime_tag(version: str | None = None) -> str:
+    """The runtime image tag, ``envfactory/runtime:<version>`` (default: the installed package's
+    version, ``0.0.0`` when it is not installed)."""
     return f"envfactory/runtime:{version or _package_version()}"
 
 

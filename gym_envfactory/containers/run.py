@@ -1,4 +1,4 @@
-"""``backend="docker"``: the environment server in a hardened container (DESIGN §8).
+"""``backend="docker"``: the environment server in a hardened container (docs/containers.md).
 
 :func:`start_container` is what :func:`gym_envfactory.backends.acquire_backend` calls; the pool there
 shares one container among every gym env that asks for the same configuration and stops it when the
@@ -73,6 +73,11 @@ class ContainerHandle:
         self._stopped = False
 
     def __call__(self, timeout: float = 5.0) -> None:
+        """Stop the container (``timeout`` seconds of grace before SIGKILL) and remove it; idempotent.
+
+        Raises:
+            docker.errors.APIError: the engine refused the removal (other than one already in progress).
+        """
         import docker
 
         with self._lock:
@@ -96,6 +101,7 @@ class ContainerHandle:
     stop = __call__
 
     def logs(self, tail: int = 50) -> str:
+        """The last ``tail`` lines of the container's output (empty when they cannot be read)."""
         try:
             return self.container.logs(tail=tail).decode(errors="replace")
         except Exception:  # noqa: BLE001

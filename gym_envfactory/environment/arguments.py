@@ -47,8 +47,14 @@ def scrub(text: str) -> str:
         return _SURROGATE_RE.sub("\ufffd", text)
 
 
-def _json_safe(value: Any) -> Any:
-    """A copy of ``value`` if it is JSON data (dict/list/str/int/float/bool/None), else raise ValueError."""
+def copy_json_data(value: Any) -> Any:
+    """A deep copy of ``value`` if it is JSON data (dicts with string keys, lists or tuples, str, int,
+    float, bool, None; tuples become lists): the one walk :func:`decode_arguments` makes over an object.
+
+    Raises:
+        ValueError: a non-string key or a value that is not JSON data.
+        RecursionError: nesting deeper than the interpreter's stack (callers bound the depth first).
+    """
     if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, str):
@@ -58,10 +64,10 @@ def _json_safe(value: Any) -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ValueError(f"object keys must be strings, got {type(k).__name__}")
-            out[k] = _json_safe(v)
+            out[k] = copy_json_data(v)
         return out
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [copy_json_data(v) for v in value]
     raise ValueError(f"{type(value).__name__} is not JSON data")
 
 
@@ -91,7 +97,7 @@ def decode_arguments(raw: Any) -> DecodedArguments:
         if _depth_over(raw, MAX_ARGUMENT_DEPTH):
             raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
         try:
-            value = _json_safe(raw)
+            value = copy_json_data(raw)
         except RecursionError:
             raise ValueError("arguments are nested too deeply") from None
     elif isinstance(raw, str):
@@ -151,6 +157,9 @@ def raw_text(obj: Any) -> str:
 
 
 def format_validation_error(exc: ValidationError) -> list[dict[str, str]]:
+    """Per-field problems of a Pydantic argument validation error, as ``{"field": dotted path,
+    "message": ...}`` dicts (``"<arguments>"`` for the whole object; unknown and missing parameters
+    named plainly for the model), the ``details`` of an ``invalid_arguments`` :class:`ToolResult`."""
     out = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err.get("loc", ())) or "<arguments>"

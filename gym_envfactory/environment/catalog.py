@@ -96,9 +96,9 @@ def catalog_dirs() -> list[Path]:
     (``gym_envfactory/_catalog``), then ``env_images/`` of a source checkout.
     """
     dirs: list[Path] = []
-    env = os.environ.get("ENVFACTORY_CATALOG")
-    if env:
-        dirs.extend(Path(p) for p in env.split(os.pathsep) if p)
+    extra = os.environ.get("ENVFACTORY_CATALOG")
+    if extra:
+        dirs.extend(Path(p) for p in extra.split(os.pathsep) if p)
     here = Path(__file__).resolve().parent.parent  # the gym_envfactory package folder
     dirs.append(here / "_catalog")
     dirs.append(here.parent / "env_images")
@@ -106,6 +106,8 @@ def catalog_dirs() -> list[Path]:
 
 
 def catalog_folders() -> dict[str, Path]:
+    """Environment name → package folder (a folder holding ``environment.toml``) over
+    :func:`catalog_dirs`, in order: the first folder of a name wins (docs/authoring.md)."""
     found: dict[str, Path] = {}
     for d in catalog_dirs():
         for sub in sorted(d.iterdir()):
@@ -143,6 +145,8 @@ def get_environment(name: str) -> EnvironmentSpec:
 
 
 def strip_gym_id(name: str) -> str:
+    """The environment name of a gym id (``"envfactory/HotelBooking-v0"``, ``"pkg:envfactory/X-v1"``
+    → ``"HotelBooking"``, ``"X"``); any other string is returned unchanged."""
     m = re.fullmatch(r"(?:[\w.]+:)?(?:envfactory/)?([A-Za-z0-9_]+?)(?:-v\d+)?", name)
     return m.group(1) if m else name
 
@@ -185,7 +189,7 @@ def define_environment(
         env = gym.make("envfactory/Counter-v0")
 
     ``initial_state`` is stored as ``"small"`` (the default); ``initial_states`` names several.  Tasks
-    follow the JSON Lines task format (:mod:`gym_envfactory.tasks`); ``env`` defaults to ``name``.
+    follow the JSON Lines task format (:mod:`gym_envfactory.environment.tasks`); ``env`` defaults to ``name``.
 
     Raises:
         SpecError: bad name/version/domain or a tool signature that breaks the authoring contract.

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gym_envfactory.errors import SpecError
 
-#: The one place where environment domains are declared (DESIGN §3).
+#: The one place where environment domains are declared (docs/authoring.md).
 DOMAINS: tuple[str, ...] = (
     "commerce",
     "finance",
@@ -41,6 +41,9 @@ def canonical_json(obj: Any) -> bytes:
 
 
 class Provenance(BaseModel):
+    """Where an environment comes from (``[provenance]`` of ``environment.toml``): ``kind``, and for
+    generated or imported ones the ``model``, ``date`` and ``source``; extra keys are kept."""
+
     model_config = ConfigDict(extra="allow")
     kind: Literal["hand-written", "generated", "imported", "programmatic"] = "hand-written"
     model: str | None = None
@@ -74,6 +77,12 @@ class Manifest(BaseModel):
     provenance: Provenance = Field(default_factory=Provenance)
 
     def check(self, file: Path | None) -> None:
+        """Check the name (CamelCase ASCII), version (semver) and domain (one of :data:`DOMAINS`);
+        ``file`` is named in the error.
+
+        Raises:
+            SpecError: the first field that breaks a rule.
+        """
         if not NAME_RE.match(self.name):
             raise SpecError("name must be CamelCase ASCII ([A-Z][A-Za-z0-9]*)", file=file, field="name")
         if not SEMVER_RE.match(self.version):
@@ -81,7 +90,65 @@ class Manifest(BaseModel):
         if self.domain not in DOMAINS:
             raise SpecError(
                 f"domain {self.domain!r} is not one of {', '.join(DOMAINS)} (declare new domains in "
-                "gym_envfactory.spec.DOMAINS)",
+                "gym_envfactory.environment.manifest.DOMAINS)",
                 file=file,
                 field="domain",
             )
+
+    def to_toml(self) -> str:
+        """``environment.toml`` text for this manifest, symmetric with loading:
+        ``Manifest.model_validate(tomllib.loads(m.to_toml())) == m``.
+
+        Top-level fields come first in declaration order (empty field lists are left out; they load
+        back as the same empty default), then a ``[provenance]`` table: ``kind``, the standard fields
+        that are set, then extra fields in insertion order.  TOML has no null, so a provenance value of
+        ``None`` (standard or extra) is left out; standard ones load back as ``None``.  Strings,
+        booleans, integers, floats (``inf``/``nan`` included), dates and times, lists and tables
+        (written inline) are supported; keys that are not bare TOML keys are quoted.
+
+        Raises:
+            ValueError: a provenance value TOML cannot hold (``None`` inside a list or table, an
+                integer outside 64 bits, any other Python object).
+        """
+        import datetime as dt
+
+        def string(s: str) -> str:
+            # JSON escapes are TOML basic-string escapes; DEL is the one control character JSON leaves raw.
+            return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+        def key(k: str) -> str:
+            return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else string(k)
+
+        def value(v: Any) -> str:
+            if isinstance(v, bool):
+                return "true" if v else "false"
+            if isinstance(v, int):
+                if not -(2**63) <= v < 2**63:
+                    raise ValueError(f"integer {v} does not fit TOML's 64 bits")
+                return str(v)
+            if isinstance(v, float):
+                if v != v:
+                    return "nan"
+                if v in (float("inf"), float("-inf")):
+                    return "inf" if v > 0 else "-inf"
+                return repr(v)
+            if isinstance(v, str):
+                return string(v)
+            if isinstance(v, (dt.datetime, dt.date, dt.time)):
+                return v.isoformat()
+            if isinstance(v, (list, tuple)):
+                return "[" + ", ".join(value(x) for x in v) + "]"
+            if isinstance(v, dict):
+                return "{" + ", ".join(f"{key(str(k))} = {value(x)}" for k, x in v.items()) + "}"
+            if v is None:
+                raise ValueError("TOML has no null: None inside a list or table cannot be written")
+            raise ValueError(f"{type(v).__name__} values cannot be written to TOML")
+
+        lines = [f"{key(k)} = {value(v)}" for k, v in self.model_dump(exclude={"provenance"}).items()
+                 if not (isinstance(v, list) and not v)]
+        lines += ["", "[provenance]"]
+        prov = self.provenance
+        fields = {"kind": prov.kind, "model": prov.model, "date": prov.date, "source": prov.source,
+                  **(prov.model_extra or {})}
+        lines += [f"{key(k)} = {value(v)}" for k, v in fields.items() if v is not None]
+        return "\n".join(lines) + "\n"

@@ -24,6 +24,12 @@ from gym_envfactory.errors import SpecError
 
 
 def import_package(name: str, folder: Path) -> ModuleType:
+    """Import the package ``folder`` as ``gym_envfactory._envs.<name>`` (once; a private name, so two
+    packages never clash with each other or with installed modules).
+
+    Raises:
+        SpecError: the package cannot be imported (its ``__init__.py`` raised, naming the file).
+    """
     mod_name = f"gym_envfactory._envs.{name}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
@@ -49,6 +55,12 @@ def import_package(name: str, folder: Path) -> ModuleType:
 
 
 def import_member(pkg: ModuleType, folder: Path, module: str, *, field: str) -> ModuleType:
+    """Import submodule ``module`` (dotted, relative to the package ``pkg`` loaded from ``folder``).
+
+    Raises:
+        SpecError: the module is missing or raised on import, naming its file and the manifest
+            ``field`` that names it (``state_model``, ``tools_module``).
+    """
     file = folder / (module.replace(".", "/") + ".py")
     try:
         return importlib.import_module(f"{pkg.__name__}.{module}")

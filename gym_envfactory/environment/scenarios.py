@@ -16,6 +16,12 @@ from gym_envfactory.errors import SpecError
 
 
 class ScenarioStep(BaseModel):
+    """One step of a scenario: ``call`` the tool with ``arguments`` (a dict, or a raw string to test
+    decoding) and check the outcome ``expect``, optionally the ``error_code``, the ``result`` (subset
+    match; ``exact``: equal), ``state`` values at dotted paths after the step, ``state_absent`` paths,
+    and ``state_unchanged`` (default: unchanged after an error).  See :mod:`gym_envfactory.validation`
+    for the file format."""
+
     model_config = ConfigDict(extra="forbid")
     call: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
@@ -29,6 +35,10 @@ class ScenarioStep(BaseModel):
 
 
 class Scenario(BaseModel):
+    """One validation scenario (a line of ``scenarios.jsonl``): ``scenario_id``, difficulty ``level``,
+    ``initial_state`` (the same forms as a task's; ``None``: the default state) and at least one step,
+    run in order in one fresh session (EnvFactory paper §3.2, "Validator")."""
+
     model_config = ConfigDict(extra="forbid")
     scenario_id: str
     level: Literal["simple", "medium", "complex", "boundary", "error"] = "simple"

@@ -1,6 +1,6 @@
 """Environment specifications: loading ``env_images/<Name>/`` packages and defining environments in code.
 
-An environment package (DESIGN §3) is a folder::
+An environment package (docs/authoring.md) is a folder::
 
     env_images/HotelBooking/
         environment.toml      # manifest (this module's :class:`Manifest`)
@@ -8,7 +8,7 @@ An environment package (DESIGN §3) is a folder::
         state.py              # the root Pydantic model (the database)
         tools.py              # @tool functions: tool(state, *, arg: T = default) -> R
         initial_states/*.json # validated by the state model; at least "small" and "large"
-        tasks.jsonl           # tasks (gym_envfactory.tasks.Task), one JSON object per line
+        tasks.jsonl           # tasks (gym_envfactory.environment.tasks.Task), one JSON object per line
         scenarios.jsonl       # validation scenarios (gym_envfactory.validation.Scenario)
 
 Errors name the file, line and field (:class:`~gym_envfactory.errors.SpecError`).
@@ -94,19 +94,22 @@ class EnvironmentSpec:
 
     @property
     def excluded_fields(self) -> tuple[str, ...]:
-        """Paths left out of state equivalence: bookkeeping plus free text (DESIGN §7, CASES C07)."""
+        """Paths left out of state equivalence: bookkeeping plus free text (docs/reward.md; docs/cases.md C07)."""
         return self.bookkeeping_fields + self.free_text_fields
 
     @property
     def major(self) -> int:
+        """The major version (the ``N`` of semver ``N.m.p``), which the gym id carries."""
         return int(self.version.split(".", 1)[0])
 
     @property
     def gym_id(self) -> str:
+        """The Gymnasium id, ``envfactory/<name>-v<major>`` (docs/architecture.md, "The Gymnasium contract")."""
         return f"envfactory/{self.name}-v{self.major}"
 
     # ---------------------------------------------------------------- initial states
     def initial_state_names(self) -> list[str]:
+        """Names of the available initial states, sorted: inline ones and ``initial_states/*.json``."""
         names = set(self._inline_states)
         if self.path is not None and (self.path / "initial_states").is_dir():
             names.update(p.stem for p in (self.path / "initial_states").glob("*.json"))
@@ -170,6 +173,11 @@ class EnvironmentSpec:
 
     @cached_property
     def scenarios(self) -> list[Scenario]:
+        """The validation scenarios (``scenarios.jsonl`` or the objects given; loaded on first access).
+
+        Raises:
+            SpecError: a malformed scenario (file, line, field).
+        """
         src = self._scenarios_source
         if src is None and self.path is not None and (self.path / "scenarios.jsonl").is_file():
             src = self.path / "scenarios.jsonl"
@@ -183,6 +191,8 @@ class EnvironmentSpec:
         return [t.openai_schema() for t in self.tools.values()]
 
     def mcp_tools(self) -> list[dict[str, Any]]:
+        """The MCP ``tools/list`` entries, one per tool (name, description, ``inputSchema``, annotations
+        and, when the result is typed, ``outputSchema``; MCP spec 2025-06-18, ``Tool``)."""
         return [t.mcp_schema() for t in self.tools.values()]
 
     def content_hash(self) -> str:

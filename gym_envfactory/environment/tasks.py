@@ -58,7 +58,7 @@ class Turn(BaseModel):
 
 
 class Task(BaseModel):
-    """A task (DESIGN §6).  ``envs`` lists the environment names it spans (first = primary)."""
+    """A task (docs/architecture.md, "Tasks").  ``envs`` lists the environment names it spans (first = primary)."""
 
     model_config = ConfigDict(extra="forbid")
     task_id: str
@@ -72,16 +72,19 @@ class Task(BaseModel):
 
     @property
     def envs(self) -> list[str]:
+        """The environment names the task spans, primary first (empty before loading fills ``env`` in)."""
         if self.env is None:
             return []
         return [self.env] if isinstance(self.env, str) else list(self.env)
 
     @property
     def multi_turn(self) -> bool:
+        """True when the task has more than one user turn."""
         return len(self.turns) > 1
 
     @property
     def n_ground_truth_calls(self) -> int:
+        """The number of ground-truth calls over all turns."""
         return sum(len(t.ground_truth) for t in self.turns)
 
 
@@ -128,6 +131,12 @@ class TaskSet:
 
     @classmethod
     def from_objects(cls, env_name: str, objs: Iterable[Mapping[str, Any] | Task]) -> TaskSet:
+        """Tasks of ``env_name`` from dicts (or :class:`Task` objects, kept as they are); ``line`` in
+        errors is the 1-based position in ``objs``.
+
+        Raises:
+            DatasetError: a malformed task, one of another environment, or a duplicate ``task_id``.
+        """
         tasks = []
         seen: set[str] = set()
         for i, obj in enumerate(objs, 1):
@@ -165,12 +174,19 @@ class TaskSet:
         return iter(self._tasks)
 
     def ids(self, split: str | None = None) -> list[str]:
+        """Task ids in file order, optionally only those of ``split``."""
         return [t.task_id for t in self._tasks if split is None or t.split == split]
 
     def splits(self) -> list[str]:
+        """The split names present, sorted."""
         return sorted({t.split for t in self._tasks})
 
     def get(self, task_id: str) -> Task:
+        """The task with id ``task_id``.
+
+        Raises:
+            UnknownTaskError: no task with that id.
+        """
         try:
             return self._by_id[task_id]
         except KeyError:
@@ -184,4 +200,5 @@ class TaskSet:
         return self._by_id[rng.choice(pool)]
 
     def line_of(self, task_id: str) -> int | None:
+        """The 1-based line of ``task_id`` in ``tasks.jsonl`` (``None`` for tasks not loaded from a file)."""
         return self._lines.get(task_id)

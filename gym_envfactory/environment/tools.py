@@ -1,6 +1,6 @@
 """Tool specifications derived from typed Python functions, and the one argument-validation policy.
 
-Argument policy (CASES C08, C09; applied identically by every tool of every environment, and by the
+Argument policy (docs/argument-policy.md; docs/cases.md C08, C09; applied identically by every tool of every environment, and by the
 trajectory reward when it compares arguments):
 
 1. Arguments are a JSON object.  Unknown parameter names are rejected (``extra="forbid"``).
@@ -13,7 +13,7 @@ trajectory reward when it compares arguments):
    ``float`` parameter ``5``, ``5.0`` and ``"5"`` become ``5.0``; ISO strings become ``date``/``datetime``;
    enum/``Literal`` values must match exactly; NaN and infinities are rejected.
 4. A rejected argument produces a typed ``invalid_arguments`` result naming each field, which the model
-   sees as the tool message and the length penalty counts (DESIGN §7).
+   sees as the tool message and the length penalty counts (docs/reward.md).
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ class ToolSpec:
 
     @property
     def read_only(self) -> bool:
+        """The MCP ``readOnlyHint``: the tool never changes the state (``@tool(read_only=True)``)."""
         return self.annotations.read_only
 
     def validate_arguments(self, arguments: Any) -> BaseModel:
@@ -118,7 +119,7 @@ class ToolSpec:
             raise ArgumentError(f"invalid arguments for {self.name}: {msg}", details) from None
 
     def normalize_arguments(self, arguments: Any) -> dict[str, Any]:
-        """Validated arguments in canonical JSON form (used to compare calls, DESIGN §7)."""
+        """Validated arguments in canonical JSON form (used to compare calls, docs/reward.md)."""
         return self.validate_arguments(arguments).model_dump(mode="json")
 
     def openai_schema(self) -> dict[str, Any]:
@@ -176,7 +177,7 @@ def tool_spec_from_function(fn: Callable[..., Any], env: str = "") -> ToolSpec:
             raise SpecError(f"tool {name} ({where}): parameter {p.name!r} has no type annotation")
         default = ... if p.default is inspect.Parameter.empty else p.default
         fields[p.name] = (hints[p.name], default)
-    input_model = create_model(  # type: ignore[call-overload]
+    input_model = create_model(
         f"{name}_arguments",
         __config__=ConfigDict(extra="forbid", allow_inf_nan=False),
         **fields,

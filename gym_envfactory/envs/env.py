@@ -82,7 +82,7 @@ class EnvFactoryEnv(gym.Env):
         backend_options: extra options of the backend (docker: ``image``, ``mem_limit`` ...).
 
     Observation: list of new chat messages (OpenAI format).  Action: see
-    :class:`~gym_envfactory.spaces.AssistantActionSpace`.  ``info`` keys: ``task_id``, ``turn``,
+    :class:`~gym_envfactory.envs.spaces.AssistantActionSpace`.  ``info`` keys: ``task_id``, ``turn``,
     ``tools`` (reset), ``parsed_calls``, ``tool_results``, ``errors``, ``turn_ended``, ``turn_score``,
     and at the end ``episode`` (every reward component, :meth:`EpisodeScore.to_dict`) and
     ``state_diff``.
@@ -93,6 +93,7 @@ class EnvFactoryEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    _forked: bool = False  # a fork (see fork_many) does not own the backend
 
     def __init__(
         self,
@@ -171,28 +172,40 @@ class EnvFactoryEnv(gym.Env):
             return self.environment.openai_tools()
         return [t.openai_schema() for t in self.session.tools.values()]
 
-    def _system_message(self, task: Task, envs: Sequence[EnvironmentSpec]) -> str:
+    def _system_message(self, task: Task, environments: Sequence[EnvironmentSpec]) -> str:
         if task.system:
             return task.system
-        desc = " / ".join(f"{e.name}: {e.description}" for e in envs)
+        desc = " / ".join(f"{e.name}: {e.description}" for e in environments)
         return (self.system_prompt or DEFAULT_SYSTEM_PROMPT).format(description=desc)
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Start an episode on a fresh session (Gymnasium ``Env.reset``; docs/architecture.md, "The
+        Gymnasium contract").
+
+        ``options``: ``task_id`` (else the constructor's ``task_id``, else a task drawn with the seeded
+        RNG) and ``split``.  Returns the system and first user messages, and ``info`` with ``task_id``,
+        ``split``, ``envs``, ``turn``, ``n_turns`` and ``tools`` (OpenAI format).
+
+        Raises:
+            TypeError: ``options`` is not a dict.
+            UnknownTaskError: no such task, or none to sample.
+            DatasetError: the task's ground truth does not replay (docs/cases.md C06).
+        """
         super().reset(seed=seed)
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(f"options must be a dict (task_id, split), got {type(options).__name__}")
         options = dict(options or {})
         task = self._pick_task(options)
         reference = task_reference(self.environment, task, self.tasks)
-        envs = task_environments(self.environment, task)
+        environments = task_environments(self.environment, task)
         if self.session is not None:
             self.session.close()
-        self.session = self.backend.create_session(envs, reference.initial_state, task.task_id)
+        self.session = self.backend.create_session(environments, reference.initial_state, task.task_id)
         self.task, self.reference = task, reference
         first = self.user([], task, 0) or task.turns[0].user
         self.messages = [
-            {"role": "system", "content": self._system_message(task, envs)},
+            {"role": "system", "content": self._system_message(task, environments)},
             {"role": "user", "content": first},
         ]
         self.records = [TurnRecord()]
@@ -203,7 +216,7 @@ class EnvFactoryEnv(gym.Env):
         info = {
             "task_id": task.task_id,
             "split": task.split,
-            "envs": [e.name for e in envs],
+            "envs": [e.name for e in environments],
             "turn": 0,
             "n_turns": len(task.turns),
             "tools": self.tools,
@@ -211,6 +224,19 @@ class EnvFactoryEnv(gym.Env):
         return [dict(m) for m in self.messages], info
 
     def step(self, action: Any) -> tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]]:
+        """Run one assistant action (Gymnasium ``Env.step``): execute its tool calls (at most
+        ``max_calls_per_step``; malformed ones become invalid calls), or, with no call attempted, end the
+        user turn and bring the next user message.
+
+        Returns ``(observation, reward, terminated, truncated, info)``: the new tool and user messages;
+        the reward (``reward_mode="episode"``: the episode reward at the last step, 0 before; ``"turn"``:
+        each ended turn's reward / number of turns; docs/reward.md); ``terminated`` once the last turn
+        ends, ``truncated`` at ``max_steps`` or ``max_steps_per_turn``.  See the class for ``info``.
+
+        Raises:
+            ResetNeeded: the episode is over or was never started.
+            BackendUnavailableError: a remote backend was lost (the episode's bookkeeping is untouched).
+        """
         if self.done or self.session is None or self.task is None:
             raise ResetNeeded("the episode is over (or was never started): call reset() first")
         parsed = parse_action(action)
@@ -298,7 +324,7 @@ class EnvFactoryEnv(gym.Env):
         return reward
 
     def _score(self, final_state: Any = None) -> EpisodeScore:
-        """Score the episode on copies of the state (never mutates the session, CASES C05).
+        """Score the episode on copies of the state (never mutates the session, docs/cases.md C05).
         ``final_state``: the state just read at the end of the last turn, to avoid reading it twice."""
         assert self.session is not None and self.reference is not None
         final = final_state if final_state is not None else self.session.state()
@@ -314,8 +340,8 @@ class EnvFactoryEnv(gym.Env):
             if not getattr(self, "_forked", False):
                 self.backend.release()
             self.backend = backend
-        envs = task_environments(self.environment, self.task)
-        self.session = self.backend.restore_session(envs, snapshot)
+        environments = task_environments(self.environment, self.task)
+        self.session = self.backend.restore_session(environments, snapshot)
 
     def score(self) -> EpisodeScore:
         """The reward of the episode so far, as if it ended now (read-only)."""
@@ -324,6 +350,8 @@ class EnvFactoryEnv(gym.Env):
         return self._score()
 
     def render(self) -> str | None:
+        """With ``render_mode="ansi"``, the messages since the last render as ``[role] text`` lines (tool
+        calls inline); ``None`` otherwise."""
         if self.render_mode != "ansi":
             return None
         lines = []
@@ -336,6 +364,8 @@ class EnvFactoryEnv(gym.Env):
         return "\n".join(lines)
 
     def close(self) -> None:
+        """Close the session and release the backend (a fork leaves it to the env it came from); the
+        env needs :meth:`reset` before the next step."""
         if self.session is not None:
             self.session.close()
             self.session = None

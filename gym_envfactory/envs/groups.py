@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
@@ -29,7 +29,7 @@ class RolloutGroup:
         if len(actions) != len(self.envs):
             raise ValueError(f"expected {len(self.envs)} actions, got {len(actions)}")
         out: list[Any] = []
-        for i, (env, a) in enumerate(zip(self.envs, actions)):
+        for i, (env, a) in enumerate(zip(self.envs, actions, strict=True)):
             if self.finished[i]:
                 out.append(None)
                 continue
@@ -41,9 +41,11 @@ class RolloutGroup:
 
     @property
     def done(self) -> bool:
+        """True once every member has terminated or been truncated."""
         return all(self.finished)
 
     def close(self) -> None:
+        """Close every member (the original env releases the backend; forks never do)."""
         for e in self.envs:
             e.close()
 
@@ -59,7 +61,7 @@ def make_group(env: str | EnvFactoryEnv, k: int, *, seed: int | None = None, opt
     if isinstance(env, EnvFactoryEnv):
         base = env
     elif isinstance(env, str) and "/" in env:
-        base = gym.make(env, **make_kwargs).unwrapped  # type: ignore[assignment]
+        base = cast(EnvFactoryEnv, gym.make(env, **make_kwargs).unwrapped)  # an envfactory/ id makes one
     else:
         base = EnvFactoryEnv(env, **make_kwargs)
     obs, info = base.reset(seed=seed, options=options)

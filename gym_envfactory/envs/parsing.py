@@ -1,6 +1,6 @@
 """Tool-call parsing: every form a policy's action can take → ordered calls and typed parse errors.
 
-Accepted actions (DESIGN §6):
+Accepted actions (docs/architecture.md, "The Gymnasium contract"):
 
 - an OpenAI chat-completions assistant message ``{"role": "assistant", "content": ..., "tool_calls":
   [{"id", "type": "function", "function": {"name", "arguments": "<json>"}}]}`` (OpenAI API reference,
@@ -13,9 +13,9 @@ Accepted actions (DESIGN §6):
 - typed calls: a :class:`ToolCall`, or a list of ToolCall / ``{"name", "arguments"}`` dicts.
 
 ``arguments`` may be an object, a JSON string holding an object, or a doubly encoded JSON string
-(CASES C09).  Scalar strings inside the arguments are never converted here: that is the tool argument
-policy's job (CASES C08, :mod:`gym_envfactory.tools`).  Malformed input becomes a :class:`ParseError`
-item in order, never an exception and never an empty call (CASES C13).
+(docs/cases.md C09).  Scalar strings inside the arguments are never converted here: that is the tool argument
+policy's job (docs/cases.md C08, :mod:`gym_envfactory.environment.tools`).  Malformed input becomes a :class:`ParseError`
+item in order, never an exception and never an empty call (docs/cases.md C13).
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ class ToolCall:
     id: str | None = None
 
     def to_openai(self, call_id: str) -> dict[str, Any]:
+        """The OpenAI ``tool_calls`` entry (OpenAI API "Chat Completions"): ``{"id", "type": "function",
+        "function": {"name", "arguments": JSON text}}``; ``call_id`` when the model gave no id."""
         return {
             "id": self.id or call_id,
             "type": "function",
@@ -102,10 +104,12 @@ class ParsedAction:
 
     @property
     def calls(self) -> list[ToolCall]:
+        """The calls that parsed, in order."""
         return [i for i in self.items if isinstance(i, ToolCall)]
 
     @property
     def errors(self) -> list[ParseError]:
+        """The call attempts that did not parse, in order."""
         return [i for i in self.items if isinstance(i, ParseError)]
 
     @property

@@ -1,4 +1,4 @@
-"""The composite reward (DESIGN §7; EnvFactory paper §4, Eq. for robust RL):
+"""The composite reward (docs/reward.md; EnvFactory paper §4, Eq. for robust RL):
 
     R = α·R_traj + (1−α)·R_state − γ·P_len,   clipped to [0, 1]
 
@@ -7,17 +7,17 @@
   difference report lists paths.  When the ground truth changes nothing (a read-only task), an
   unchanged state is vacuous (doing nothing must not earn it) and a changed one scores 0.
 - ``R_traj``: multiset matching of predicted against ground-truth calls, per turn; each ground-truth
-  call is consumed at most once (CASES C01); independent calls match in any order; masked arguments are
-  ignored; arguments compare after the tools' own validation (CASES C08/C09).
+  call is consumed at most once (docs/cases.md C01); independent calls match in any order; masked arguments are
+  ignored; arguments compare after the tools' own validation (docs/cases.md C08/C09).
 - ``P_len``: surplus calls (valid calls beyond the number of ground-truth calls of the turn) plus
   invalid calls (parse errors, unknown tools, invalid arguments); tool calls on a clarification turn
-  are surplus (CASES C12).  The penalty is ``min(γ·P_len, penalty_cap)``.
+  are surplus (docs/cases.md C12).  The penalty is ``min(γ·P_len, penalty_cap)``.
 - ``R_output`` (optional, weight ``output_weight``, default 0): required outputs found in the assistant's
-  replies at token boundaries (CASES C10).
+  replies at token boundaries (docs/cases.md C10).
 
 Components enter with weights ``α``, ``1−α``, ``output_weight``.  A component with no criteria in a
 task (no ground-truth calls; no expected outputs) is *vacuous*: reported as such and left out, the
-remaining weights renormalised; it never counts as 1.0 (CASES C11).  If every weighted component is
+remaining weights renormalised; it never counts as 1.0 (docs/cases.md C11).  If every weighted component is
 vacuous the task score is 0.0.
 """
 
@@ -35,6 +35,8 @@ __all__ = [
     "RewardConfig",
     "StateDiff",
     "state_diff",
+    "values_equal",
+    "canonical_number",
     "match_calls",
     "contains_output",
     "TurnRecord",
@@ -73,6 +75,12 @@ class RewardConfig:
 
     @classmethod
     def coerce(cls, value: RewardConfig | Mapping[str, float] | None) -> RewardConfig:
+        """A config from ``None`` (the defaults), a config (returned as is) or a dict of its fields.
+
+        Raises:
+            TypeError: an unknown field.
+            ValueError: weights out of range.
+        """
         if value is None:
             return cls()
         if isinstance(value, RewardConfig):
@@ -118,17 +126,21 @@ def _is_number(v: Any) -> bool:
 
 
 def _canon_key(v: Any) -> str:
-    return json.dumps(_num_canon(v), sort_keys=True, ensure_ascii=False)
+    return json.dumps(canonical_number(v), sort_keys=True, ensure_ascii=False)
 
 
-def _num_canon(v: Any) -> Any:
+def canonical_number(v: Any) -> Any:
+    """``v`` with every number in canonical form, recursively through dicts and lists: an integral value
+    below 2**53 in magnitude becomes an ``int`` (``5.0`` → ``5``), any other number a ``float``; booleans
+    and other values are unchanged.  Equal numbers then serialise alike, which is how set-valued fields
+    are compared as multisets (docs/reward.md: numbers compare by value)."""
     if _is_number(v):
         f = float(v)
         return int(f) if f.is_integer() and abs(f) < 2**53 else f
     if isinstance(v, dict):
-        return {k: _num_canon(x) for k, x in v.items()}
+        return {k: canonical_number(x) for k, x in v.items()}
     if isinstance(v, list):
-        return [_num_canon(x) for x in v]
+        return [canonical_number(x) for x in v]
     return v
 
 
@@ -141,7 +153,7 @@ def values_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
     if isinstance(a, list):
-        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
@@ -153,10 +165,10 @@ def state_diff(
     set_fields: Sequence[str] = (),
     limit: int = 50,
 ) -> list[StateDiff]:
-    """Differences between two canonical states (DESIGN §7).  Empty list ⇔ equivalent.
+    """Differences between two canonical states (docs/reward.md).  Empty list ⇔ equivalent.
 
     Args:
-        bookkeeping: dotted path patterns (``*`` = any key) excluded from the comparison (CASES C07).
+        bookkeeping: dotted path patterns (``*`` = any key) excluded from the comparison (docs/cases.md C07).
         set_fields: path patterns of lists compared as multisets.
         limit: at most this many differences are reported.
     """
@@ -183,7 +195,7 @@ def state_diff(
                 return
             if len(a) != len(e):
                 out.append(StateDiff(f"{path}.length", str(len(e)), str(len(a))))
-            for i, (x, y) in enumerate(zip(a, e)):
+            for i, (x, y) in enumerate(zip(a, e, strict=False)):  # a length mismatch is reported above
                 walk(x, y, f"{path}.{i}")
             return
         if a is _ABSENT or e is _ABSENT or not values_equal(a, e):
@@ -231,11 +243,11 @@ def match_calls(
                 return True
         return False
 
-    for g in range(len(ground_truth)):
-        augment(g, set())
+    for gi in range(len(ground_truth)):
+        augment(gi, set())
     out: list[int | None] = [None] * len(ground_truth)
-    for p, g in owner.items():
-        out[g] = p
+    for p, gi in owner.items():
+        out[gi] = p
     return out
 
 
@@ -246,7 +258,7 @@ _NUMERIC_NEEDLE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
 
 
 def contains_output(text: str, needle: str) -> bool:
-    """``needle`` occurs in ``text`` at token boundaries (CASES C10).
+    """``needle`` occurs in ``text`` at token boundaries (docs/cases.md C10).
 
     Numbers compare by value among the numbers of the text (``"10"`` matches ``"Your total is 10."``
     and ``"10.00"``, not ``"100 nights"`` or ``"1.10"``); other strings match case-insensitively,
@@ -297,12 +309,13 @@ class TurnScore:
     missed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as a JSON-ready dict (``info["turn_score"]``)."""
         return asdict(self)
 
 
 @dataclass
 class EpisodeScore:
-    """Episode reward and every component (DESIGN §7).  ``None`` components are vacuous/disabled."""
+    """Episode reward and every component (docs/reward.md).  ``None`` components are vacuous/disabled."""
 
     reward: float
     r_traj: float | None
@@ -321,6 +334,8 @@ class EpisodeScore:
     config: RewardConfig
 
     def to_dict(self) -> dict[str, Any]:
+        """Every component as a JSON-ready dict (``info["episode"]``): state differences as
+        ``{path, expected, actual}``, per-turn scores, and the config's weights."""
         return {
             "reward": self.reward,
             "r_traj": self.r_traj,
@@ -376,7 +391,7 @@ def _turn_counts(rec: TurnRecord, gt: Sequence[ReferenceCall]) -> tuple[int, int
     matches = match_calls(valid, gt)
     matched = sum(1 for m in matches if m is not None)
     surplus = max(0, len(valid) - len(gt))
-    missed = [g.name for g, m in zip(gt, matches) if m is None]
+    missed = [g.name for g, m in zip(gt, matches, strict=True) if m is None]
     return matched, surplus, invalid, missed
 
 

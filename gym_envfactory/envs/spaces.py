@@ -1,7 +1,7 @@
 """Gymnasium spaces for chat-message observations and assistant actions.
 
 Observations are lists of OpenAI-format chat messages (``{"role": ..., "content": ...}``, tool
-messages with ``tool_call_id`` and ``name``).  Actions are whatever :func:`gym_envfactory.parsing
+messages with ``tool_call_id`` and ``name``).  Actions are whatever :func:`gym_envfactory.envs.parsing
 .parse_action` accepts.  Both are honest custom :class:`gymnasium.Space` subclasses: ``contains``
 checks the structure, ``sample`` draws seeded examples.  Gymnasium's vector utilities batch custom
 spaces as tuples (``gymnasium.vector.utils.batch_space`` registers ``Space``).
@@ -10,7 +10,7 @@ spaces as tuples (``gymnasium.vector.utils.batch_space`` registers ``Space``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,9 +33,12 @@ class MessagesSpace(spaces.Space[list]):
 
     @property
     def is_np_flattenable(self) -> bool:
+        """False: chat messages have no fixed-size array form (Gymnasium ``Space.is_np_flattenable``)."""
         return False
 
     def contains(self, x: Any) -> bool:
+        """True for a list of mappings, each with a known ``role``, string ``content`` (if any) and, for
+        tool messages, a string ``tool_call_id``."""
         if not isinstance(x, list):
             return False
         for m in x:
@@ -48,6 +51,8 @@ class MessagesSpace(spaces.Space[list]):
         return True
 
     def sample(self, mask: Any = None, probability: Any = None) -> list[dict[str, str]]:
+        """One or two user messages of four random words each (from the space's seeded RNG;
+        ``mask`` and ``probability`` are ignored)."""
         n = int(self.np_random.integers(1, 3))
         return [
             {"role": "user", "content": " ".join(self.np_random.choice(_WORDS, size=4).tolist())}
@@ -60,16 +65,18 @@ class MessagesSpace(spaces.Space[list]):
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, MessagesSpace)
 
-    def to_jsonable(self, sample_n: Sequence[list]) -> list:
+    def to_jsonable(self, sample_n: Iterable[list]) -> list:
+        """A batch of message lists as JSON data (lists of the same message dicts)."""
         return [list(s) for s in sample_n]
 
     def from_jsonable(self, sample_n: list) -> list[list]:
+        """The inverse of :meth:`to_jsonable`."""
         return [list(s) for s in sample_n]
 
 
 class AssistantActionSpace(spaces.Space[Any]):
     """An assistant action: a string (raw model output), an OpenAI assistant message dict, a
-    :class:`~gym_envfactory.parsing.ToolCall`, or a list of ToolCall / ``{"name", "arguments"}`` dicts.
+    :class:`~gym_envfactory.envs.parsing.ToolCall`, or a list of ToolCall / ``{"name", "arguments"}`` dicts.
 
     ``sample()`` draws either a short text reply or a ``<tool_call>`` block for one of ``tool_names``
     with empty arguments (seeded; useful for smoke tests, not a sensible policy).
@@ -81,9 +88,12 @@ class AssistantActionSpace(spaces.Space[Any]):
 
     @property
     def is_np_flattenable(self) -> bool:
+        """False: actions are text or structured calls, with no fixed-size array form."""
         return False
 
     def contains(self, x: Any) -> bool:
+        """True for a string, a :class:`ToolCall`, an assistant message dict (or a ``{"name", ...}``
+        call dict), or a list of ToolCalls / call dicts (``name`` or OpenAI ``function``)."""
         if isinstance(x, (str, ToolCall)):
             return True
         if isinstance(x, Mapping):
@@ -93,6 +103,8 @@ class AssistantActionSpace(spaces.Space[Any]):
         return False
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
+        """A three-word reply or, half the time when the space has tools, a ``<tool_call>`` block for a
+        random tool with empty arguments (seeded; ``mask`` and ``probability`` are ignored)."""
         if self.tool_names and self.np_random.random() < 0.5:
             name = self.tool_names[int(self.np_random.integers(len(self.tool_names)))]
             return f"<tool_call>{json.dumps({'name': name, 'arguments': {}})}</tool_call>"

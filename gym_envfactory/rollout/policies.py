@@ -48,9 +48,11 @@ class Policy:
         self.perturbations: list[str] = []
 
     def begin(self, env: EnvFactoryEnv) -> None:
+        """Prepare for the episode ``env`` has just reset to (the unwrapped env); clears ``perturbations``."""
         self.perturbations = []
 
     def act(self, env: EnvFactoryEnv) -> Any:  # pragma: no cover - interface
+        """The next assistant action for ``env`` (any action :meth:`EnvFactoryEnv.step` accepts)."""
         raise NotImplementedError
 
 
@@ -75,6 +77,7 @@ class OraclePolicy(Policy):
         self._turn = -1
 
     def begin(self, env: EnvFactoryEnv) -> None:
+        """Start a new episode: forget the previous one's plan."""
         super().begin(env)
         self._turn = -1
         self._queue = []
@@ -85,9 +88,12 @@ class OraclePolicy(Policy):
         return plan + [_reply_text(env, turn)]
 
     def act(self, env: EnvFactoryEnv) -> Any:
+        """The next ground-truth :class:`ToolCall` of the current turn, then its closing reply (text);
+        ``"Done."`` past the last turn."""
         if env.turn != self._turn:
+            assert env.task is not None
             self._turn = env.turn
-            self._queue = self._plan(env, env.turn) if env.turn < len(env.task.turns) else ["Done."]  # type: ignore[union-attr]
+            self._queue = self._plan(env, env.turn) if env.turn < len(env.task.turns) else ["Done."]
         return self._queue.pop(0) if self._queue else "Done."
 
 
@@ -152,8 +158,10 @@ class NoisyPolicy(OraclePolicy):
                 plan.append(call)
                 self.perturbations.append(f"t{turn}:malformed {c.name}")
             else:  # early write: a write from a later turn now
+                assert env.session is not None
+                tools = env.session.tools
                 later = [g for t in task.turns[turn + 1:] for g in t.ground_truth
-                         if g.name in env.session.tools and not env.session.tools[g.name].read_only]  # type: ignore[union-attr]
+                         if g.name in tools and not tools[g.name].read_only]
                 if later:
                     g = later[0]
                     plan += [ToolCall(g.name, dict(g.arguments)), call]
@@ -199,9 +207,11 @@ class RandomPolicy(Policy):
         self._strings: list[str] = []
 
     def begin(self, env: EnvFactoryEnv) -> None:
+        """Collect the short strings of the initial state (keys and values) to draw arguments from."""
         super().begin(env)
+        assert env.session is not None
         s: set[str] = set()
-        _collect_strings(env.session.state(), s)  # type: ignore[union-attr]
+        _collect_strings(env.session.state(), s)
         self._strings = sorted(s) or ["x"]
         self._turn = -1
 
@@ -240,13 +250,16 @@ class RandomPolicy(Policy):
         return self.rng.choice(self._strings)
 
     def act(self, env: EnvFactoryEnv) -> Any:
+        """A random :class:`ToolCall` with schema-valid arguments while this turn's budget (0 to
+        ``max_calls_per_turn`` calls, drawn per turn) lasts, then a text reply."""
         if env.turn != self._turn:
             self._turn = env.turn
             self._left = self.rng.randint(0, self.max_calls)
         if self._left <= 0:
             return "Here is what I found."
         self._left -= 1
-        tools = list(env.session.tools.values())  # type: ignore[union-attr]
+        assert env.session is not None
+        tools = list(env.session.tools.values())
         t = self.rng.choice(tools)
         schema = t.input_schema
         args = self._value({k: v for k, v in schema.items() if k != "$defs"}, schema.get("$defs", {}))
@@ -300,6 +313,13 @@ class OpenAIPolicy(Policy):
         return out
 
     def act(self, env: EnvFactoryEnv) -> Any:
+        """One chat completion over the episode's messages and tools (OpenAI API "Chat Completions",
+        ``tools``); returns the assistant message as a dict (``content``, ``tool_calls``) and adds its
+        token counts to ``usage``.
+
+        Raises:
+            PolicyError: the request failed after the client's retries, or returned no choices.
+        """
         kwargs: dict[str, Any] = {"model": self.model, "messages": self._wire_messages(env.messages),
                                   "tools": env.tools, "temperature": self.temperature}
         if self.seed is not None:

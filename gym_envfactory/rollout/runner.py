@@ -36,6 +36,7 @@ class EpisodeResult:
     errors: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field (one line of ``envfactory rollout --out``), messages last."""
         return {
             "task_id": self.task_id,
             "env": self.env,

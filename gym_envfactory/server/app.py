@@ -52,6 +52,7 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def is_loopback(host: str) -> bool:
+    """True for a loopback bind address (``127.0.0.0/8``, ``localhost``, ``::1``): binding there needs no token."""
     return host in LOOPBACK or host.startswith("127.")
 
 

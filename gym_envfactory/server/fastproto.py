@@ -1,4 +1,4 @@
-"""The fast session protocol (DESIGN §5): JSON-RPC 2.0 over one WebSocket, many sessions per connection.
+"""The fast session protocol (docs/architecture.md, "Backends"): JSON-RPC 2.0 over one WebSocket, many sessions per connection.
 
 Every request names its ``session_id``; a frame may carry one request or a JSON-RPC batch (an array),
 so a GRPO group's k calls travel in one frame and come back in one frame (JSON-RPC 2.0 spec §6).

@@ -82,7 +82,7 @@ class SessionManager:
             raise BadRequestError(f"this server does not serve {name!r}; it serves {', '.join(self.specs)}")
         return spec
 
-    def _register(self, session: Session, envs: list[str], task_id: str | None) -> ManagedSession:
+    def _register(self, session: Session, env_names: list[str], task_id: str | None) -> ManagedSession:
         if len(self.sessions) >= self.max_sessions:
             self.expire()
             if len(self.sessions) >= self.max_sessions:
@@ -90,7 +90,7 @@ class SessionManager:
                 raise CapacityError(f"server holds {self.max_sessions} sessions; close some or raise max_sessions")
         now = self.clock()
         sid = secrets.token_hex(16)
-        ms = ManagedSession(sid, session, envs, task_id, now, now)
+        ms = ManagedSession(sid, session, env_names, task_id, now, now)
         self.sessions[sid] = ms
         self.counters["created"] += 1
         return ms
@@ -171,6 +171,7 @@ class SessionManager:
         return len(stale)
 
     def close_all(self) -> None:
+        """Close every live session (server shutdown)."""
         for sid in list(self.sessions):
             self.close(sid)
 
@@ -188,17 +189,38 @@ class SessionManager:
 
     def record_invalid(self, session_id: str, name: str, raw: Any, message: str, *, call_id: str | None = None,
                        tag: Any = None) -> dict[str, Any]:
+        """Log a call the client could not parse (``parse_error``); returns :meth:`ToolResult.to_dict`.
+
+        Raises:
+            UnknownSessionError: no live session ``session_id``.
+        """
         ms = self.get(session_id)
         self.counters["errors"] += 1
         return ms.session.record_invalid(name, raw, message, call_id=call_id, tag=tag).to_dict()
 
     def state(self, session_id: str) -> Any:
+        """The session's canonical state (one env: its dict; several: ``{env_name: dict}``).
+
+        Raises:
+            UnknownSessionError: no live session ``session_id``.
+        """
         return self.get(session_id).session.state()
 
     def snapshot(self, session_id: str) -> str:
+        """The session's :meth:`Session.snapshot` as JSON text (for the wire).
+
+        Raises:
+            UnknownSessionError: no live session ``session_id``.
+        """
         return self.get(session_id).session.snapshot().decode()
 
     def restore(self, session_id: str, snapshot: str | bytes) -> None:
+        """Replace the session's states and log with ``snapshot`` (text or bytes of a snapshot).
+
+        Raises:
+            UnknownSessionError: no live session ``session_id``.
+            BadRequestError: the snapshot is invalid (the session is left unchanged).
+        """
         try:
             self.get(session_id).session.restore(snapshot if isinstance(snapshot, bytes) else snapshot.encode())
         except EnvFactoryError as exc:
@@ -207,21 +229,39 @@ class SessionManager:
             raise BadRequestError(str(exc)) from None
 
     def reset(self, session_id: str) -> None:
+        """Return the session to the state it was created with, with an empty action log.
+
+        Raises:
+            UnknownSessionError: no live session ``session_id``.
+        """
         self.get(session_id).session.reset()
 
     def info(self, session_id: str) -> dict[str, Any]:
+        """The session's id, environment names, task id, call count, idle seconds and tools (OpenAI format).
+
+        Raises:
+            UnknownSessionError: no live session ``session_id``.
+        """
         ms = self.get(session_id)
         return {"session_id": ms.session_id, "envs": ms.envs, "task_id": ms.task_id, "calls": ms.calls,
                 "idle_s": self.clock() - ms.last_used,
                 "tools": [t.openai_schema() for t in ms.session.tools.values()]}
 
     def action_log(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's calls since its last reset, as :meth:`ActionRecord.to_dict` dicts.
+
+        Raises:
+            UnknownSessionError: no live session ``session_id``.
+        """
         return [r.to_dict() for r in self.get(session_id).session.action_log]
 
     def stats(self) -> dict[str, Any]:
+        """Live session count, the lifetime counters (created, closed, expired, calls, errors) and
+        the environments served."""
         return {"sessions": len(self.sessions), **self.counters, "envs": list(self.specs)}
 
     def catalog(self) -> list[dict[str, Any]]:
+        """One row per served environment: name, version, domain, tool and task counts, gym id."""
         return [{"name": s.name, "version": s.version, "domain": s.domain, "tools": len(s.tools),
                  "tasks": len(s.tasks), "gym_id": s.gym_id} for s in self.specs.values()]
 

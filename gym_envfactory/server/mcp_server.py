@@ -1,4 +1,4 @@
-"""The MCP endpoint (DESIGN §5): every served environment as an MCP server, over streamable HTTP
+"""The MCP endpoint (docs/architecture.md, "Backends"): every served environment as an MCP server, over streamable HTTP
 (``/mcp/<EnvName>``, plus ``/mcp`` when the server serves exactly one environment) and over stdio.
 
 Built on the official ``mcp`` SDK (2.x, low-level :class:`mcp.server.Server`) and on the process's one

@@ -1,4 +1,4 @@
-"""The backend parametrisation of the conformance suite (DESIGN §5).
+"""The backend parametrisation of the conformance suite (docs/architecture.md, "Backends").
 
 Every backend must pass the same tests: same episodes, same rewards, same typed errors as the
 in-process reference.  ``inprocess`` runs sessions in the test process; ``subprocess`` starts a local

@@ -48,7 +48,7 @@ def test_noisy_and_random_match_reference(make_env, env_name):
     env = make_env(f"envfactory/{env_name}-v0")
     ids = env.unwrapped.tasks.ids()[:8]
     for i, tid in enumerate(ids):
-        for mk in (lambda: NoisyPolicy(p=0.5, seed=i), lambda: RandomPolicy(seed=i)):
+        for mk in (lambda i=i: NoisyPolicy(p=0.5, seed=i), lambda i=i: RandomPolicy(seed=i)):
             got = play(env, mk(), tid, seed=i)
             ref = reference(env_name, mk(), tid, seed=i)
             assert got[0] == ref[0] and got[1] == ref[1], tid

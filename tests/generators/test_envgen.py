@@ -17,25 +17,26 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from typer.testing import CliRunner
+
+from gym_envfactory.environment.catalog import forget_environment, list_environments, programmatic_environments
+from gym_envfactory.environment.package import load_environment
 from gym_envfactory.generators.envgen import (
     SEVERITY,
     EnvGen,
     EnvGenJob,
     EnvGenOptions,
-    _validate_in_child,
     check_imports,
     check_interface,
     child_environment,
     load_package,
     resume_checkpoint,
+    validate_in_child,
     validate_package,
     write_package,
 )
 from gym_envfactory.generators.llm import LLMConfig
 from gym_envfactory.generators.prompts import STAGE_MARK
-from typer.testing import CliRunner
-
-from gym_envfactory.environment import spec as spec_mod
 from gym_envfactory.rollout.policies import OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
 from gym_envfactory.testing import ScriptedChatServer
@@ -85,7 +86,7 @@ def cleanup_registry():
     catalog_env = os.environ.get("ENVFACTORY_CATALOG")
     yield names
     for n in names:
-        spec_mod._CATALOG.pop(n, None)
+        forget_environment(n)
         gym.registry.pop(f"envfactory/{n}-v0", None)
         for m in [m for m in sys.modules if m == f"gym_envfactory._envs.{n}" or m.startswith(f"gym_envfactory._envs.{n}.")]:
             del sys.modules[m]
@@ -118,7 +119,7 @@ def test_metadata_becomes_a_validated_environment_that_runs_under_gym_make(tmp_p
     assert res.path == out
     assert {p.name for p in out.iterdir()} >= {"environment.toml", "__init__.py", "state.py", "tools.py",
                                               "initial_states", "scenarios.jsonl", "tasks.jsonl"}
-    loaded = spec_mod.load_environment(out)
+    loaded = load_environment(out)
     prov = loaded.manifest.provenance
     assert prov.kind == "generated" and prov.model == "scripted" and re.fullmatch(r"\d{4}-\d\d-\d\d", prov.date)
     assert loaded.domain == "commerce" and set(loaded.tools) == {t["name"] for t in METADATA["tools"]}
@@ -171,7 +172,7 @@ def test_environment_that_never_passes_is_quarantined_not_registered(tmp_path, c
     assert not report["final"]["passed"] and any(f["check"] == "silent_write" for f in report["final"]["findings"])
     assert (qdir / "pkg" / "tools.py").read_text() == TOOLS_NOOP and (qdir / "code.json").is_file()
     assert not (tmp_path / "catalog" / "PlantNurseryBad").exists()
-    assert "envfactory/PlantNurseryBad-v0" not in gym.registry and "PlantNurseryBad" not in spec_mod.list_environments()
+    assert "envfactory/PlantNurseryBad-v0" not in gym.registry and "PlantNurseryBad" not in list_environments()
 
 
 def test_killed_run_resumes_from_checkpoint_without_repeating_paid_calls(tmp_path, cleanup_registry):
@@ -291,12 +292,13 @@ def test_generated_code_that_hangs_is_a_timeout_finding_not_a_hung_run(tmp_path)
     hang = code_answer("while True:\n    pass\n")
     pkg = write_package(tmp_path / "pkg" / "Hang", "Hang", hang, TESTS["scenarios"], [], {"kind": "generated"})
     (tmp_path / "meta.json").write_text(json.dumps(METADATA))
-    report = asyncio.run(_validate_in_child(pkg, tmp_path / "meta.json", tmp_path / "out.json", 0, 4.0))
+    report = asyncio.run(validate_in_child(pkg, tmp_path / "meta.json", tmp_path / "out.json", 0, 4.0))
     assert not report.passed and [(f.dimension, f.check, f.severity) for f in report.findings] == [("execution", "timeout", "high")]
 
 
 def test_import_command_reports_the_imported_environment(tmp_path):
     import typer
+
     from gym_envfactory.generators.cli import import_cmd
 
     app = typer.Typer()
@@ -310,8 +312,7 @@ def test_import_command_reports_the_imported_environment(tmp_path):
         assert "EnvGenCliBookStore" in result.output and "scenarios" in result.output
         assert (tmp_path / "EnvGenCliBookStore" / "environment.toml").is_file()
     finally:
-        for reg in (spec_mod._CATALOG, spec_mod._PROGRAMMATIC):
-            reg.pop("EnvGenCliBookStore", None)
+        forget_environment("EnvGenCliBookStore")
         gym.registry.pop("envfactory/EnvGenCliBookStore-v0", None)
 
 
@@ -389,9 +390,10 @@ def test_passing_environment_is_registered_without_importing_its_code(tmp_path, 
     assert gym.registry[res.gym_id].entry_point == "gym_envfactory.envs.env:EnvFactoryEnv"
     # nothing of the generated package was executed in this process
     assert not [m for m in sys.modules if m.startswith("gym_envfactory._envs.PlantNurseryLazy")]
-    assert "PlantNurseryLazy" not in spec_mod._CATALOG
+    # registered from the manifest only: neither defined in code nor loaded (loading would import the modules)
+    assert "PlantNurseryLazy" not in programmatic_environments()
     assert str((tmp_path / "catalog").resolve()) in os.environ["ENVFACTORY_CATALOG"].split(os.pathsep)
-    assert "PlantNurseryLazy" in spec_mod.list_environments()
+    assert "PlantNurseryLazy" in list_environments()
     # an explicit gym.make imports it
     env = gym.make(res.gym_id)
     env.reset(seed=0)

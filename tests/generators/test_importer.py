@@ -12,16 +12,16 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+
+from gym_envfactory.environment.catalog import get_environment
+from gym_envfactory.environment.package import load_environment
+from gym_envfactory.envs.parsing import ToolCall
 from gym_envfactory.generators.importer import (
     ImporterError,
     analyze_tool_server,
     import_python_class,
     import_tool_server,
 )
-
-from gym_envfactory.environment.catalog import get_environment
-from gym_envfactory.environment.package import load_environment
-from gym_envfactory.envs.parsing import ToolCall
 from gym_envfactory.session import Session
 from gym_envfactory.validation import lint_source, validate_environment
 
@@ -401,9 +401,9 @@ def test_state_derived_ids_and_constants_import_fine(tmp_path, caplog):
         # a lower-case module-level name is reported as a warning, not refused; UPPER_CASE constants are fine
         assert "labels" in caplog.text and "MAX_TITLE" not in caplog.text and "PREFIX (used" not in caplog.text
     finally:
-        from gym_envfactory.environment import spec as spec_mod
+        from gym_envfactory.environment.catalog import forget_environment
 
-        spec_mod._PROGRAMMATIC.pop("TicketsFixed", None)
+        forget_environment("TicketsFixed")
         gym.registry.pop("envfactory/TicketsFixed-v0", None)
 
 

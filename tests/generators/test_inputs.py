@@ -10,11 +10,13 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 import pytest
+
 from gym_envfactory.generators.inputs import (
     EnvMetadata,
     MCPImportError,
@@ -390,17 +392,17 @@ def test_mcp_over_http(hotel_server: str) -> None:
 
 
 def test_unwrap_result_only_undoes_the_exact_wrapper() -> None:
-    from gym_envfactory.generators.inputs import _unwrap_result
+    from gym_envfactory.generators.inputs import unwrap_result_schema
 
     inner = {"type": "array", "items": {"$ref": "#/$defs/Item"}}
     wrapped = {"type": "object", "properties": {"result": inner}, "required": ["result"],
                "$defs": {"Item": {"type": "string"}}}
-    assert _unwrap_result(wrapped) == {**inner, "$defs": {"Item": {"type": "string"}}}
+    assert unwrap_result_schema(wrapped) == {**inner, "$defs": {"Item": {"type": "string"}}}
     genuine = {"type": "object", "properties": {"result": {"type": "string"}, "count": {"type": "integer"}},
                "required": ["result"]}
-    assert _unwrap_result(genuine) == genuine
+    assert unwrap_result_schema(genuine) == genuine
     optional = {"type": "object", "properties": {"result": {"type": "string"}}}
-    assert _unwrap_result(optional) == optional
+    assert unwrap_result_schema(optional) == optional
 
 
 def test_mcp_unreachable_targets_raise() -> None:

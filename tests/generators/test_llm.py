@@ -35,7 +35,6 @@ from gym_envfactory.generators.llm import (  # noqa: E402
     extract_json,
     run,
 )
-
 from gym_envfactory.testing import RecordingProxy, ScriptedChatServer, request_sha
 
 SCHEMA = {
@@ -512,7 +511,7 @@ def test_record_then_replay_round_trip(tmp_path: Path) -> None:
     with ScriptedChatServer.from_file(out) as replay:
         replayed = run(session(_client(replay)))
     assert len(replay.requests) == 3
-    for a, b in zip(recorded, replayed):
+    for a, b in zip(recorded, replayed, strict=True):
         assert (a.text, a.data, a.tool_calls, a.usage) == (b.text, b.data, b.tool_calls, b.usage)
     assert replayed[1].tool_calls[0]["function"]["name"] == "get_book"
 

@@ -1,0 +1,90 @@
+"""Importer: existing tool servers and plain Python classes become catalog environments (issue 4, part 5).
+
+Two entry points:
+
+:func:`import_tool_server` takes a single-file tool server in the common EnvFactory layout and writes an
+environment package (docs/authoring.md) **without editing the file**.  The layout::
+
+    class Book(BaseModel): ...                     # Pydantic record models
+    class BookStoreScenario(BaseModel): ...        # the root scenario model (what save_scenario returns)
+    class BookStoreAPI:                            # constructor sets empty state
+        def load_scenario(self, scenario: dict): ...
+        def save_scenario(self) -> dict: ...
+        def search_books(self, query: str) -> list: ...   # one method per tool
+    api = BookStoreAPI()                           # ONE instance shared by every client of the server
+    mcp = FastMCP("bookstore")
+    @mcp.tool()
+    def search_books(query: str) -> list:          # the wrapper: name, docstring, typed parameters
+        '''Search the catalogue.'''
+        return api.search_books(query)
+
+The package written to ``out_dir/<Name>/``::
+
+    environment.toml        provenance kind = "imported", source = <path>, sha256 of the source
+    __init__.py             loads _source.py through _bridge (FastMCP stubbed out)
+    _source.py              the server, copied byte for byte
+    _bridge.py              the runtime bridge (:mod:`.bridge`, copied byte for byte)
+    state.py                re-exports the root scenario model (the state model)
+    tools.py                one generated @tool per FastMCP wrapper
+    initial_states/small.json   the scenario given, or the API's empty save_scenario()
+    scenarios.jsonl         scenarios given, plus scenarios recorded by probing every tool
+    tasks.jsonl             tasks given (optional)
+
+How a tool call runs (``_bridge.ImportedServer.call``): a **fresh** API instance is built, loaded with
+``load_scenario(state.model_dump(mode="json"))``; the original wrapper function runs with its
+module-level API name (``api``) bound to that fresh instance (the function is re-created over a copy of
+the module globals, so argument conversion and post-processing in the wrapper are kept exactly); then
+``save_scenario()`` is validated with the root model and written into the session's state in place.
+An exception raised by the API (``ValueError``, ``KeyError``, a custom error class) or an error-looking
+result (``{"error": ...}``, ``{"success": False, ...}``, ``"Error: ..."``) becomes a :class:`ToolError`
+and the state is **not** written back, so every failing call leaves the state unchanged even where the
+API mutated its instance before raising.  Programming errors (``TypeError``, ``AttributeError``...)
+stay internal errors.  The module-level instance of the package's own copy is replaced by a guard that
+raises on use, so nothing can reach a shared instance; the original module (if imported elsewhere) is
+never touched.  ``load_scenario``/``save_scenario`` are the state interface only: wrappers that expose
+them as tools are not imported.
+
+:func:`import_python_class` turns a plain class into a programmatic environment: public attributes of
+an instance are the state (a generated Pydantic model), public methods with typed signatures are the
+tools (parameters keyword-only), and every call constructs its own instance, sets the attributes from
+the session's state, calls the method and reads the attributes back.
+
+Modules, one per stage: :mod:`.bridge` (the runtime bridge, imported here and copied into packages),
+:mod:`.analysis` (discovery of the API class, wrappers and state model), :mod:`.codegen` (``tools.py``),
+:mod:`.probe` (recorded scenarios), :mod:`.isolation` (session isolation), :mod:`.server`
+(:func:`import_tool_server`, what the CLI calls) and :mod:`.python_class`.  The package writer and the
+run-twice checks are shared with EnvGen (:mod:`gym_envfactory.generators.packages`,
+:mod:`gym_envfactory.generators.checks`).
+"""
+
+from __future__ import annotations
+
+from . import bridge
+from .analysis import ImporterError, ServerAnalysis, ToolPlan, analyze_tool_server, classify_tool, function_node
+from .codegen import generate_tools_py
+from .isolation import check_session_isolation, shared_module_globals
+from .probe import probe_scenarios
+from .python_class import import_python_class
+from .server import DEFAULT_OUT_DIR, bridge_source, import_tool_server
+
+#: The text of :mod:`.bridge`, as written into imported packages (``_bridge.py``).
+BRIDGE_SOURCE = bridge_source()
+
+__all__ = [
+    "BRIDGE_SOURCE",
+    "DEFAULT_OUT_DIR",
+    "ImporterError",
+    "ServerAnalysis",
+    "ToolPlan",
+    "analyze_tool_server",
+    "bridge",
+    "bridge_source",
+    "check_session_isolation",
+    "classify_tool",
+    "function_node",
+    "generate_tools_py",
+    "import_python_class",
+    "import_tool_server",
+    "probe_scenarios",
+    "shared_module_globals",
+]
