@@ -40,6 +40,8 @@ from pydantic import (
     model_validator,
 )
 
+from gym_envfactory.generators.errors import MCPImportError, MetadataError, OpenAPIError
+
 __all__ = [
     "ToolMetadata",
     "EnvMetadata",
@@ -65,23 +67,10 @@ _CLASS_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]*$")  # = environment names (gym_
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # tools become Python functions
 
 
-# ------------------------------------------------------------------------------------------------ errors
-class MetadataError(ValueError):
-    """Metadata that does not fit the EnvFactory shape; the message names the file and the field."""
-
-    def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
-        where = ": ".join(p for p in (file, field) if p)
-        super().__init__(f"{where}: {message}" if where else message)
-        self.file = file
-        self.field = field
 
 
-class OpenAPIError(ValueError):
-    """A document that is not a convertible OpenAPI 3.x document."""
 
 
-class MCPImportError(RuntimeError):
-    """The MCP server could not be reached or listed."""
 
 
 # ------------------------------------------------------------------------------------------------ names

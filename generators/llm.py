@@ -51,6 +51,8 @@ from tenacity import (
     stop_after_attempt,
 )
 
+from gym_envfactory.generators.errors import LLMError, LLMOutputError, LLMRequestError
+
 __all__ = [
     "LLMConfig",
     "LLMClient",
@@ -138,36 +140,10 @@ class LLMReply:
     repaired: bool = False
 
 
-class LLMError(RuntimeError):
-    """Base of the LLM layer's errors."""
 
 
-class LLMRequestError(LLMError):
-    """The endpoint refused the request (a non-retryable 4xx) or failed on every retry.
-
-    Attributes: ``status`` (HTTP status, ``None`` for connection errors/timeouts), ``attempts``, ``stage``.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1, stage: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.attempts = attempts
-        self.stage = stage
 
 
-class LLMOutputError(LLMError):
-    """The answer was not valid JSON for the schema, even after the repair round.
-
-    Attributes: ``raw`` (the last answer's text), ``first_raw`` (the first answer's text), ``error`` (the
-    last parse/validation error), ``stage``.
-    """
-
-    def __init__(self, message: str, *, raw: str, first_raw: str, error: str, stage: str) -> None:
-        super().__init__(message)
-        self.raw = raw
-        self.first_raw = first_raw
-        self.error = error
-        self.stage = stage
 
 
 # ------------------------------------------------------------------------------------------------ helpers

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gym_envfactory.errors import EnvFactoryError
+from gym_envfactory.generators.errors import EnvGenError
 
 from .packaging import env_name
 from .report import ValidationOutcome
@@ -19,9 +19,6 @@ __all__ = ["EnvGenError", "EnvGenJob", "EnvGenOptions", "EnvGenResult", "EnvGenR
 _NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 
 
-class EnvGenError(EnvFactoryError):
-    """EnvGen cannot start or continue (a name clash, an unreadable checkpoint, a hand-written
-    environment in the way).  Validation failures are not errors: they end in quarantine."""
 
 
 

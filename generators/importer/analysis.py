@@ -22,15 +22,13 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
-from gym_envfactory.errors import SpecError
+from gym_envfactory.generators.errors import ImporterError
 
 from . import bridge
 
 __all__ = ["ImporterError", "ServerAnalysis", "ToolPlan", "analyze_tool_server", "classify_tool", "function_node"]
 
 
-class ImporterError(SpecError):
-    """The source does not fit the importable layout, or the imported environment failed validation."""
 
 
 
