@@ -103,6 +103,33 @@ class TaskReference:
             ref.__dict__["initial"] = initial  # fills the cached property
         return ref
 
+    def window(self, start: int, end: int, environments: Sequence[EnvironmentSpec]) -> TaskReference:
+        """The reference of turns ``start .. end-1`` alone: the episode starts from the ground-truth state
+        after turn ``start - 1`` (validated JSON bytes per environment of ``environments``) and ends
+        after turn ``end - 1``.  Used for per-turn RL rows (paper §3.5: one training prompt per turn).
+
+        Raises:
+            ValueError: not ``0 <= start < end <= n_turns``.
+        """
+        if not 0 <= start < end <= self.n_turns:
+            raise ValueError(f"turn window [{start}, {end}) is not inside the task's {self.n_turns} turn(s)")
+        if (start, end) == (0, self.n_turns):
+            return self
+        if start == 0:
+            initial_state, initial = self.initial_state, self.initial
+        else:
+            before = self.turn_states[start - 1]
+            by_env = {environments[0].name: before} if len(environments) == 1 else before
+            initial_state = {e.name: e.validate_state(by_env[e.name]).model_dump_json().encode() for e in environments}
+            initial = before
+        ref = TaskReference(
+            task_id=self.task_id, envs=self.envs, initial_state=initial_state,
+            turn_states=self.turn_states[start:end], turn_calls=self.turn_calls[start:end],
+            expected_outputs=self.expected_outputs[start:end], clarification=self.clarification[start:end],
+            excluded_fields=self.excluded_fields, set_fields=self.set_fields)
+        ref.__dict__["initial"] = initial
+        return ref
+
     def state_before(self, turn: int) -> Any:
         """The ground-truth state before ``turn`` (the initial state for turn 0)."""
         return self.turn_states[turn - 1] if turn > 0 else self.initial

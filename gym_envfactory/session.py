@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -184,11 +184,11 @@ class SessionProtocol(Protocol):
         """Back to the initial state, with an empty action log."""
         ...
 
-    def fork(self) -> SessionProtocol:
+    def fork(self) -> Self:
         """An independent copy."""
         ...
 
-    def fork_many(self, k: int) -> list[SessionProtocol]:
+    def fork_many(self, k: int) -> Sequence[Self]:
         """``k`` independent copies (a GRPO group)."""
         ...
 

@@ -49,7 +49,7 @@ def test_hostile_actions_are_observations(action):
     json.dumps(obs).encode("utf-8")  # storable
     if not (term or trunc):  # junk text is a (bad) reply that ends the turn; otherwise end it now
         *_, info = env.step("Done.")
-    json.dumps(info["episode"]).encode("utf-8")  # the episode can still be scored
+    json.dumps(info["score"]).encode("utf-8")  # the episode can still be scored
     env.unwrapped.session.snapshot()
 
 

@@ -167,12 +167,12 @@ def test_C07_bookkeeping_fields(library):
     env.session.state_model().request_count = 99  # bookkeeping only
     env.step([ToolCall("borrow_book", {"book_id": "B1", "member": "ada"})])
     *_, info = env.step("Loan L-0001.")
-    assert info["episode"]["r_state"] == 1.0 and info["state_diff"] == []
+    assert info["score"]["r_state"] == 1.0 and info["state_diff"] == []
     env.reset()
     env.session.state_model().books["B1"].title = "Dune Messiah"  # a domain field
     env.step([ToolCall("borrow_book", {"book_id": "B1", "member": "ada"})])
     *_, info = env.step("Loan L-0001.")
-    assert info["episode"]["r_state"] == 0.0 and info["state_diff"][0].startswith("books.B1.title")
+    assert info["score"]["r_state"] == 0.0 and info["state_diff"][0].startswith("books.B1.title")
 
 
 def test_read_only_task_doing_nothing_earns_nothing(library):
@@ -180,14 +180,14 @@ def test_read_only_task_doing_nothing_earns_nothing(library):
     env = EnvFactoryEnv("Library", task_id="lookup")
     env.reset()
     *_, info = env.step("Done.")
-    assert info["episode"]["r_state"] is None and "r_state" in info["episode"]["vacuous"] and info["episode"]["reward"] == 0.0
+    assert info["score"]["r_state"] is None and "r_state" in info["score"]["vacuous"] and info["score"]["reward"] == 0.0
     env.reset()
     env.step([ToolCall("get_book", {"book_id": "B1"})])
     assert env.step("There are 2 copies.")[1] == 1.0
     env.reset()
     env.step([ToolCall("get_book", {"book_id": "B1"}), ToolCall("borrow_book", {"book_id": "B1", "member": "ada"})])
     *_, info = env.step("There are 2 copies.")
-    assert info["episode"]["r_state"] == 0.0 and info["episode"]["reward"] == pytest.approx(0.5 - 0.05)
+    assert info["score"]["r_state"] == 0.0 and info["score"]["reward"] == pytest.approx(0.5 - 0.05)
 
 
 def test_C08_numbers_as_strings(library):
@@ -203,7 +203,7 @@ def test_C08_numbers_as_strings(library):
     env.step([ToolCall("borrow_book", {"book_id": "B1", "member": "ada", "days": "two weeks"})])
     env.step([ToolCall("borrow_book", {"book_id": "B1", "member": "ada", "days": "14"})])
     *_, info = env.step("L-0001")
-    assert info["episode"]["invalid"] == 1 and info["episode"]["r_traj"] == 1.0 and info["reward_components"]["penalty"] == 0.05
+    assert info["score"]["invalid"] == 1 and info["score"]["r_traj"] == 1.0 and info["reward_components"]["penalty"] == 0.05
 
 
 def test_C09_double_encoded_arguments():
@@ -256,7 +256,7 @@ def test_C12_ask_first_turn(library):
     assert info["turn_score"]["surplus"] == 1 and info["turn_score"]["r_state"] == 0.0
     env.step([ToolCall("borrow_book", {"book_id": "B2", "member": "ada", "days": 10})])
     *_, info = env.step("Emma is yours.")
-    ep = info["episode"]
+    ep = info["score"]
     assert ep["p_len"] > 0 and ep["r_state"] == 0.0
     # the right behaviour: ask, then act
     r = run_episode(env, OraclePolicy(), task_id="ask-first")

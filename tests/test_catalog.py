@@ -121,7 +121,7 @@ def test_free_text_fields_do_not_affect_state_equivalence():
         if calls:
             env.step(calls)
         *_, info = env.step("done")
-    assert info["episode"]["r_state"] == 1.0 and info["episode"]["r_traj"] == 1.0
+    assert info["score"]["r_state"] == 1.0 and info["score"]["r_traj"] == 1.0
 
 
 @pytest.mark.parametrize("name", CATALOG)

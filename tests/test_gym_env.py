@@ -81,7 +81,7 @@ def test_full_episode_multi_turn_and_info(library):
                                           + BORROW)
     assert len(obs) == 2 and all(m["role"] == "tool" for m in obs)
     obs, r, term, trunc, info = env.step("All set.")
-    assert term and r == 1.0 and info["episode"]["matched"] == 3 and info["state_diff"] == []
+    assert term and r == 1.0 and info["score"]["matched"] == 3 and info["state_diff"] == []
     with pytest.raises(ResetNeeded):
         env.step("more")
 
@@ -94,7 +94,7 @@ def test_parse_errors_are_observations_and_counted(library):
     assert "not valid JSON" in obs[0]["content"] and obs[1]["content"].startswith("{")
     assert env.messages[-3]["tool_calls"][0]["function"]["name"] == "borrow_book"
     obs, r, term, trunc, info = env.step("Loan L-0001 is yours.")
-    assert term and info["episode"]["invalid"] == 1 and r == pytest.approx(1.0 - 0.05)
+    assert term and info["score"]["invalid"] == 1 and r == pytest.approx(1.0 - 0.05)
 
 
 def test_truncation_on_step_limits(library):
@@ -103,7 +103,7 @@ def test_truncation_on_step_limits(library):
     for _ in range(3):
         obs, r, term, trunc, info = env.step('<tool_call>{"name": "get_book", "arguments": {"book_id": "B2"}}</tool_call>')
     assert trunc and not term and info["truncated_reason"] == "max_steps"
-    assert info["episode"]["surplus"] == 2 and info["episode"]["r_traj"] == 0.0 and r < 0.5
+    assert info["score"]["surplus"] == 2 and info["score"]["r_traj"] == 0.0 and r < 0.5
     env = EnvFactoryEnv("Library", task_id="borrow-dune", max_steps_per_turn=2)
     env.reset()
     env.step(BORROW)
@@ -134,7 +134,7 @@ def test_pluggable_user_source(library):
     assert obs[-1]["content"].endswith("(simulated).")
     obs, r, term, trunc, info = env.step("ok")
     assert term and seen == [(0, 0), (3, 1)]
-    assert info["episode"]["r_traj"] == 0.0  # the scripted ground truth was not done
+    assert info["score"]["r_traj"] == 0.0  # the scripted ground truth was not done
 
 
 def test_turn_reward_mode_sums_to_mean_turn_reward(library):
@@ -195,4 +195,99 @@ def test_final_state_is_read_once_per_episode_end(library):
     with mock.patch.object(Session, "state", autospec=True, side_effect=Session.state) as reads:
         env.step(BORROW)
         *_, term, _, info = env.step("Loan L-0001.")
-    assert term and info["episode"]["reward"] == 1.0 and reads.call_count == 1
+    assert term and info["score"]["reward"] == 1.0 and reads.call_count == 1
+
+
+# ---------------------------------------------------------------------------- training-facing behaviour
+
+
+def test_record_episode_statistics_works_with_its_default_key():
+    from gymnasium.wrappers import RecordEpisodeStatistics
+
+    from gym_envfactory.rollout.policies import OraclePolicy
+
+    env = RecordEpisodeStatistics(gym.make("envfactory/HotelBooking-v0"))
+    env.reset(seed=0)
+    policy = OraclePolicy()
+    policy.begin(env.unwrapped)
+    done = False
+    while not done:
+        _, _, term, trunc, info = env.step(policy.act(env.unwrapped))
+        done = term or trunc
+    assert info["episode"]["r"] == 1.0 and info["episode"]["l"] >= 1  # Gymnasium's statistics
+    assert info["score"]["reward"] == 1.0  # ours, every component
+
+
+def test_time_limit_truncation_still_reports_a_score():
+    env = gym.make("envfactory/HotelBooking-v0", max_episode_steps=2)
+    env.reset(seed=0)
+    env.step('<tool_call>{"name": "list_hotel_destinations", "arguments": {}}</tool_call>')
+    _, _, term, trunc, info = env.step('<tool_call>{"name": "list_hotel_destinations", "arguments": {}}</tool_call>')
+    assert trunc and not term and "truncated_reason" not in info  # the outer TimeLimit truncated it
+    assert info["score"]["surplus"] + info["score"]["matched"] == 2 and 0.0 <= info["score"]["reward"] <= 1.0
+    assert info["reward_components"]["reward"] == info["score"]["reward"]
+    import copy
+    import pickle
+
+    assert type(pickle.loads(pickle.dumps(info))) is dict and type(copy.copy(info)) is dict
+
+
+def test_raw_history_keeps_the_model_text_exactly_with_parsed_calls_beside_it():
+    text = '<think>look first</think>\n<tool_call>{"name": "list_hotel_destinations", "arguments": {}}</tool_call>'
+    raw_env = EnvFactoryEnv("HotelBooking", history="raw")
+    raw_env.reset(seed=0)
+    raw_env.step(text)
+    assistant = raw_env.messages[2]
+    assert assistant["content"] == text and "tool_calls" not in assistant
+    assert assistant["parsed_tool_calls"][0]["function"]["name"] == "list_hotel_destinations"
+    parsed_env = EnvFactoryEnv("HotelBooking")
+    parsed_env.reset(seed=0)
+    parsed_env.step(text)
+    assert parsed_env.messages[2]["tool_calls"] and parsed_env.messages[2]["raw"] == text
+    with pytest.raises(ValueError):
+        EnvFactoryEnv("HotelBooking", history="rewritten")
+
+
+def test_async_reset_and_step_do_not_block_the_event_loop():
+    import asyncio
+
+    async def main():
+        envs = [EnvFactoryEnv("HotelBooking") for _ in range(8)]
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.gather(*(e.areset(seed=i) for i, e in enumerate(envs)))
+        results = await asyncio.gather(*(e.astep("All set, thanks.") for e in envs))
+        task.cancel()
+        return ticks, results
+
+    ticks, results = asyncio.run(main())
+    assert ticks > 0 and len(results) == 8 and all(isinstance(r[1], float) for r in results)
+
+
+def test_turn_window_starts_from_the_ground_truth_state_and_scores_only_its_turns():
+    from gym_envfactory.replay import task_reference
+    from gym_envfactory.rollout.policies import OraclePolicy
+
+    env = EnvFactoryEnv("HotelBooking")
+    task = next(t for t in env.tasks if len(t.turns) > 1 and t.turns[1].ground_truth)
+    ref = task_reference(env.environment, task)
+    obs, info = env.reset(options={"task_id": task.task_id, "start_turn": 1, "end_turn": 2})
+    assert info["turn"] == 1 and env.session.state() == ref.turn_states[0]
+    assert [m["role"] for m in obs].count("user") == 2
+    policy = OraclePolicy()
+    policy.begin(env)
+    done = False
+    while not done:
+        _, r, term, trunc, step_info = env.step(policy.act(env))
+        done = term or trunc
+    assert term and r == 1.0 and step_info["score"]["n_ground_truth"] == len(task.turns[1].ground_truth)
+    for bad in ({"start_turn": 2, "end_turn": 1}, {"start_turn": -1}, {"end_turn": 99}):
+        with pytest.raises(ValueError, match="start_turn"):
+            env.reset(options={"task_id": task.task_id, **bad})

@@ -85,10 +85,31 @@ def test_truncated_episode_counts_unreached_turns():
     g = [gt(("f", {"x": 1}, [])), gt(("f", {"x": 2}, []))]
     rec = [TurnRecord(calls=[("f", {"x": 1}, False)], state={"s": 1})]
     s = _score(rec, g, [{"s": 1}, {"s": 2}], [[], []], {"s": 1})
-    assert s.r_traj == 0.5 and s.r_state == 0.0 and len(s.turns) == 1
+    # R_state is the mean of per-turn verdicts: turn 0 right (1.0), turn 1 never reached (0.0)
+    assert s.r_traj == 0.5 and s.r_state == 0.5 and len(s.turns) == 1
 
 
 def test_config_validation():
     with pytest.raises(ValueError):
         RewardConfig(alpha=1.5)
     assert RewardConfig.coerce({"alpha": 0.7}).alpha == 0.7
+
+
+def test_early_writes_lower_episode_r_state_even_when_the_final_state_is_right():
+    """All of a two-turn task's writes done in turn 0: the final state equals the ground truth's, but
+    the state after turn 0 does not, so the episode R_state is the mean of 0.0 and 1.0."""
+    g = [gt(("f", {"x": 1}, [])), gt(("f", {"x": 2}, []))]
+    early = [TurnRecord(calls=[("f", {"x": 1}, False), ("f", {"x": 2}, False)], state={"s": 2}),
+             TurnRecord(calls=[], state={"s": 2})]
+    s = _score(early, g, [{"s": 1}, {"s": 2}], [[], []], {"s": 2})
+    assert s.state_diff == [] and [t.r_state for t in s.turns] == [0.0, 1.0]
+    assert s.r_state == 0.5
+    on_time = [TurnRecord(calls=[("f", {"x": 1}, False)], state={"s": 1}),
+               TurnRecord(calls=[("f", {"x": 2}, False)], state={"s": 2})]
+    assert _score(on_time, g, [{"s": 1}, {"s": 2}], [[], []], {"s": 2}).r_state == 1.0
+
+
+def test_without_turn_states_the_final_state_decides():
+    g = [gt(("f", {"x": 1}, []))]
+    s = _score([TurnRecord(calls=[("f", {"x": 1}, False)], state=None)], g, [{"s": 1}], [[]], {"s": 1})
+    assert s.r_state == 1.0

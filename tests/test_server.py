@@ -184,7 +184,7 @@ def test_killed_server_raises_typed_error_and_snapshot_restores_elsewhere():
             *_, term, trunc, info = env.step(action)
             done = term or trunc
             action = oracle.act(env)
-        assert info["episode"]["reward"] == 1.0
+        assert info["score"]["reward"] == 1.0
         env.close()
     finally:
         proc2.terminate()

@@ -1,6 +1,8 @@
 """RL prompts as VeRL parquet rows (https://verl.readthedocs.io, "Prepare Data for Post-Training").
 
-One row per task turn (the paper's unit, arXiv 2605.18703 §3.5) or per task (``per="task"``)::
+One row per task turn (the paper's unit, arXiv 2605.18703 §3.5) or per task (``per="task"``); a
+window with nothing to score (a lone clarification turn: no call, no state change, no expected output)
+is left out, since every policy would get the same reward on it::
 
     data_source   "envfactory/HotelBooking-v0"
     prompt        the opening messages of the episode: system prompt, and for turn t > 0 the earlier
@@ -44,6 +46,19 @@ def _ground_truth(reference: Any, start: int, end: int) -> str:
     return json.dumps({"task_id": reference.task_id, "turns": turns}, ensure_ascii=False)
 
 
+def _has_criteria(reference: Any, start: int, end: int) -> bool:
+    """Whether turns ``start .. end-1`` give the reward anything to score: a ground-truth call, a state
+    change, or an expected output.  A window without any scores the same for every policy, which is no
+    training signal for GRPO (zero advantage)."""
+    for t in range(start, end):
+        if reference.turn_calls[t] or reference.expected_outputs[t]:
+            return True
+        before = reference.turn_states[t - 1] if t > 0 else reference.initial
+        if reference.turn_states[t] != before:
+            return True
+    return False
+
+
 def rl_rows(env_names: Iterable[str], *, split: str | None = None, per: str = "turn") -> list[dict[str, Any]]:
     """VeRL rows (module docstring) for every task of ``env_names`` (optionally one split).
 
@@ -67,6 +82,8 @@ def rl_rows(env_names: Iterable[str], *, split: str | None = None, per: str = "t
                 n = len(task.turns)
                 windows = [(t, t + 1) for t in range(n)] if per == "turn" else [(0, n)]
                 for start, end in windows:
+                    if not _has_criteria(reference, start, end):
+                        continue  # a window with nothing to score (e.g. a lone clarification turn): constant reward
                     options = {"task_id": task_id, "start_turn": start, "end_turn": end}
                     obs, info = env.reset(options=options)
                     rows.append({

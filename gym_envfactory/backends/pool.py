@@ -17,6 +17,7 @@ from gym_envfactory.backends.remote import RemoteBackend
 from gym_envfactory.backends.subprocess import start_server_process
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import BackendError, BackendUnavailableError
+from gym_envfactory.session import SessionProtocol
 
 __all__ = ["acquire_backend", "shared_backends", "BACKENDS"]
 
@@ -52,10 +53,10 @@ class _PooledBackend(Backend):
         """The shared :class:`RemoteBackend` behind this handle."""
         return self._shared.backend
 
-    def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> Any:
+    def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> SessionProtocol:
         return self._shared.backend.create_session(envs, initial, task_id)
 
-    def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> Any:
+    def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> SessionProtocol:
         return self._shared.backend.restore_session(envs, snapshot)
 
     def release(self) -> None:

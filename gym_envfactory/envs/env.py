@@ -11,6 +11,7 @@ docs/reward.md.  Step limits truncate (and the episode is scored as it stands).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +25,7 @@ from gym_envfactory.environment.arguments import scrub
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments
-from gym_envfactory.environment.tasks import Task
+from gym_envfactory.environment.tasks import Task, Turn
 from gym_envfactory.envs.parsing import ParseError, ToolCall, parse_action
 from gym_envfactory.envs.reward import (
     EpisodeScore,
@@ -49,12 +50,59 @@ def scripted_user(conversation: list[dict[str, Any]], task: Task, turn_index: in
     return task.turns[turn_index].user if turn_index < len(task.turns) else None
 
 
+def ground_truth_reply(turn: Turn) -> str:
+    """The closing reply a correct agent gives at the end of ``turn``: a question on a clarification
+    turn, else the turn's expected outputs (docs/reward.md, "R_output").  Used by the oracle policy and
+    for earlier turns played from the ground truth (``reset(options={"start_turn": ...})``)."""
+    if turn.clarification:
+        return "Could you give me the missing details so I can go ahead?"
+    if turn.expected_outputs:
+        return "Done. " + "; ".join(turn.expected_outputs) + "."
+    return "Done."
+
+
 DEFAULT_SYSTEM_PROMPT = (
     "You are an assistant that acts for the user through tools. Environment: {description}\n"
     "Call tools to look things up and make changes; never invent ids or results. If a required detail "
     "is missing or ambiguous, ask the user instead of guessing. When the request is handled, reply to the "
     "user without calling a tool."
 )
+
+
+class StepInfo(dict[str, Any]):
+    """The ``info`` dict of :meth:`EnvFactoryEnv.step`.  At the episode's end it holds ``score``,
+    ``reward_components`` and ``state_diff``; before that, reading ``info["score"]`` (or the other
+    two) scores the episode as it stands, on demand.  So an outer limit the env cannot see
+    (``gym.make(..., max_episode_steps=N)``'s ``TimeLimit``) still yields a score, at no cost to steps
+    whose score nobody reads.  Pickles and copies as a plain dict (vector envs send infos between
+    processes)."""
+
+    __slots__ = ("_env",)
+
+    def __init__(self, env: EnvFactoryEnv, data: dict[str, Any]) -> None:
+        super().__init__(data)
+        self._env: EnvFactoryEnv | None = env
+
+    def __missing__(self, key: str) -> Any:
+        env = self._env
+        if key not in ("score", "reward_components", "state_diff") or env is None or env.session is None:
+            raise KeyError(key)
+        score = env.score()
+        self._env = None
+        self["score"] = d = score.to_dict()
+        self["reward_components"] = {k: d[k] for k in ("reward", "r_traj", "r_state", "r_output", "p_len",
+                                                       "penalty", "vacuous")}
+        self["state_diff"] = [str(x) for x in score.state_diff]
+        return self[key]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return copy.deepcopy(dict(self), memo)
 
 
 class EnvFactoryEnv(gym.Env):
@@ -114,7 +162,11 @@ class EnvFactoryEnv(gym.Env):
         url: str | None = None,
         token: str | None = None,
         backend_options: Mapping[str, Any] | None = None,
+        history: str = "parsed",
     ) -> None:
+        if history not in ("parsed", "raw"):
+            raise ValueError(f"history must be 'parsed' or 'raw', got {history!r}")
+        self.history = history
         self.environment: EnvironmentSpec = env if isinstance(env, EnvironmentSpec) else get_environment(env)
         if reward_mode not in ("episode", "turn"):
             raise ValueError(f"reward_mode must be 'episode' or 'turn', got {reward_mode!r}")
@@ -150,6 +202,9 @@ class EnvFactoryEnv(gym.Env):
         self.steps_in_turn = 0
         self.done = True
         self.last_score: EpisodeScore | None = None
+        self.start_turn = 0
+        self.end_turn = 0
+        self._step_limit = max_steps
         self._rendered = 0
 
     # ------------------------------------------------------------------ helpers
@@ -178,6 +233,22 @@ class EnvFactoryEnv(gym.Env):
         desc = " / ".join(f"{e.name}: {e.description}" for e in environments)
         return (self.system_prompt or DEFAULT_SYSTEM_PROMPT).format(description=desc)
 
+    def _ground_truth_history(self, task: Task, reference: TaskReference, start: int) -> list[dict[str, Any]]:
+        """The messages of turns before ``start`` as a correct agent would have produced them: the user
+        message, one assistant message per ground-truth call with its result, the closing reply."""
+        out: list[dict[str, Any]] = []
+        for t in range(start):
+            out.append({"role": "user", "content": task.turns[t].user})
+            for i, call in enumerate(reference.turn_calls[t]):
+                call_id = f"call_gt{t}_{i}"
+                args = json.dumps(call.arguments, ensure_ascii=False)
+                out.append({"role": "assistant", "content": "", "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": args}}]})
+                out.append({"role": "tool", "tool_call_id": call_id, "name": call.name,
+                            "content": json.dumps(call.result, ensure_ascii=False)})
+            out.append({"role": "assistant", "content": ground_truth_reply(task.turns[t])})
+        return out
+
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Start an episode on a fresh session (Gymnasium ``Env.reset``; docs/architecture.md, "The
@@ -194,22 +265,31 @@ class EnvFactoryEnv(gym.Env):
         """
         super().reset(seed=seed)
         if options is not None and not isinstance(options, Mapping):
-            raise TypeError(f"options must be a dict (task_id, split), got {type(options).__name__}")
+            raise TypeError(f"options must be a dict (task_id, split, start_turn, end_turn), got {type(options).__name__}")
         options = dict(options or {})
         task = self._pick_task(options)
-        reference = task_reference(self.environment, task, self.tasks)
+        n = len(task.turns)
+        start, end = options.get("start_turn", 0), options.get("end_turn", n)
+        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= n):
+            raise ValueError(f"task {task.task_id} has {n} turn(s): need 0 <= start_turn < end_turn <= {n}, "
+                             f"got start_turn={start!r}, end_turn={end!r}")
         environments = task_environments(self.environment, task)
+        full = task_reference(self.environment, task, self.tasks)
+        reference = full.window(start, end, environments)
         if self.session is not None:
             self.session.close()
-        self.session = self.backend.create_session(environments, reference.initial_state, task.task_id)
+        self.session = self.backend.create_session(environments, reference.initial_state,
+                                                   task.task_id if start == 0 else None)
         self.task, self.reference = task, reference
-        first = self.user([], task, 0) or task.turns[0].user
-        self.messages = [
-            {"role": "system", "content": self._system_message(task, environments)},
-            {"role": "user", "content": first},
-        ]
+        self.start_turn, self.end_turn = start, end
+        limit = self.spec.max_episode_steps if self.spec is not None else None  # gym.make(max_episode_steps=)
+        self._step_limit = min(self.max_steps, limit) if limit else self.max_steps
+        self.messages = [{"role": "system", "content": self._system_message(task, environments)}]
+        self.messages += self._ground_truth_history(task, full, start)
+        first = self.user([] if start == 0 else list(self.messages), task, start) or task.turns[start].user
+        self.messages.append({"role": "user", "content": first})
         self.records = [TurnRecord()]
-        self.turn = self.steps = self.steps_in_turn = 0
+        self.turn, self.steps, self.steps_in_turn = start, 0, 0
         self.done = False
         self.last_score = None
         self._rendered = 0
@@ -217,8 +297,10 @@ class EnvFactoryEnv(gym.Env):
             "task_id": task.task_id,
             "split": task.split,
             "envs": [e.name for e in environments],
-            "turn": 0,
-            "n_turns": len(task.turns),
+            "turn": start,
+            "n_turns": n,
+            "start_turn": start,
+            "end_turn": end,
             "tools": self.tools,
         }
         return [dict(m) for m in self.messages], info
@@ -240,7 +322,7 @@ class EnvFactoryEnv(gym.Env):
         if self.done or self.session is None or self.task is None:
             raise ResetNeeded("the episode is over (or was never started): call reset() first")
         parsed = parse_action(action)
-        rec = self.records[self.turn]
+        rec = self.records[self.turn - self.start_turn]
         tool_calls: list[dict[str, Any]] = []
         tool_msgs: list[dict[str, Any]] = []
         results = []
@@ -263,9 +345,19 @@ class EnvFactoryEnv(gym.Env):
         self.steps += 1
         self.steps_in_turn += 1
         rec.calls.extend((r.name, r.arguments, r.is_invalid_call) for r in results)
-        assistant: dict[str, Any] = {"role": "assistant", "content": scrub(parsed.content)}
-        if tool_calls:
-            assistant["tool_calls"] = tool_calls
+        raw_text = scrub(action) if isinstance(action, str) else None
+        if self.history == "raw" and raw_text is not None:
+            # token-faithful: the text exactly as generated stays in the history (reasoning and
+            # <tool_call> blocks included); the parsed calls ride beside it for logs and trainers
+            assistant: dict[str, Any] = {"role": "assistant", "content": raw_text}
+            if tool_calls:
+                assistant["parsed_tool_calls"] = tool_calls
+        else:
+            assistant = {"role": "assistant", "content": scrub(parsed.content)}
+            if tool_calls:
+                assistant["tool_calls"] = tool_calls
+            if raw_text is not None and raw_text != assistant["content"]:
+                assistant["raw"] = raw_text
         if parsed.content:
             rec.text = f"{rec.text}\n{parsed.content}" if rec.text else parsed.content
         self.messages.append(assistant)
@@ -273,17 +365,17 @@ class EnvFactoryEnv(gym.Env):
         obs: list[dict[str, Any]] = [dict(m) for m in tool_msgs]  # the caller may mutate them
         reward = 0.0
         terminated = truncated = False
-        info: dict[str, Any] = {
+        info: dict[str, Any] = StepInfo(self, {
             "task_id": self.task.task_id,
             "turn": self.turn,
             "parsed_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in parsed.calls],
             "tool_results": [r.to_dict() for r in results],
             "errors": [{"type": r.error_type, "name": r.name, "message": r.error} for r in results if not r.ok],
             "turn_ended": False,
-        }
+        })
         if not parsed.attempted_calls:
             reward += self._end_turn(info)
-            nxt = self.user(self.messages, self.task, self.turn) if self.turn < len(self.task.turns) else None
+            nxt = self.user(self.messages, self.task, self.turn) if self.turn < self.end_turn else None
             if nxt is None:
                 terminated = True
             else:
@@ -291,9 +383,9 @@ class EnvFactoryEnv(gym.Env):
                 self.messages.append(user_msg)
                 obs.append(dict(user_msg))
                 self.records.append(TurnRecord())
-        if not terminated and (self.steps >= self.max_steps or self.steps_in_turn >= self.max_steps_per_turn):
+        if not terminated and (self.steps >= self._step_limit or self.steps_in_turn >= self.max_steps_per_turn):
             truncated = True
-            info["truncated_reason"] = "max_steps" if self.steps >= self.max_steps else "max_steps_per_turn"
+            info["truncated_reason"] = "max_steps" if self.steps >= self._step_limit else "max_steps_per_turn"
             if not info["turn_ended"]:
                 reward += self._end_turn(info)
         if terminated or truncated:
@@ -302,22 +394,23 @@ class EnvFactoryEnv(gym.Env):
             self.last_score = score
             if self.reward_mode == "episode":
                 reward = score.reward
-            info["episode"] = score.to_dict()
-            info["reward_components"] = {k: info["episode"][k] for k in ("reward", "r_traj", "r_state", "r_output", "p_len", "penalty", "vacuous")}
+            info["score"] = score.to_dict()
+            info["reward_components"] = {k: info["score"][k] for k in ("reward", "r_traj", "r_state", "r_output", "p_len", "penalty", "vacuous")}
             info["state_diff"] = [str(d) for d in score.state_diff]
             self.done = True
         return obs, float(reward), terminated, truncated, info
 
     def _end_turn(self, info: dict[str, Any]) -> float:
         assert self.session is not None and self.task is not None and self.reference is not None
-        rec = self.records[self.turn]
+        rec = self.records[self.turn - self.start_turn]
         rec.state = self.session.state()
         reward = 0.0
-        if self.turn < len(self.task.turns):
-            ts = score_turn(self.turn, rec, self.reference, self.reward_config)
+        if self.turn < self.end_turn:
+            ts = score_turn(self.turn - self.start_turn, rec, self.reference, self.reward_config)
+            ts.turn = self.turn  # the task's turn index, whatever turn the episode started at
             info["turn_score"] = ts.to_dict()
             if self.reward_mode == "turn":
-                reward = ts.reward / len(self.task.turns)
+                reward = ts.reward / (self.end_turn - self.start_turn)
         info["turn_ended"] = True
         self.turn += 1
         self.steps_in_turn = 0
@@ -329,6 +422,17 @@ class EnvFactoryEnv(gym.Env):
         assert self.session is not None and self.reference is not None
         final = final_state if final_state is not None else self.session.state()
         return score_episode(self.records, self.reference, final, self.reward_config)
+
+    async def areset(self, *, seed: int | None = None,
+                     options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """:meth:`reset` for asyncio code (VeRL's async agent loop, thousands of rollouts per process):
+        the work runs in a worker thread, so the event loop is never blocked.  Same results and errors."""
+        return await asyncio.to_thread(self.reset, seed=seed, options=options)
+
+    async def astep(self, action: Any) -> tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]]:
+        """:meth:`step` for asyncio code, in a worker thread (see :meth:`areset`).  Steps of one env
+        must not overlap: await each before the next, as with :meth:`step`."""
+        return await asyncio.to_thread(self.step, action)
 
     def resume(self, snapshot: bytes, backend: Any = None) -> None:
         """Continue the current episode on a new session restored from ``snapshot`` (a

@@ -334,7 +334,7 @@ class EpisodeScore:
     config: RewardConfig
 
     def to_dict(self) -> dict[str, Any]:
-        """Every component as a JSON-ready dict (``info["episode"]``): state differences as
+        """Every component as a JSON-ready dict (``info["score"]``): state differences as
         ``{path, expected, actual}``, per-turn scores, and the config's weights."""
         return {
             "reward": self.reward,
@@ -432,6 +432,31 @@ def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cf
                      penalty, _clip(task_score - penalty), vacuous, missed)
 
 
+def _changes_state(reference: TaskReference, turn: int) -> bool:
+    """Whether the ground truth changes the state in ``turn`` (so the turn has a state criterion)."""
+    before = _before(reference, turn)
+    if before is _ABSENT:
+        return True
+    return bool(state_diff(reference.turn_states[turn], before, bookkeeping=reference.excluded_fields,
+                           set_fields=reference.set_fields, limit=1))
+
+
+def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, reached: int,
+                         final_verdict: float | None) -> float | None:
+    """Episode ``R_state``: the mean of the per-turn state verdicts (docs/reward.md, "R_state").
+
+    A turn counts when it has a verdict (its ground truth changes the state, or the agent changed a
+    state the ground truth leaves alone); a turn not reached counts 0 when its ground truth changes the
+    state.  So doing a later turn's writes early scores the turns in between 0.  With no per-turn
+    verdict at all (turn states not recorded, e.g. scoring from an action log), the final state decides.
+    """
+    verdicts = [ts.r_state for ts in turns if ts.r_state is not None]
+    verdicts += [0.0 for t in range(reached, len(reference.turn_calls)) if _changes_state(reference, t)]
+    if not verdicts:
+        return final_verdict
+    return sum(verdicts) / len(verdicts)
+
+
 def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final_state: Any,
                   cfg: RewardConfig) -> EpisodeScore:
     """Score an episode: ``R = α·R_traj + (1−α)·R_state − γ·P_len`` (paper §3.5) and every component.
@@ -466,8 +491,9 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
     for rec in records[len(reference.turn_calls):]:  # extra turns from a custom user source
         surplus += sum(1 for _, _, bad in rec.calls if not bad)
         invalid += sum(1 for _, _, bad in rec.calls if bad)
-    r_state, diff = _state_score(final_state, reference.final_state, _before(reference, 0),
-                                 reference.excluded_fields, reference.set_fields)
+    final_verdict, diff = _state_score(final_state, reference.final_state, _before(reference, 0),
+                                       reference.excluded_fields, reference.set_fields)
+    r_state = _episode_state_score(turns, reference, len(records), final_verdict)
     r_traj = matched / n_gt if n_gt else None
     r_output = found / n_out if n_out else None
     task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)

@@ -26,6 +26,7 @@ import os
 import random
 from typing import TYPE_CHECKING, Any
 
+from gym_envfactory.envs.env import ground_truth_reply
 from gym_envfactory.envs.parsing import ToolCall
 from gym_envfactory.errors import PolicyError
 
@@ -58,12 +59,7 @@ class Policy:
 
 def _reply_text(env: EnvFactoryEnv, turn: int) -> str:
     assert env.task is not None
-    t = env.task.turns[turn]
-    if t.clarification:
-        return "Could you give me the missing details so I can go ahead?"
-    if t.expected_outputs:
-        return "Done. " + "; ".join(t.expected_outputs) + "."
-    return "Done."
+    return ground_truth_reply(env.task.turns[turn])
 
 
 class OraclePolicy(Policy):

@@ -34,6 +34,7 @@ class EpisodeResult:
     truncated: bool
     perturbations: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (one line of ``envfactory rollout --out``), messages last."""
@@ -49,6 +50,7 @@ class EpisodeResult:
             "truncated": self.truncated,
             "perturbations": self.perturbations,
             "errors": self.errors,
+            "tools": self.tools,
             "messages": self.messages,
         }
 
@@ -74,13 +76,14 @@ def run_episode(env: EnvFactoryEnv, policy: Policy, *, task_id: str | None = Non
         policy=policy.name,
         seed=seed,
         reward=reward,
-        components=step_info.get("episode", {}),
+        components=step_info.get("score", {}),
         messages=list(env.messages),
         steps=env.steps,
         terminated=terminated,
         truncated=truncated,
         perturbations=list(policy.perturbations),
         errors=errors,
+        tools=env.tools,
     )
 
 

@@ -76,7 +76,8 @@ class SessionManager:
         self.counters = {"created": 0, "closed": 0, "expired": 0, "calls": 0, "errors": 0}
 
     # ------------------------------------------------------------------ helpers
-    def _spec(self, name: str) -> EnvironmentSpec:
+    def spec(self, name: str) -> EnvironmentSpec:
+        """The served environment called ``name``.  Raises :class:`BadRequestError` when it is not served."""
         spec = self.specs.get(name)
         if spec is None:
             raise BadRequestError(f"this server does not serve {name!r}; it serves {', '.join(self.specs)}")
@@ -122,7 +123,7 @@ class SessionManager:
         names = [env] if isinstance(env, str) else list(env)
         if not names:
             raise BadRequestError("give at least one environment")
-        specs = [self._spec(n) for n in names]
+        specs = [self.spec(n) for n in names]
         try:
             if task_id is not None:
                 tasks = specs[0].tasks
@@ -130,7 +131,7 @@ class SessionManager:
                 if task.envs != [s.name for s in specs] and len(names) == 1:
                     specs = task_environments(specs[0], task)
                     for s in specs:
-                        self._spec(s.name)
+                        self.spec(s.name)
                 session = Session.from_states(specs, task_initial_state(specs[0], task))
             else:
                 session = Session(specs, initial_state)

@@ -101,7 +101,7 @@ class EnvMCPServer:
 
     def __init__(self, manager: SessionManager, env: str, *, single: bool = False, http: bool = True) -> None:
         self.manager = manager
-        self.spec = manager._spec(env)
+        self.spec = manager.spec(env)
         self.env = self.spec.name
         self.single = single
         self._single_sid: str | None = None

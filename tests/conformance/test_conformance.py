@@ -40,7 +40,7 @@ def test_oracle_scores_one_on_every_task(make_env, env_name):
     assert len(ids) >= 25
     for tid in ids:
         total, _, info = play(env, OraclePolicy(), tid)
-        assert total == 1.0, (tid, info.get("episode"))
+        assert total == 1.0, (tid, info.get("score"))
 
 
 @pytest.mark.parametrize("env_name", CATALOG)
@@ -52,7 +52,7 @@ def test_noisy_and_random_match_reference(make_env, env_name):
             got = play(env, mk(), tid, seed=i)
             ref = reference(env_name, mk(), tid, seed=i)
             assert got[0] == ref[0] and got[1] == ref[1], tid
-            assert got[2]["episode"] == ref[2]["episode"]
+            assert got[2]["score"] == ref[2]["score"]
 
 
 @pytest.mark.parametrize("env_name", CATALOG)

@@ -73,8 +73,8 @@ def test_oracle_episodes_score_one_and_equal_inprocess(docker_env):
     for tid in ids[:3] + cross:
         total, transcript, info = play(env, OraclePolicy(), tid)
         ref = play(EnvFactoryEnv("HotelBooking"), OraclePolicy(), tid)
-        assert total == 1.0, (tid, info.get("episode"))
-        assert (total, transcript, info["episode"]) == (ref[0], ref[1], ref[2]["episode"]), tid
+        assert total == 1.0, (tid, info.get("score"))
+        assert (total, transcript, info["score"]) == (ref[0], ref[1], ref[2]["score"]), tid
 
 
 def test_noisy_episode_reward_equals_inprocess(docker_env):
@@ -83,7 +83,7 @@ def test_noisy_episode_reward_equals_inprocess(docker_env):
         got = play(env, NoisyPolicy(p=0.5, seed=i), tid, seed=i)
         ref = play(EnvFactoryEnv("HotelBooking"), NoisyPolicy(p=0.5, seed=i), tid, seed=i)
         assert got[0] == ref[0] and got[1] == ref[1], tid
-        assert got[2]["episode"] == ref[2]["episode"], tid
+        assert got[2]["score"] == ref[2]["score"], tid
 
 
 def test_container_hardening_flags(container, docker_client):
@@ -166,7 +166,7 @@ def test_two_envs_share_one_container_and_stay_isolated(docker_env, docker_clien
     ref = play(EnvFactoryEnv("HotelBooking"), NoisyPolicy(p=0.7, seed=3), tid, seed=3)
     assert ra == 1.0
     assert rb == ref[0] and transcript == ref[1][1:]
-    assert info_b["episode"] == ref[2]["episode"]
+    assert info_b["score"] == ref[2]["score"]
 
 
 def test_killed_container_raises_then_new_container_restores_snapshot(docker_env, container_of, docker_client):
@@ -206,7 +206,7 @@ def test_killed_container_raises_then_new_container_restores_snapshot(docker_env
         while not (term or trunc):
             obs, r, term, trunc, info = env.step(policy.act(u))
             total += r
-        assert total == 1.0, info.get("episode")
+        assert total == 1.0, info.get("score")
         u.session.close()
         u.session = None
     finally:
