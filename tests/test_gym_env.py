@@ -224,7 +224,7 @@ def test_time_limit_truncation_still_reports_a_score():
     env.step('<tool_call>{"name": "list_hotel_destinations", "arguments": {}}</tool_call>')
     _, _, term, trunc, info = env.step('<tool_call>{"name": "list_hotel_destinations", "arguments": {}}</tool_call>')
     assert trunc and not term and "truncated_reason" not in info  # the outer TimeLimit truncated it
-    assert info["score"]["surplus"] + info["score"]["matched"] == 2 and 0.0 <= info["score"]["reward"] <= 1.0
+    assert info["score"]["matched"] == 0 and info["score"]["surplus"] >= 1 and 0.0 <= info["score"]["reward"] <= 1.0
     assert info["reward_components"]["reward"] == info["score"]["reward"]
     import copy
     import pickle
