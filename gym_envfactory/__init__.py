@@ -24,7 +24,6 @@ from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.envs.env import EnvFactoryEnv
 from gym_envfactory.envs.groups import RolloutGroup, make_group
 from gym_envfactory.envs.parsing import ToolCall
-from gym_envfactory.envs.reward import EpisodeScore, RewardConfig
 from gym_envfactory.errors import (
     DatasetError,
     EnvFactoryError,
@@ -32,6 +31,7 @@ from gym_envfactory.errors import (
     UnknownEnvironmentError,
     UnknownTaskError,
 )
+from gym_envfactory.reward import EpisodeScore, RewardConfig
 from gym_envfactory.session import Session, ToolResult
 
 __version__ = "0.1.0"

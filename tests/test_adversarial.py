@@ -12,8 +12,8 @@ import pytest
 import gym_envfactory  # noqa: F401
 from gym_envfactory import Session, ToolCall, get_environment
 from gym_envfactory.envs.env import EnvFactoryEnv
-from gym_envfactory.envs.reward import RewardConfig, match_calls
 from gym_envfactory.errors import SnapshotError
+from gym_envfactory.reward import RewardConfig, match_calls
 
 HOSTILE = [
     "<tool_call>" + "[" * 100_000 + "</tool_call>",

@@ -16,14 +16,14 @@ from gym_envfactory.environment.states import task_environments, task_initial_st
 from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.envs.env import EnvFactoryEnv
 from gym_envfactory.envs.parsing import ParseError, ToolCall, parse_action
-from gym_envfactory.envs.reward import (
+from gym_envfactory.replay import TaskReference, task_reference
+from gym_envfactory.reward import (
     RewardConfig,
     TurnRecord,
     contains_output,
     match_calls,
     score_episode,
 )
-from gym_envfactory.replay import TaskReference, task_reference
 from gym_envfactory.rollout.policies import NoisyPolicy, OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gym_envfactory import Session
-from gym_envfactory.envs.reward import canonical_number, state_diff
+from gym_envfactory.reward import canonical_number, state_diff
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000), st.text(max_size=6),
                     st.floats(-1e6, 1e6, allow_nan=False).map(lambda f: round(f, 3)))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gym_envfactory.envs.reward import (
+from gym_envfactory.replay import TaskReference
+from gym_envfactory.reward import (
     RewardConfig,
     TurnRecord,
     contains_output,
@@ -13,7 +14,6 @@ from gym_envfactory.envs.reward import (
     state_diff,
     values_equal,
 )
-from gym_envfactory.replay import TaskReference
 
 
 def gt(*calls):

@@ -27,16 +27,16 @@ from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments
 from gym_envfactory.environment.tasks import Task, Turn
 from gym_envfactory.envs.parsing import ParseError, ToolCall, parse_action
-from gym_envfactory.envs.reward import (
+from gym_envfactory.envs.spaces import AssistantActionSpace, MessagesSpace
+from gym_envfactory.errors import UnknownTaskError
+from gym_envfactory.replay import TaskReference, task_reference
+from gym_envfactory.reward import (
     EpisodeScore,
     RewardConfig,
     TurnRecord,
     score_episode,
     score_turn,
 )
-from gym_envfactory.envs.spaces import AssistantActionSpace, MessagesSpace
-from gym_envfactory.errors import UnknownTaskError
-from gym_envfactory.replay import TaskReference, task_reference
 from gym_envfactory.session import SessionProtocol
 
 __all__ = ["EnvFactoryEnv", "UserSource", "scripted_user", "DEFAULT_SYSTEM_PROMPT"]

@@ -58,6 +58,7 @@ METHODS: dict[str, Callable[[SessionManager, dict[str, Any]], Any]] = {
     "close": lambda m, p: m.close(p["session_id"]),
     "info": lambda m, p: m.info(p["session_id"]),
     "action_log": lambda m, p: m.action_log(p["session_id"]),
+    "score": lambda m, p: m.score(p["session_id"], reward=p.get("reward"), texts=p.get("texts")),
     "stats": lambda m, p: m.stats(),
     "catalog": lambda m, p: m.catalog(),
     "ping": lambda m, p: {"ok": True},

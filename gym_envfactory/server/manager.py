@@ -12,7 +12,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,8 @@ from gym_envfactory.errors import (
     EnvFactoryError,
     UnknownSessionError,
 )
+from gym_envfactory.replay import task_reference
+from gym_envfactory.reward import RewardConfig, TurnRecord, score_episode
 from gym_envfactory.session import Session
 
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError"]
@@ -255,6 +257,47 @@ class SessionManager:
             UnknownSessionError: no live session ``session_id``.
         """
         return [r.to_dict() for r in self.get(session_id).session.action_log]
+
+    def score(self, session_id: str, *, reward: Mapping[str, float] | None = None,
+              texts: Sequence[str] | None = None) -> dict[str, Any]:
+        """The reward of a session created from a task, as the episode stands (docs/reward.md): every
+        component and the state difference against the task's ground truth, so a harness in any
+        language gets the gym's reward without running the Gymnasium layer.
+
+        Calls are grouped into turns by their ``tag`` (the turn index the Gymnasium env sends; untagged
+        calls count in turn 0).  Per-turn states are not known server-side, so ``R_state`` is the final
+        state's verdict.  ``texts``: the assistant's replies per turn, for ``R_output``; ``reward``:
+        :class:`~gym_envfactory.reward.RewardConfig` fields (``alpha``, ``gamma``, ...).
+
+        Raises:
+            UnknownSessionError: no live session ``session_id``.
+            BadRequestError: the session was not created from a task, or bad ``reward``/``texts``.
+        """
+        ms = self.get(session_id)
+        if ms.task_id is None:
+            raise BadRequestError("score needs a session created from a task (create with task_id)")
+        try:
+            cfg = RewardConfig.coerce(dict(reward) if reward is not None else None)
+        except (TypeError, ValueError) as exc:
+            raise BadRequestError(f"bad reward config: {exc}") from None
+        if texts is not None and (not isinstance(texts, list) or not all(isinstance(x, str) for x in texts)):
+            raise BadRequestError("texts must be a list of strings (the assistant's replies per turn)")
+        reference = task_reference(self.spec(ms.envs[0]), ms.task_id)
+        records: list[TurnRecord] = [TurnRecord()]
+        for rec in ms.session.action_log:
+            turn = rec.tag if isinstance(rec.tag, int) and not isinstance(rec.tag, bool) and 0 <= rec.tag < 10_000 else 0
+            while len(records) <= turn:
+                records.append(TurnRecord())
+            res = rec.result
+            records[turn].calls.append((res.name, res.arguments, res.is_invalid_call))
+        for i, text in enumerate(texts or []):
+            while len(records) <= i:
+                records.append(TurnRecord())
+            records[i].text = text
+        result = score_episode(records, reference, ms.session.state(), cfg)
+        out = result.to_dict()
+        out["state_diff"] = [str(d) for d in result.state_diff]
+        return out
 
     def stats(self) -> dict[str, Any]:
         """Live session count, the lifetime counters (created, closed, expired, calls, errors) and

@@ -1,0 +1,76 @@
+"""Server-side scoring: the control plane's ``score`` method gives every reward component of a session
+created from a task, over ``POST /v1/rpc`` and the fast protocol alike, equal to the in-process reward."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gym_envfactory import EnvFactoryEnv, get_environment
+from gym_envfactory.backends.remote import SessionClient
+from gym_envfactory.errors import BadRequestError, RemoteError
+from gym_envfactory.rollout.policies import OraclePolicy
+from gym_envfactory.rollout.runner import run_episode
+from gym_envfactory.server.manager import SessionManager
+
+from .test_server import TOKEN, rpc, start_server
+
+ENV = "HotelBooking"
+
+
+def _oracle_calls(manager: SessionManager, sid: str, task_id: str) -> None:
+    task = get_environment(ENV).tasks.get(task_id)
+    for t, turn in enumerate(task.turns):
+        for c in turn.ground_truth:
+            manager.call(sid, c.name, c.arguments, tag=t)
+
+
+def test_manager_scores_the_oracle_one_and_a_wrong_write_lower():
+    m = SessionManager([ENV])
+    tid = next(t.task_id for t in get_environment(ENV).tasks if t.n_ground_truth_calls)
+    sid = m.create(ENV, task_id=tid).session_id
+    _oracle_calls(m, sid, tid)
+    s = m.score(sid)
+    assert s["reward"] == 1.0 and s["r_traj"] == 1.0 and s["state_diff"] == []
+    empty = m.create(ENV, task_id=tid).session_id
+    assert m.score(empty)["r_traj"] == 0.0
+    with pytest.raises(BadRequestError, match="task"):
+        m.score(m.create(ENV).session_id)
+    with pytest.raises(BadRequestError, match="reward"):
+        m.score(sid, reward={"alpha": 7})
+
+
+def test_score_equals_the_in_process_reward_of_the_same_episode():
+    env = EnvFactoryEnv(ENV, backend="inprocess")
+    tid = env.tasks.ids()[0]
+    local = run_episode(env, OraclePolicy(), task_id=tid)
+    m = SessionManager([ENV])
+    sid = m.create(ENV, task_id=tid).session_id
+    _oracle_calls(m, sid, tid)
+    assert m.score(sid)["reward"] == local.reward == 1.0
+
+
+def test_score_over_http_rpc_and_the_fast_protocol():
+    proc, url = start_server(ENV)
+    try:
+        tid = get_environment(ENV).tasks.ids()[0]
+        status, body = rpc(url, "create", env=ENV, task_id=tid)
+        sid = json.loads(body)["result"]["session_id"]
+        status, body = rpc(url, "score", session_id=sid)
+        assert status == 200 and set(json.loads(body)["result"]) >= {"reward", "r_traj", "r_state", "p_len", "state_diff"}
+        client = SessionClient(url, token=TOKEN)
+        try:
+            created = client.request("create", env=ENV, task_id=tid)
+            task = get_environment(ENV).tasks.get(tid)
+            for t, turn in enumerate(task.turns):
+                for c in turn.ground_truth:
+                    client.request("call", session_id=created["session_id"], name=c.name, arguments=c.arguments, tag=t)
+            assert client.request("score", session_id=created["session_id"])["reward"] == 1.0
+            with pytest.raises(RemoteError):
+                client.request("score", session_id="no-such-session")
+        finally:
+            client.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
