@@ -342,10 +342,11 @@ def _register_subcommands() -> None:
 
 def _missing_extra(name: str, exc: ImportError) -> None:
     def stub() -> None:
-        err_console.print(f"[red]envfactory {name} needs the 'gen' extra (pip install '.[gen]'): {exc}[/red]")
+        extra = {"gen": "gen", "import": "gen", "export": "export"}.get(name, name)
+        err_console.print(f"[red]envfactory {name} needs the '{extra}' extra (pip install '.[{extra}]'): {exc}[/red]")
         raise typer.Exit(2)
 
-    stub.__doc__ = f"(unavailable: install the 'gen' extra) {exc}"
+    stub.__doc__ = f"(unavailable: install its extra) {exc}"
     app.command(name, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(stub)
 
 
