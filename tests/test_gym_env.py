@@ -288,6 +288,7 @@ def test_turn_window_starts_from_the_ground_truth_state_and_scores_only_its_turn
         _, r, term, trunc, step_info = env.step(policy.act(env))
         done = term or trunc
     assert term and r == 1.0 and step_info["score"]["n_ground_truth"] == len(task.turns[1].ground_truth)
-    for bad in ({"start_turn": 2, "end_turn": 1}, {"start_turn": -1}, {"end_turn": 99}):
+    for bad in ({"start_turn": 2, "end_turn": 1}, {"start_turn": -1}, {"end_turn": 99}, {"start_turn": True},
+                {"start_turn": "1"}):
         with pytest.raises(ValueError, match="start_turn"):
             env.reset(options={"task_id": task.task_id, **bad})

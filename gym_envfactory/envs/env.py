@@ -270,7 +270,7 @@ class EnvFactoryEnv(gym.Env):
         task = self._pick_task(options)
         n = len(task.turns)
         start, end = options.get("start_turn", 0), options.get("end_turn", n)
-        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= n):
+        if not (type(start) is int and type(end) is int and 0 <= start < end <= n):  # bools are not turns
             raise ValueError(f"task {task.task_id} has {n} turn(s): need 0 <= start_turn < end_turn <= {n}, "
                              f"got start_turn={start!r}, end_turn={end!r}")
         environments = task_environments(self.environment, task)
