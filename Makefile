@@ -38,6 +38,7 @@ bench: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python bench/bench_runtime.py
 	$(BIN)/python bench/bench_server.py
+	$(BIN)/python bench/bench_ray.py
 
 # Docker images, built offline: base (debootstrap; needs root and debootstrap), runtime (wheelhouse), every
 # environment image.  Each step is skipped when its image is up to date.

@@ -1,0 +1,11 @@
+"""Training on gym_envfactory environments (import name ``gym_envfactory.training``).
+
+The runtime never imports this package.  Each part needs its extra:
+
+- :mod:`.ray_rollouts` (``pip install ".[train-ray]"``): rollouts spread over a Ray cluster, with the
+  environments in each worker's process or on environment servers run as Ray actors and reached as
+  ``url`` backends.
+
+Data export for trainers lives in :mod:`gym_envfactory.generators.export` (``envfactory export rl|sft``).
+Still to come (issue 8): the VeRL agent loop, the TRL adapter and the SFT→GRPO recipe.
+"""
