@@ -44,6 +44,7 @@ __all__ = [
     "EpisodeScore",
     "score_turn",
     "score_episode",
+    "turn_has_criteria",
 ]
 
 
@@ -441,8 +442,18 @@ def _changes_state(reference: TaskReference, turn: int) -> bool:
                            set_fields=reference.set_fields, limit=1))
 
 
+def turn_has_criteria(reference: TaskReference, turn: int, cfg: RewardConfig) -> bool:
+    """Whether ``turn`` of ``reference`` can score above 0 under ``cfg``: it has ground-truth calls, a
+    ground-truth state change, or expected outputs that ``cfg`` weighs (``output_weight > 0``).  A turn
+    without any (a lone clarification turn) scores 0 for every policy: ``reward_mode="turn"`` leaves it
+    out of the denominator, and ``envfactory export rl`` leaves such windows out."""
+    if reference.turn_calls[turn] or (cfg.output_weight > 0 and reference.expected_outputs[turn]):
+        return True
+    return _changes_state(reference, turn)
+
+
 def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, reached: int,
-                         final_verdict: float | None) -> float | None:
+                         final_verdict: float | None, extra: Sequence[float] = ()) -> float | None:
     """Episode ``R_state``: the mean of the per-turn state verdicts (docs/reward.md, "R_state").
 
     A turn counts when it has a verdict (its ground truth changes the state, or the agent changed a
@@ -452,6 +463,7 @@ def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, r
     """
     verdicts = [ts.r_state for ts in turns if ts.r_state is not None]
     verdicts += [0.0 for t in range(reached, len(reference.turn_calls)) if _changes_state(reference, t)]
+    verdicts += list(extra)
     if not verdicts:
         return final_verdict
     return sum(verdicts) / len(verdicts)
@@ -488,12 +500,19 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
             found += sum(contains_output(records[t].text, o) for o in reference.expected_outputs[t])
         else:
             missed += [f"t{t}:{g.name}" for g in gt]
-    for rec in records[len(reference.turn_calls):]:  # extra turns from a custom user source
+    extra_verdicts: list[float] = []
+    extra_records = records[len(reference.turn_calls):]
+    for i, rec in enumerate(extra_records):  # extra turns from a custom user source
         surplus += sum(1 for _, _, bad in rec.calls if not bad)
         invalid += sum(1 for _, _, bad in rec.calls if bad)
+        # the ground truth expects no change after its last turn: a changed state scores 0 there
+        state = rec.state if rec.state is not None else (final_state if i == len(extra_records) - 1 else None)
+        if state is not None and state_diff(state, reference.final_state, bookkeeping=reference.excluded_fields,
+                                            set_fields=reference.set_fields, limit=1):
+            extra_verdicts.append(0.0)
     final_verdict, diff = _state_score(final_state, reference.final_state, _before(reference, 0),
                                        reference.excluded_fields, reference.set_fields)
-    r_state = _episode_state_score(turns, reference, len(records), final_verdict)
+    r_state = _episode_state_score(turns, reference, len(records), final_verdict, extra_verdicts)
     r_traj = matched / n_gt if n_gt else None
     r_output = found / n_out if n_out else None
     task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)

@@ -270,7 +270,8 @@ class Session:
     def _model(self, env_name: str) -> BaseModel:
         m = self._states.get(env_name)
         if m is None:
-            m = self.envs[env_name].state_model.model_validate_json(self._pending.pop(env_name))
+            m = self.envs[env_name].state_model.model_validate_json(self._pending[env_name])
+            del self._pending[env_name]  # only once parsed: bad bytes leave the session as it was
             self._states[env_name] = m
         return m
 
@@ -304,6 +305,12 @@ class Session:
     def action_log(self) -> list[ActionRecord]:
         """The calls made since the last reset (a deep copy: editing it never touches the session)."""
         return copy.deepcopy(self._log)
+
+    def action_records(self) -> tuple[ActionRecord, ...]:
+        """The action log without copying (for scoring and servers): records are frozen and shared by
+        forks, and their results must be treated as read-only.  :attr:`action_log` hands out copies."""
+        self._check_open()
+        return tuple(self._log)
 
     @property
     def closed(self) -> bool:

@@ -50,6 +50,8 @@ def export_rl(
     """RL prompts as VeRL parquet rows; every row rebuilds its episode with env.reset(options=...)."""
     try:
         rows = rl_rows(resolve_env_names(envs), split=split, per=per.value)
+        if not rows:
+            raise EnvFactoryError(f"no task to export (split={split!r})")
         write_parquet(rows, out)
     except (EnvFactoryError, ValueError) as exc:
         _fail(exc)

@@ -8,6 +8,7 @@ prompt, tool results and user turns, and a reward of 1.0 that proves the data is
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,24 @@ def oracle_trajectories(env_name: str, *, split: str | None = None) -> Iterator[
         env.close()
 
 
+def _check_record(reward: Any, env: Any, task_id: Any, messages: Any, tools: Any) -> None:
+    """Raise TypeError/ValueError unless the record's fields have the shapes ``rollout --out`` writes."""
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward) \
+            or not 0.0 <= reward <= 1.0:
+        raise ValueError(f"reward must be a number in [0, 1], got {reward!r}")
+    if not isinstance(env, str) or not isinstance(task_id, str):
+        raise TypeError("env and task_id must be strings")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                                  for m in messages):
+        raise TypeError("messages must be a list of chat messages (objects with a role)")
+    for m in messages:
+        if m.get("tool_calls") is not None and not (isinstance(m["tool_calls"], list)
+                                                    and all(isinstance(c, dict) for c in m["tool_calls"])):
+            raise TypeError("tool_calls must be a list of objects")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(x, dict) for x in tools)):
+        raise TypeError("tools must be a list of tool schemas (objects)")
+
+
 def read_trajectories(path: str | Path, *, min_reward: float = 0.0) -> Iterator[Trajectory]:
     """Trajectories from a ``trajectories.jsonl`` written by ``envfactory rollout --out``, keeping
     those with ``reward >= min_reward``.
@@ -87,12 +106,14 @@ def read_trajectories(path: str | Path, *, min_reward: float = 0.0) -> Iterator[
                 continue
             try:
                 obj = json.loads(line)
-                reward = float(obj["reward"])
-                env, task_id, messages = str(obj["env"]), str(obj["task_id"]), list(obj["messages"])
+                if not isinstance(obj, dict):
+                    raise TypeError(f"a record is a JSON object, got {type(obj).__name__}")
+                reward, env, task_id, messages = obj["reward"], obj["env"], obj["task_id"], obj["messages"]
+                _check_record(reward, env, task_id, messages, obj.get("tools"))
             except (ValueError, KeyError, TypeError) as exc:
                 raise DatasetError(f"not a trajectory record: {type(exc).__name__}: {exc}", file=path,
                                    line=lineno) from None
-            if reward < min_reward:
+            if float(reward) < min_reward:
                 continue
             spec = get_environment(env)
             tools = obj.get("tools") or spec.openai_tools()

@@ -29,6 +29,7 @@ from typing import Any
 
 from gym_envfactory import EnvFactoryEnv
 from gym_envfactory.replay import task_reference
+from gym_envfactory.reward import turn_has_criteria
 
 __all__ = ["rl_rows", "write_parquet"]
 
@@ -44,19 +45,6 @@ def _ground_truth(reference: Any, start: int, end: int) -> str:
             "clarification": reference.clarification[t],
         })
     return json.dumps({"task_id": reference.task_id, "turns": turns}, ensure_ascii=False)
-
-
-def _has_criteria(reference: Any, start: int, end: int) -> bool:
-    """Whether turns ``start .. end-1`` give the reward anything to score: a ground-truth call, a state
-    change, or an expected output.  A window without any scores the same for every policy, which is no
-    training signal for GRPO (zero advantage)."""
-    for t in range(start, end):
-        if reference.turn_calls[t] or reference.expected_outputs[t]:
-            return True
-        before = reference.turn_states[t - 1] if t > 0 else reference.initial
-        if reference.turn_states[t] != before:
-            return True
-    return False
 
 
 def rl_rows(env_names: Iterable[str], *, split: str | None = None, per: str = "turn") -> list[dict[str, Any]]:
@@ -82,7 +70,7 @@ def rl_rows(env_names: Iterable[str], *, split: str | None = None, per: str = "t
                 n = len(task.turns)
                 windows = [(t, t + 1) for t in range(n)] if per == "turn" else [(0, n)]
                 for start, end in windows:
-                    if not _has_criteria(reference, start, end):
+                    if not any(turn_has_criteria(reference, t, env.reward_config) for t in range(start, end)):
                         continue  # a window with nothing to score (e.g. a lone clarification turn): constant reward
                     options = {"task_id": task_id, "start_turn": start, "end_turn": end}
                     obs, info = env.reset(options=options)

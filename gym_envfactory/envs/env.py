@@ -14,11 +14,16 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import numbers
+import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from types import FrameType
 from typing import Any
 
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
+from gymnasium.wrappers import TimeLimit
 
 from gym_envfactory.backends import Backend, acquire_backend
 from gym_envfactory.environment.arguments import scrub
@@ -36,6 +41,7 @@ from gym_envfactory.reward import (
     TurnRecord,
     score_episode,
     score_turn,
+    turn_has_criteria,
 )
 from gym_envfactory.session import SessionProtocol
 
@@ -48,6 +54,34 @@ UserSource = Callable[[list[dict[str, Any]], Task, int], "str | None"]
 def scripted_user(conversation: list[dict[str, Any]], task: Task, turn_index: int) -> str | None:
     """The default user source: the task's scripted user message for ``turn_index``."""
     return task.turns[turn_index].user if turn_index < len(task.turns) else None
+
+
+#: Keys ``reset(options=...)`` accepts.
+RESET_OPTIONS = frozenset({"task_id", "split", "start_turn", "end_turn"})
+
+
+def _turn_index(value: Any) -> int | None:
+    """``value`` as a turn index, or ``None``: integers (numpy's too), never bools or strings."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        return None
+    return int(value)
+
+
+def _outer_time_limit(env: EnvFactoryEnv) -> int | None:
+    """The ``max_episode_steps`` of a Gymnasium ``TimeLimit`` wrapping ``env``, found on the call stack
+    of this ``reset`` (the unwrapped env is never told; ``gym.make(..., max_episode_steps=N)`` adds one).
+    Knowing it, the env truncates itself at the same step, with the episode reward and the full score in
+    ``info`` (vector envs copy infos, so nothing can be computed later)."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(16):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, TimeLimit) and owner.unwrapped is env:
+            steps = getattr(owner, "_max_episode_steps", None)
+            return steps if isinstance(steps, int) and steps > 0 else None
+        frame = frame.f_back
+    return None
 
 
 def ground_truth_reply(turn: Turn) -> str:
@@ -77,16 +111,26 @@ class StepInfo(dict[str, Any]):
     whose score nobody reads.  Pickles and copies as a plain dict (vector envs send infos between
     processes)."""
 
-    __slots__ = ("_env",)
+    __slots__ = ("_env", "_episode")
 
     def __init__(self, env: EnvFactoryEnv, data: dict[str, Any]) -> None:
         super().__init__(data)
         self._env: EnvFactoryEnv | None = env
+        self._episode = env._episode
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``info.get("score")`` scores on demand like ``info["score"]``."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
 
     def __missing__(self, key: str) -> Any:
         env = self._env
-        if key not in ("score", "reward_components", "state_diff") or env is None or env.session is None:
+        if key not in ("score", "reward_components", "state_diff") or env is None:
             raise KeyError(key)
+        if env.session is None or env._episode != self._episode:
+            raise KeyError(f"{key}: the episode this info belongs to was reset or closed; read it before that")
         score = env.score()
         self._env = None
         self["score"] = d = score.to_dict()
@@ -204,7 +248,10 @@ class EnvFactoryEnv(gym.Env):
         self.last_score: EpisodeScore | None = None
         self.start_turn = 0
         self.end_turn = 0
+        self._scored_turns = 0
         self._step_limit = max_steps
+        self._episode = 0  # bumped by every reset: infos of an earlier episode stop scoring
+        self._thread_lock = threading.Lock()
         self._rendered = 0
 
     # ------------------------------------------------------------------ helpers
@@ -267,12 +314,18 @@ class EnvFactoryEnv(gym.Env):
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(f"options must be a dict (task_id, split, start_turn, end_turn), got {type(options).__name__}")
         options = dict(options or {})
+        unknown = set(options) - RESET_OPTIONS
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; options are {sorted(RESET_OPTIONS)}")
+        self.done = True  # until this reset completes, the env holds no steppable episode
+        self._episode += 1
         task = self._pick_task(options)
         n = len(task.turns)
-        start, end = options.get("start_turn", 0), options.get("end_turn", n)
-        if not (type(start) is int and type(end) is int and 0 <= start < end <= n):  # bools are not turns
-            raise ValueError(f"task {task.task_id} has {n} turn(s): need 0 <= start_turn < end_turn <= {n}, "
-                             f"got start_turn={start!r}, end_turn={end!r}")
+        start, end = _turn_index(options.get("start_turn", 0)), _turn_index(options.get("end_turn", n))
+        if start is None or end is None or not 0 <= start < end <= n:
+            raise ValueError(f"task {task.task_id} has {n} turn(s): start_turn and end_turn must be integers with "
+                             f"0 <= start_turn < end_turn <= {n}, got start_turn={options.get('start_turn', 0)!r}, "
+                             f"end_turn={options.get('end_turn', n)!r}")
         environments = task_environments(self.environment, task)
         full = task_reference(self.environment, task, self.tasks)
         reference = full.window(start, end, environments)
@@ -282,7 +335,8 @@ class EnvFactoryEnv(gym.Env):
                                                    task.task_id if start == 0 else None)
         self.task, self.reference = task, reference
         self.start_turn, self.end_turn = start, end
-        limit = self.spec.max_episode_steps if self.spec is not None else None  # gym.make(max_episode_steps=)
+        self._scored_turns = sum(1 for i in range(end - start) if turn_has_criteria(reference, i, self.reward_config))
+        limit = _outer_time_limit(self)  # gym.make(max_episode_steps=N) wraps the env in a TimeLimit
         self._step_limit = min(self.max_steps, limit) if limit else self.max_steps
         self.messages = [{"role": "system", "content": self._system_message(task, environments)}]
         self.messages += self._ground_truth_history(task, full, start)
@@ -410,7 +464,7 @@ class EnvFactoryEnv(gym.Env):
             ts.turn = self.turn  # the task's turn index, whatever turn the episode started at
             info["turn_score"] = ts.to_dict()
             if self.reward_mode == "turn":
-                reward = ts.reward / (self.end_turn - self.start_turn)
+                reward = ts.reward / max(1, self._scored_turns)
         info["turn_ended"] = True
         self.turn += 1
         self.steps_in_turn = 0
@@ -421,18 +475,27 @@ class EnvFactoryEnv(gym.Env):
         ``final_state``: the state just read at the end of the last turn, to avoid reading it twice."""
         assert self.session is not None and self.reference is not None
         final = final_state if final_state is not None else self.session.state()
-        return score_episode(self.records, self.reference, final, self.reward_config)
+        records = self.records
+        if records and records[-1].state is None and self.turn < self.end_turn:
+            # scored mid-turn: judge the unfinished turn on the state as it stands (as if it ended now)
+            records = [*records[:-1], TurnRecord(calls=records[-1].calls, text=records[-1].text, state=final)]
+        return score_episode(records, self.reference, final, self.reward_config)
 
     async def areset(self, *, seed: int | None = None,
                      options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """:meth:`reset` for asyncio code (VeRL's async agent loop, thousands of rollouts per process):
         the work runs in a worker thread, so the event loop is never blocked.  Same results and errors."""
-        return await asyncio.to_thread(self.reset, seed=seed, options=options)
+        return await asyncio.to_thread(self._locked, self.reset, seed=seed, options=options)
 
     async def astep(self, action: Any) -> tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]]:
-        """:meth:`step` for asyncio code, in a worker thread (see :meth:`areset`).  Steps of one env
-        must not overlap: await each before the next, as with :meth:`step`."""
-        return await asyncio.to_thread(self.step, action)
+        """:meth:`step` for asyncio code, in a worker thread (see :meth:`areset`).  Calls on one env are
+        serialised (an overlapping ``astep`` waits for the one before it).  Cancelling the awaiting task
+        does not undo or stop a step already running in its thread: the env still advances."""
+        return await asyncio.to_thread(self._locked, self.step, action)
+
+    def _locked(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with self._thread_lock:
+            return fn(*args, **kwargs)
 
     def resume(self, snapshot: bytes, backend: Any = None) -> None:
         """Continue the current episode on a new session restored from ``snapshot`` (a

@@ -46,7 +46,7 @@ class RolloutGroup:
 
     def close(self) -> None:
         """Close every member (the original env releases the backend; forks never do)."""
-        for e in self.envs:
+        for e in reversed(self.envs):  # forks first: the base env owns the backend they share
             e.close()
 
 

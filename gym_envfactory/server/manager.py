@@ -284,7 +284,7 @@ class SessionManager:
             raise BadRequestError("texts must be a list of strings (the assistant's replies per turn)")
         reference = task_reference(self.spec(ms.envs[0]), ms.task_id)
         records: list[TurnRecord] = [TurnRecord()]
-        for rec in ms.session.action_log:
+        for rec in ms.session.action_records():
             turn = rec.tag if isinstance(rec.tag, int) and not isinstance(rec.tag, bool) and 0 <= rec.tag < 10_000 else 0
             while len(records) <= turn:
                 records.append(TurnRecord())
