@@ -159,8 +159,8 @@ class EnvFactoryEnv(gym.Env):
         task_ids: restrict sampling to these task ids.
         reward: :class:`RewardConfig` or a dict of its fields (``alpha``, ``gamma``, ...).
         reward_mode: ``"episode"`` (default; the episode reward at the final step, 0 before) or
-            ``"turn"`` (each user turn's reward / number of turns when it ends; the return is the mean
-            turn reward).
+            ``"turn"`` (each user turn's reward / number of turns that can score, when it ends; the
+            return is the mean reward of those turns; docs/reward.md).
         max_steps: assistant actions per episode before truncation.
         max_steps_per_turn: assistant actions per user turn before truncation.
         max_calls_per_step: parallel calls executed per action; more are invalid calls.
@@ -302,11 +302,15 @@ class EnvFactoryEnv(gym.Env):
         Gymnasium contract").
 
         ``options``: ``task_id`` (else the constructor's ``task_id``, else a task drawn with the seeded
-        RNG) and ``split``.  Returns the system and first user messages, and ``info`` with ``task_id``,
-        ``split``, ``envs``, ``turn``, ``n_turns`` and ``tools`` (OpenAI format).
+        RNG), ``split``, and a turn window ``start_turn``/``end_turn`` (play turns ``start_turn ..
+        end_turn-1`` from the ground-truth state after the turn before; earlier turns appear in the
+        conversation as a correct agent played them).  Returns the opening messages, and ``info`` with
+        ``task_id``, ``split``, ``envs``, ``turn``, ``n_turns``, ``start_turn``, ``end_turn`` and
+        ``tools`` (OpenAI format).
 
         Raises:
             TypeError: ``options`` is not a dict.
+            ValueError: an unknown option, or a turn window outside the task.
             UnknownTaskError: no such task, or none to sample.
             DatasetError: the task's ground truth does not replay (docs/cases.md C06).
         """
