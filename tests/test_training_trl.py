@@ -1,0 +1,64 @@
+"""The TRL adapter: every tool becomes a typed, documented method whose schema transformers renders
+(the function TRL uses), rows of `envfactory export rl` load their episodes, the oracle's calls through
+the methods earn reward 1.0, and instances stay isolated."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+
+get_json_schema = pytest.importorskip("transformers.utils").get_json_schema  # in the test extras
+
+from gym_envfactory import get_environment  # noqa: E402
+from gym_envfactory.generators.export.rl import rl_rows  # noqa: E402
+from gym_envfactory.training.trl import environment_class  # noqa: E402
+
+ENV = "envfactory/HotelBooking-v0"
+
+
+def _tool_methods(cls):
+    return {n: f for n, f in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if not n.startswith("_") and n not in ("reset", "get_reward")}
+
+
+@pytest.mark.parametrize("env_name", ["HotelBooking", "TeamCalendar", "PersonalFinance"])
+def test_every_tool_is_a_method_transformers_can_render(env_name):
+    cls = environment_class(env_name)
+    spec = get_environment(env_name)
+    methods = _tool_methods(cls)
+    assert set(methods) == set(spec.tools)
+    for name, fn in methods.items():
+        schema = get_json_schema(fn)["function"]
+        tool = spec.tools[name]
+        assert schema["name"] == name
+        assert set(schema["parameters"]["properties"]) == set(tool.input_schema.get("properties", {}))
+        assert set(schema["parameters"].get("required", [])) == set(tool.input_schema.get("required", []))
+
+
+def test_export_rows_load_their_episodes_and_the_oracle_earns_one():
+    cls = environment_class(ENV)
+    rows = rl_rows(["HotelBooking"], per="turn")[:12]
+    for row in rows:
+        env = cls()
+        assert env.reset(**row) is None
+        assert env.env.messages == row["prompt"]
+        gt = json.loads(row["reward_model"]["ground_truth"])["turns"]
+        for call in gt[0]["calls"]:
+            out = getattr(env, call["name"])(**call["arguments"])
+            assert "error" not in json.loads(out) or isinstance(json.loads(out), list)
+        assert env.get_reward() == 1.0, row["extra_info"]["task_id"]
+
+
+def test_instances_are_isolated_and_bad_calls_are_observations():
+    cls = environment_class(ENV)
+    a, b = cls(), cls()
+    tid = get_environment("HotelBooking").tasks.ids()[0]
+    a.reset(task_id=tid)
+    b.reset(task_id=tid)
+    out = json.loads(a.get_hotel_details(hotel_id="H-NOPE"))
+    assert out["error"]["type"] == "tool_error"
+    assert a.env.session.state() == b.env.session.state()
+    assert 0.0 <= a.get_reward() < 1.0
+    assert json.loads(a.get_hotel_details(hotel_id="H-101"))["error"]["type"] == "episode_over"

@@ -1,0 +1,153 @@
+"""TRL adapter: gym_envfactory environments as TRL ``GRPOTrainer(environment_factory=...)`` environments.
+
+TRL 1.x (``trl.GRPOTrainer``, argument ``environment_factory``; experimental there) creates one
+environment instance per rollout, exposes its public methods as tools (schemas read from type hints and
+Google-style docstrings by ``transformers.utils.get_json_schema``), calls ``reset(**row)`` with the
+dataset row before generation, runs the tool calls the model makes, and calls ``get_reward()`` once the
+rollout is complete.  :func:`environment_class` builds such a class for any environment: one typed,
+documented method per tool (name, description and parameter descriptions from the tool's schema), each
+running the call in the episode's own session through :class:`~gym_envfactory.EnvFactoryEnv`, and
+``get_reward`` returning the gym's reward (paper §3.5: ``R = α·R_traj + (1−α)·R_state − γ·P_len``).
+
+Rows come from ``envfactory export rl`` (``prompt`` and ``extra_info.reset_options``); ``reset`` loads
+that exact episode.  TRL's environment loop has no user turns, so use rows with one turn each (the
+default ``--per turn`` export): turn ``t`` starts from the ground-truth state after turn ``t-1``.
+
+Not here yet: a ``rollout_func`` path that plays whole multi-turn tasks with scripted or simulated user
+turns inside TRL, and an end-to-end ``GRPOTrainer`` test (it needs torch).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from gym_envfactory import EnvFactoryEnv, ToolCall, get_environment
+from gym_envfactory.environment.tools import ToolSpec
+
+__all__ = ["environment_class", "EnvFactoryTRLEnvironment"]
+
+_JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
+                               "object": dict}
+
+
+def _annotation(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
+    """A Python annotation for a JSON-schema property that ``get_json_schema`` can render."""
+    if "$ref" in schema:
+        return _annotation(defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {}), defs)
+    if "enum" in schema and all(isinstance(v, str) for v in schema["enum"]):
+        return Literal[tuple(schema["enum"])]  # type: ignore[valid-type]
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if options:
+        non_null = [o for o in options if o.get("type") != "null"]
+        inner = _annotation(non_null[0], defs) if len(non_null) == 1 else Any
+        return inner | None if len(non_null) < len(options) else inner
+    return _JSON_TYPES.get(str(schema.get("type")), Any)
+
+
+def _docstring(tool: ToolSpec) -> str:
+    props = tool.input_schema.get("properties", {})
+    lines = [tool.description.strip() or tool.name, "", "Args:"]
+    for name, prop in props.items():
+        desc = " ".join(str(prop.get("description") or f"the {name}").split())
+        lines.append(f"    {name}: {desc}")
+    lines += ["", "Returns:", "    The tool's result as JSON text, or a typed error the model can act on."]
+    return "\n".join(lines) if props else "\n".join([tool.description.strip() or tool.name, "",
+                                                     "Returns:", lines[-1]])
+
+
+def _method(tool: ToolSpec) -> Any:
+    props = tool.input_schema.get("properties", {})
+    required = set(tool.input_schema.get("required", []))
+    defs = tool.input_schema.get("$defs", {})
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {}
+    for name, prop in props.items():
+        ann = _annotation(prop, defs)
+        default = inspect.Parameter.empty if name in required else prop.get("default")
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann))
+        annotations[name] = ann
+    annotations["return"] = str
+
+    def call(self: EnvFactoryTRLEnvironment, **arguments: Any) -> str:
+        return self._call(tool.name, arguments)
+
+    call.__name__ = call.__qualname__ = tool.name
+    call.__doc__ = _docstring(tool)
+    call.__signature__ = inspect.Signature(params, return_annotation=str)  # type: ignore[attr-defined]
+    call.__annotations__ = annotations
+    return call
+
+
+class EnvFactoryTRLEnvironment:
+    """Base of the classes :func:`environment_class` builds; one instance plays one rollout at a time.
+
+    TRL calls ``reset(**row)``, then the tool methods, then ``get_reward()``.  ``self.env`` is the
+    underlying :class:`EnvFactoryEnv` (its ``messages``, ``session`` and ``score()`` are there).
+    """
+
+    env_id: str = ""
+    env_kwargs: Mapping[str, Any] = {}
+
+    def __init__(self) -> None:
+        self.env = EnvFactoryEnv(self.env_id, **dict(self.env_kwargs))
+        self.last_info: dict[str, Any] = {}
+
+    def reset(self, **row: Any) -> str | None:
+        """Load the row's episode: ``extra_info.reset_options`` (an ``envfactory export rl`` row), else a
+        ``task_id`` field, else a task drawn by the env.  Returns ``None``: the row's prompt already holds
+        the opening messages.
+
+        Raises:
+            ValueError, UnknownTaskError: the row names no valid episode.
+        """
+        extra = row.get("extra_info")
+        if isinstance(extra, str):
+            extra = json.loads(extra)
+        options = dict(extra.get("reset_options") or {}) if isinstance(extra, Mapping) else {}
+        if not options and row.get("task_id"):
+            options = {"task_id": row["task_id"]}
+        self.env.reset(options={k: v for k, v in options.items() if v is not None} or None)
+        self.last_info = {}
+        return None
+
+    def _call(self, name: str, arguments: Mapping[str, Any]) -> str:
+        if self.env.done:
+            return json.dumps({"error": {"type": "episode_over", "message": "the episode has ended"}})
+        obs, _, _, _, info = self.env.step(ToolCall(name, dict(arguments)))
+        self.last_info = info
+        return str(obs[0]["content"]) if obs else ""
+
+    def get_reward(self) -> float:
+        """End the turn (the model's final reply carries no call) and return the episode reward in [0, 1];
+        every component is in ``self.env.last_score``."""
+        if not self.env.done:
+            _, _, terminated, truncated, info = self.env.step({"role": "assistant", "content": ""})
+            self.last_info = info
+            if not (terminated or truncated):  # more scripted turns remain: score the episode as it stands
+                self.env.last_score = self.env.score()
+        score = self.env.last_score if self.env.last_score is not None else self.env.score()
+        return float(score.reward)
+
+
+def environment_class(env_id: str, **env_kwargs: Any) -> type[EnvFactoryTRLEnvironment]:
+    """A TRL environment class for ``env_id`` (gym id or name): pass it as
+    ``GRPOTrainer(environment_factory=environment_class("envfactory/HotelBooking-v0"), ...)``.
+
+    ``env_kwargs`` go to :class:`EnvFactoryEnv` (``backend``, ``url``, ``reward``, ...).  The class has
+    one method per tool of the environment (for tasks spanning several environments, the primary one's
+    tools; the others' tools are not exposed).
+
+    Raises:
+        UnknownEnvironmentError: no such environment.
+    """
+    spec = get_environment(env_id)
+    methods: dict[str, Any] = {tool.name: _method(tool) for tool in spec.tools.values()}
+    clash = set(methods) & {"reset", "get_reward", "env", "last_info"}
+    if clash:
+        raise ValueError(f"{spec.name} has tools named like the adapter's own members: {sorted(clash)}")
+    attrs = {"env_id": spec.name, "env_kwargs": dict(env_kwargs), "__doc__": f"{spec.name}: {spec.description}",
+             "__module__": __name__, **methods}
+    return type(f"{spec.name}TRLEnvironment", (EnvFactoryTRLEnvironment,), attrs)
