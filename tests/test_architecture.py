@@ -77,24 +77,27 @@ def test_one_resolver_for_task_and_code_references():
         resolve_initial_states([spec], "no-such-state")
 
 
-def test_arguments_are_decoded_once_per_call(monkeypatch):
-    calls = []
-    real = arguments.copy_json_data
+def test_arguments_are_decoded_once_per_call_in_one_walk(monkeypatch):
+    """The parser decodes a call's arguments once (the session accepts its output as is), and that
+    decoding visits every node once: copy, type check, lone-surrogate check and depth limit together."""
+    visits = []
+    real = arguments._copy
 
-    def counting(value):
-        calls.append(1)
-        return real(value)
+    def counting(value, depth, limit):
+        visits.append(type(value).__name__)
+        return real(value, depth, limit)
 
-    monkeypatch.setattr(arguments, "copy_json_data", counting)
+    monkeypatch.setattr(arguments, "_copy", counting)
+    args = {"country": "Portugal"}  # 2 nodes: the object and its string
     env = EnvFactoryEnv(ENV)
     env.reset(options={"task_id": env.tasks.ids()[0]})
-    calls.clear()
-    env.step(ToolCall("list_hotel_destinations", {}))
-    walks_through_env = len(calls)
+    visits.clear()
+    env.step(ToolCall("list_hotel_destinations", args))
+    through_env = list(visits)
     env.close()
-    calls.clear()
-    Session(get_environment(ENV)).call("list_hotel_destinations", {})
-    assert walks_through_env == len(calls) == 1  # the parser decodes; the session does not decode again
+    visits.clear()
+    Session(get_environment(ENV)).call("list_hotel_destinations", args)
+    assert through_env == visits == ["dict", "str"]
 
 
 def test_the_reward_gets_one_reference_object_per_task():

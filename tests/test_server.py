@@ -360,3 +360,36 @@ def test_failed_connect_leaves_no_thread():
         with pytest.raises(BackendUnavailableError):
             SessionClient("http://127.0.0.1:1", timeout=2)
     assert threading.active_count() <= before + 1
+
+
+def test_accepted_connections_have_nagle_off():
+    """The listening socket is TCP by protocol, so asyncio sets TCP_NODELAY on every accepted
+    connection (with protocol 0 it did not, and each small response waited for a delayed ACK)."""
+    import asyncio
+    import socket as socket_module
+
+    from gym_envfactory.server import listening_socket
+
+    sock = listening_socket("127.0.0.1", 0)
+    assert sock.proto == socket_module.IPPROTO_TCP
+    flags = []
+
+    async def main():
+        async def handle(reader, writer):
+            s = writer.get_extra_info("socket")
+            flags.append(s.getsockopt(socket_module.IPPROTO_TCP, socket_module.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=sock)
+        port = sock.getsockname()[1]
+        _, w = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(100):
+            if flags:
+                break
+            await asyncio.sleep(0.01)
+        w.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+    assert flags and flags[0] != 0

@@ -47,28 +47,52 @@ def scrub(text: str) -> str:
         return _SURROGATE_RE.sub("\ufffd", text)
 
 
-def copy_json_data(value: Any) -> Any:
+def copy_json_data(value: Any, max_depth: int | None = None) -> Any:
     """A deep copy of ``value`` if it is JSON data (dicts with string keys, lists or tuples, str, int,
-    float, bool, None; tuples become lists): the one walk :func:`decode_arguments` makes over an object.
+    float, bool, None; tuples become lists), checked in the same single walk: no string may hold a lone
+    UTF-16 surrogate and, with ``max_depth``, nothing may nest deeper than ``max_depth`` levels.  This is
+    the one walk :func:`decode_arguments` makes over a call's arguments.
 
     Raises:
-        ValueError: a non-string key or a value that is not JSON data.
-        RecursionError: nesting deeper than the interpreter's stack (callers bound the depth first).
+        ValueError: a non-string key, a value that is not JSON data, a lone surrogate, or nesting past
+            ``max_depth``.
+        RecursionError: without ``max_depth``, nesting deeper than the interpreter's stack.
     """
+    limit = max_depth if max_depth is not None else 1 << 30
+    return _copy(value, 0, limit)
+
+
+def _copy(value: Any, depth: int, limit: int) -> Any:
+    if depth > limit:
+        raise ValueError(f"arguments are nested deeper than {limit} levels")
+    if type(value) is str:
+        if not value.isascii():
+            _check_text(value)
+        return value
     if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, str):
-        return value
+        _check_text(value)
+        return str(value)
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ValueError(f"object keys must be strings, got {type(k).__name__}")
-            out[k] = copy_json_data(v)
+            if not k.isascii():
+                _check_text(k)
+            out[k] = _copy(v, depth + 1, limit)
         return out
     if isinstance(value, (list, tuple)):
-        return [copy_json_data(v) for v in value]
+        return [_copy(v, depth + 1, limit) for v in value]
     raise ValueError(f"{type(value).__name__} is not JSON data")
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("arguments contain invalid Unicode (a lone UTF-16 surrogate)") from None
 
 
 class DecodedArguments(dict[str, Any]):
@@ -93,13 +117,9 @@ def decode_arguments(raw: Any) -> DecodedArguments:
         return raw
     if raw is None:
         return DecodedArguments()
+    value: Any
     if isinstance(raw, Mapping):
-        if _depth_over(raw, MAX_ARGUMENT_DEPTH):
-            raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
-        try:
-            value = copy_json_data(raw)
-        except RecursionError:
-            raise ValueError("arguments are nested too deeply") from None
+        value = raw
     elif isinstance(raw, str):
         text = raw.strip()
         if not text:
@@ -120,28 +140,8 @@ def decode_arguments(raw: Any) -> DecodedArguments:
         raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
     if not isinstance(value, Mapping):
         raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
-    try:
-        if _depth_over(value, MAX_ARGUMENT_DEPTH):
-            raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
-        if has_lone_surrogate(value):
-            raise ValueError("arguments contain invalid Unicode (a lone UTF-16 surrogate)")
-    except RecursionError:
-        raise ValueError("arguments are nested too deeply") from None
-    return DecodedArguments(value)
-
-
-def _depth_over(value: Any, limit: int) -> bool:
-    """True when ``value`` nests lists/objects deeper than ``limit`` (iterative: no recursion)."""
-    stack = [(value, 0)]
-    while stack:
-        v, d = stack.pop()
-        if d > limit:
-            return True
-        if isinstance(v, Mapping):
-            stack.extend((x, d + 1) for x in v.values())
-        elif isinstance(v, (list, tuple)):
-            stack.extend((x, d + 1) for x in v)
-    return False
+    # one walk: copy (the call owns its arguments), types, lone surrogates and depth together
+    return DecodedArguments(copy_json_data(value, MAX_ARGUMENT_DEPTH))
 
 
 def raw_text(obj: Any) -> str:
