@@ -15,7 +15,6 @@ import gym_envfactory
 from gym_envfactory import EnvFactoryEnv, Session, ToolCall, get_environment
 from gym_envfactory import errors as errors_module
 from gym_envfactory.authoring import ToolError
-from gym_envfactory.environment import arguments
 from gym_envfactory.environment.states import resolve_initial_states, task_environments, task_initial_state
 from gym_envfactory.errors import DatasetError, EnvFactoryError, SpecError
 from gym_envfactory.replay import TaskReference, task_reference
@@ -77,27 +76,36 @@ def test_one_resolver_for_task_and_code_references():
         resolve_initial_states([spec], "no-such-state")
 
 
-def test_arguments_are_decoded_once_per_call_in_one_walk(monkeypatch):
+class _CountingArguments(dict):
+    """Arguments that count how often something walks them (``items``/``values``/``keys``)."""
+
+    walks = 0
+
+    def items(self):
+        type(self).walks += 1
+        return super().items()
+
+    def values(self):
+        type(self).walks += 1
+        return super().values()
+
+    def keys(self):
+        type(self).walks += 1
+        return super().keys()
+
+
+def test_arguments_are_decoded_once_per_call_in_one_walk():
     """The parser decodes a call's arguments once (the session accepts its output as is), and that
-    decoding visits every node once: copy, type check, lone-surrogate check and depth limit together."""
-    visits = []
-    real = arguments._copy
-
-    def counting(value, depth, limit):
-        visits.append(type(value).__name__)
-        return real(value, depth, limit)
-
-    monkeypatch.setattr(arguments, "_copy", counting)
-    args = {"country": "Portugal"}  # 2 nodes: the object and its string
+    decoding walks them once: copy, type check, lone-surrogate check and depth limit together."""
     env = EnvFactoryEnv(ENV)
     env.reset(options={"task_id": env.tasks.ids()[0]})
-    visits.clear()
-    env.step(ToolCall("list_hotel_destinations", args))
-    through_env = list(visits)
+    _CountingArguments.walks = 0
+    env.step(ToolCall("list_hotel_destinations", _CountingArguments(country="Portugal")))
+    through_env = _CountingArguments.walks
     env.close()
-    visits.clear()
-    Session(get_environment(ENV)).call("list_hotel_destinations", args)
-    assert through_env == visits == ["dict", "str"]
+    _CountingArguments.walks = 0
+    res = Session(get_environment(ENV)).call("list_hotel_destinations", _CountingArguments(country="Portugal"))
+    assert res.ok and through_env == _CountingArguments.walks == 1
 
 
 def test_the_reward_gets_one_reference_object_per_task():
