@@ -222,8 +222,10 @@ def test_time_limit_truncation_still_reports_a_score():
     env = gym.make("envfactory/HotelBooking-v0", max_episode_steps=2)
     env.reset(seed=0)
     env.step('<tool_call>{"name": "list_hotel_destinations", "arguments": {}}</tool_call>')
-    _, _, term, trunc, info = env.step('<tool_call>{"name": "list_hotel_destinations", "arguments": {}}</tool_call>')
-    assert trunc and not term and "truncated_reason" not in info  # the outer TimeLimit truncated it
+    _, r, term, trunc, info = env.step('<tool_call>{"name": "list_hotel_destinations", "arguments": {}}</tool_call>')
+    # the env found the outer TimeLimit at reset and truncated itself at the same step: reward and score
+    assert trunc and not term and info["truncated_reason"] == "max_steps"
+    assert r == info["score"]["reward"] and "score" in info  # eager at the end, not computed on demand
     assert info["score"]["matched"] == 0 and info["score"]["surplus"] >= 1 and 0.0 <= info["score"]["reward"] <= 1.0
     assert info["reward_components"]["reward"] == info["score"]["reward"]
     import copy
