@@ -339,7 +339,8 @@ class EnvFactoryEnv(gym.Env):
                                                    task.task_id if start == 0 else None)
         self.task, self.reference = task, reference
         self.start_turn, self.end_turn = start, end
-        self._scored_turns = sum(1 for i in range(end - start) if turn_has_criteria(reference, i, self.reward_config))
+        if self.reward_mode == "turn":  # only turn mode needs it; it compares states, so not on every reset
+            self._scored_turns = sum(1 for i in range(end - start) if turn_has_criteria(reference, i, self.reward_config))
         limit = _outer_time_limit(self)  # gym.make(max_episode_steps=N) wraps the env in a TimeLimit
         self._step_limit = min(self.max_steps, limit) if limit else self.max_steps
         self.messages = [{"role": "system", "content": self._system_message(task, environments)}]
