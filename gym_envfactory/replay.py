@@ -14,7 +14,6 @@ import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -54,6 +53,8 @@ class TaskReference:
         excluded_fields: state paths left out of equivalence (bookkeeping and free text; prefixed with
             ``<env>.`` for several environments).
         set_fields: list paths compared as multisets (same prefixing).
+        initial: the initial state in the canonical form of :meth:`Session.state` (parsed once per
+            task), or ``None`` when unknown (a hand-built reference: then no no-change rule for turn 0).
     """
 
     task_id: str
@@ -65,6 +66,7 @@ class TaskReference:
     clarification: list[bool]
     excluded_fields: tuple[str, ...] = ()
     set_fields: tuple[str, ...] = ()
+    initial: Any = None
 
     @property
     def n_turns(self) -> int:
@@ -75,12 +77,6 @@ class TaskReference:
     def final_state(self) -> Any:
         """The canonical state after the last turn."""
         return self.turn_states[-1]
-
-    @cached_property
-    def initial(self) -> Any:
-        """The initial state in the canonical form of :meth:`Session.state` (parsed once per task)."""
-        states = {n: json.loads(b) for n, b in self.initial_state.items()}
-        return next(iter(states.values())) if len(states) == 1 else states
 
     @classmethod
     def from_parts(cls, turn_calls: Sequence[Sequence[ReferenceCall | tuple[str, dict[str, Any], Sequence[str]]]],
@@ -94,14 +90,11 @@ class TaskReference:
         calls = [[c if isinstance(c, ReferenceCall) else ReferenceCall(c[0], dict(c[1]), tuple(c[2])) for c in turn]
                  for turn in turn_calls]
         n = len(calls)
-        ref = cls(task_id=task_id, envs=(), initial_state={} if initial is None else {"": b""},
-                  turn_states=list(turn_states), turn_calls=calls,
-                  expected_outputs=[list(o) for o in expected_outputs] if expected_outputs is not None else [[]] * n,
-                  clarification=list(clarification) if clarification is not None else [False] * n,
-                  excluded_fields=tuple(excluded_fields), set_fields=tuple(set_fields))
-        if initial is not None:
-            ref.__dict__["initial"] = initial  # fills the cached property
-        return ref
+        return cls(task_id=task_id, envs=(), initial_state={}, initial=initial,
+                   turn_states=list(turn_states), turn_calls=calls,
+                   expected_outputs=[list(o) for o in expected_outputs] if expected_outputs is not None else [[]] * n,
+                   clarification=list(clarification) if clarification is not None else [False] * n,
+                   excluded_fields=tuple(excluded_fields), set_fields=tuple(set_fields))
 
     def window(self, start: int, end: int, environments: Sequence[EnvironmentSpec]) -> TaskReference:
         """The reference of turns ``start .. end-1`` alone: the episode starts from the ground-truth state
@@ -122,13 +115,11 @@ class TaskReference:
             by_env = {environments[0].name: before} if len(environments) == 1 else before
             initial_state = {e.name: e.validate_state(by_env[e.name]).model_dump_json().encode() for e in environments}
             initial = before
-        ref = TaskReference(
+        return TaskReference(
             task_id=self.task_id, envs=self.envs, initial_state=initial_state,
             turn_states=self.turn_states[start:end], turn_calls=self.turn_calls[start:end],
             expected_outputs=self.expected_outputs[start:end], clarification=self.clarification[start:end],
-            excluded_fields=self.excluded_fields, set_fields=self.set_fields)
-        ref.__dict__["initial"] = initial
-        return ref
+            excluded_fields=self.excluded_fields, set_fields=self.set_fields, initial=initial)
 
     def state_before(self, turn: int) -> Any:
         """The ground-truth state before ``turn`` (the initial state for turn 0)."""
@@ -194,7 +185,14 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
         clarification=[t.clarification for t in task.turns],
         excluded_fields=excluded,
         set_fields=set_fields,
+        initial=_canonical(initial),
     )
+
+
+def _canonical(states: dict[str, bytes]) -> Any:
+    """Validated state bytes per environment → the form of :meth:`Session.state`."""
+    parsed = {n: json.loads(b) for n, b in states.items()}
+    return next(iter(parsed.values())) if len(parsed) == 1 else parsed
 
 
 _CACHE: weakref.WeakKeyDictionary[TaskSet, dict[str, TaskReference]] = weakref.WeakKeyDictionary()

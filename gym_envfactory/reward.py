@@ -399,7 +399,7 @@ def _turn_counts(rec: TurnRecord, gt: Sequence[ReferenceCall]) -> tuple[int, int
 def _before(reference: TaskReference, turn: int) -> Any:
     """The ground-truth state before ``turn``; unknown (no no-change rule) for a reference built
     without an initial state."""
-    if turn == 0 and not reference.initial_state:
+    if turn == 0 and reference.initial is None:
         return _ABSENT
     return reference.state_before(turn)
 
