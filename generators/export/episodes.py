@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gym_envfactory import EnvFactoryEnv, get_environment
+from gym_envfactory import EnvFactoryEnv, get_environment, list_environments
 from gym_envfactory.errors import DatasetError
 from gym_envfactory.rollout.policies import OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
@@ -46,8 +46,6 @@ class Trajectory:
 def resolve_env_names(env_ids: Iterable[str]) -> list[str]:
     """Environment names from gym ids or names (``envfactory/HotelBooking-v0`` or ``HotelBooking``);
     ``"all"`` expands to the whole catalog.  Raises ``UnknownEnvironmentError``."""
-    from gym_envfactory import list_environments
-
     out: list[str] = []
     for e in env_ids:
         names = list_environments() if e == "all" else [get_environment(e).name]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import json
 import numbers
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
@@ -72,7 +72,8 @@ def _outer_time_limit(env: EnvFactoryEnv) -> int | None:
     of this ``reset`` (the unwrapped env is never told; ``gym.make(..., max_episode_steps=N)`` adds one).
     Knowing it, the env truncates itself at the same step, with the episode reward and the full score in
     ``info`` (vector envs copy infos, so nothing can be computed later)."""
-    frame: FrameType | None = sys._getframe(2)
+    here = inspect.currentframe()  # _outer_time_limit ← reset ← the caller of reset
+    frame: FrameType | None = here.f_back.f_back if here is not None and here.f_back is not None else None
     for _ in range(16):
         if frame is None:
             return None
