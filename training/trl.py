@@ -13,8 +13,11 @@ Rows come from ``envfactory export rl`` (``prompt`` and ``extra_info.reset_optio
 that exact episode.  TRL's environment loop has no user turns, so use rows with one turn each (the
 default ``--per turn`` export): turn ``t`` starts from the ground-truth state after turn ``t-1``.
 
-Not here yet: a ``rollout_func`` path that plays whole multi-turn tasks with scripted or simulated user
-turns inside TRL, and an end-to-end ``GRPOTrainer`` test (it needs torch).
+For whole multi-turn tasks (user turns between the agent's actions), :func:`rollout_function` builds a
+``GRPOTrainer(rollout_func=...)``: it plays each prompt's episode with the trainer's own model
+(:mod:`.episodes`: token-faithful, tool results and user turns masked out with ``env_mask``) and hands
+the gym's reward to :func:`environment_reward`.  Both paths run end to end in the tests with a
+random-initialised tiny model on CPU.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any, Literal
 from gym_envfactory import EnvFactoryEnv, ToolCall, get_environment
 from gym_envfactory.environment.tools import ToolSpec
 
-__all__ = ["environment_class", "EnvFactoryTRLEnvironment"]
+__all__ = ["environment_class", "EnvFactoryTRLEnvironment", "rollout_function", "environment_reward", "prompt_key"]
 
 _JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
                                "object": dict}
@@ -151,3 +154,96 @@ def environment_class(env_id: str, **env_kwargs: Any) -> type[EnvFactoryTRLEnvir
     attrs = {"env_id": spec.name, "env_kwargs": dict(env_kwargs), "__doc__": f"{spec.name}: {spec.description}",
              "__module__": __name__, **methods}
     return type(f"{spec.name}TRLEnvironment", (EnvFactoryTRLEnvironment,), attrs)
+
+
+def prompt_key(messages: Any) -> str:
+    """A stable key for a prompt's messages (role, content, name, tool call id, tool calls; absent and
+    null fields alike), so a prompt coming back from a ``datasets`` table finds its row."""
+    if isinstance(messages, str):
+        return messages
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls") or None
+        out.append([m.get("role"), m.get("content") or "", m.get("name"), m.get("tool_call_id"),
+                    json.dumps(calls, sort_keys=True, default=str) if calls else None])
+    return json.dumps(out, ensure_ascii=False)
+
+
+def rollout_function(rows: list[Mapping[str, Any]], *, max_steps: int = 8, max_new_tokens: int = 128,
+                     tools: Any = None, env_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """A TRL ``rollout_func`` (``GRPOTrainer(rollout_func=...)``, TRL 1.x, experimental there) that plays
+    whole episodes, multi-turn tasks included, for the prompts of ``rows`` (``envfactory export rl`` rows,
+    any environments).
+
+    Each prompt TRL hands over is looked up among ``rows`` (by :func:`prompt_key`), its episode is reset
+    from ``extra_info.reset_options``, and all episodes of the batch are played in lock step with the
+    trainer's model (:func:`~gym_envfactory.training.episodes.play_episodes`, sampling with the trainer's
+    ``temperature``/``top_p``; ``max_completion_length`` caps each episode's completion tokens).  Returns
+    ``prompt_ids``, ``completion_ids`` (generated tokens as generated, observation tokens between them),
+    ``logprobs`` (None), ``env_mask`` (1 on generated tokens) and, for the reward function,
+    ``envfactory_reward`` and ``envfactory_components`` per completion.
+
+    Args:
+        rows: the training rows (their ``prompt`` and ``extra_info``).
+        max_steps: assistant actions per episode.
+        max_new_tokens: tokens per action.
+        tools: maps OpenAI tool schemas to those put in the prompt (e.g. ``episodes.compact_tools``).
+        env_kwargs: keywords of :class:`EnvFactoryEnv` (``backend``, ``url``, ``reward`` ...).
+
+    Raises:
+        ValueError: two rows share a prompt but not an episode (when built); a prompt not among ``rows``
+            (when called).
+    """
+    from gym_envfactory.training.episodes import hf_generate, play_episodes
+
+    episodes: dict[str, tuple[str, dict[str, Any]]] = {}
+    for row in rows:
+        extra = row.get("extra_info") or {}
+        if isinstance(extra, str):
+            extra = json.loads(extra)
+        options = {k: v for k, v in dict(extra.get("reset_options") or {}).items() if v is not None}
+        entry = (str(extra.get("env") or row.get("data_source")), options)
+        key = prompt_key(row["prompt"])
+        if key in episodes and episodes[key] != entry:
+            raise ValueError(f"two rows have the same prompt but different episodes: {episodes[key]} and {entry}")
+        episodes[key] = entry
+    kwargs = dict(env_kwargs or {})
+
+    def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        found = []
+        for p in prompts:
+            entry = episodes.get(prompt_key(p))
+            if entry is None:
+                raise ValueError("rollout_function: a prompt that is not among the rows it was built with")
+            found.append(entry)
+        tokenizer = getattr(trainer.processing_class, "tokenizer", None) or trainer.processing_class
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        args = trainer.args
+        generate = hf_generate(model, tokenizer, temperature=args.temperature, top_p=args.top_p or 1.0)
+        played: list[Any] = [None] * len(found)
+        by_env: dict[str, list[int]] = {}
+        for i, (env_id, _) in enumerate(found):
+            by_env.setdefault(env_id, []).append(i)
+        for env_id, idx in by_env.items():
+            eps = play_episodes(generate, tokenizer, lambda e=env_id: EnvFactoryEnv(e, **kwargs),
+                                [found[i][1] for i in idx], max_steps=max_steps, max_new_tokens=max_new_tokens,
+                                max_completion_tokens=args.max_completion_length or 1024, tools=tools)
+            for i, ep in zip(idx, eps, strict=True):
+                played[i] = ep
+        return {"prompt_ids": [ep.prompt_ids for ep in played],
+                "completion_ids": [ep.completion_ids for ep in played],
+                "logprobs": None,
+                "env_mask": [ep.completion_mask for ep in played],
+                "envfactory_reward": [ep.reward for ep in played],
+                "envfactory_components": [ep.components for ep in played]}
+
+    return rollout
+
+
+def environment_reward(completions: list[Any], envfactory_reward: list[float] | None = None,
+                       **kwargs: Any) -> list[float | None]:
+    """TRL reward function for :func:`rollout_function`: the gym's episode reward in [0, 1] per completion
+    (paper §3.5).  ``None`` (TRL: unscorable) where a completion did not come from that rollout function."""
+    if envfactory_reward is None:
+        return [None] * len(completions)
+    return [float(r) for r in envfactory_reward]

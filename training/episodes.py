@@ -1,0 +1,278 @@
+"""Token-faithful episodes for trainers that generate with their own model (TRL's ``rollout_func``, the
+SmolLM2 recipe's evaluation): the gym steps the text exactly as generated, and the trajectory keeps the
+generated token ids as they came out of the model, so the training sequence is never re-tokenised from a
+rewritten history (the failure VeRL/verifiers/prime-rl users report most).
+
+An episode is one token sequence ``prompt_ids + completion_ids``::
+
+    prompt_ids      the chat template applied to the opening messages (system, earlier turns, user)
+    completion_ids  |<- generated ->|<- tool results / next user message ->|<- generated ->| ...
+    completion_mask |  1 1 1 ... 1  |            0 0 ... 0                |  1 1 ... 1    |
+
+Observation tokens are the template's rendering of the new messages alone (rendered after a fixed
+one-message prefix and cut off it), so the tokens of earlier messages are never rendered twice.
+
+Tokenizers without tool support in their chat template (SmolLM2's, for one) get :data:`CHATML_TOOLS`, a
+ChatML template in the Hermes tool-call format the gym's parser reads (``<tool_call>{...}</tool_call>``).
+Needs only a ``transformers`` tokenizer; generation is a callable you supply (see
+:func:`hf_generate`), so nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gym_envfactory import EnvFactoryEnv
+
+__all__ = ["CHATML_TOOLS", "TokenEpisode", "compact_tools", "ensure_tool_template", "hf_generate", "play_episodes"]
+
+#: ChatML with tools in the system message and Hermes tool calls (``<tool_call>`` JSON blocks); tool
+#: results are ``tool`` messages.  The tool list is compact: one line per tool (name, parameters with
+#: types, required ones marked, the description's first sentence).
+CHATML_TOOLS = (
+    "{%- set nl = '\\n' -%}"
+    "{%- for message in messages -%}"
+    "{%- if loop.first -%}"
+    "{{- '<|im_start|>system' + nl -}}"
+    "{%- if message['role'] == 'system' -%}{{- message['content'] -}}{%- endif -%}"
+    "{%- if tools -%}"
+    "{{- nl + nl + 'Tools (call one with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>):' -}}"
+    "{%- for t in tools -%}{%- set f = t['function'] if 'function' in t else t -%}"
+    "{%- set ps = f.get('parameters', {}) or {} -%}"
+    "{{- nl + '- ' + f['name'] + '(' -}}"
+    "{%- for p, s in (ps.get('properties') or {}).items() -%}"
+    "{{- p -}}{%- if p not in (ps.get('required') or []) -%}{{- '?' -}}{%- endif -%}"
+    "{%- if s.get('type') -%}{{- ': ' + s['type'] -}}{%- endif -%}{%- if not loop.last -%}{{- ', ' -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{{- ') ' + (f.get('description') or '').split(nl)[0].split('. ')[0] -}}"
+    "{%- endfor -%}{%- endif -%}"
+    "{{- '<|im_end|>' + nl -}}"
+    "{%- if message['role'] != 'system' -%}"
+    "{{- '<|im_start|>' + message['role'] + nl + message['content'] + '<|im_end|>' + nl -}}"
+    "{%- endif -%}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{{- '<|im_start|>assistant' + nl + (message['content'] or '') -}}"
+    "{%- for c in message.get('tool_calls') or [] -%}{%- set f = c['function'] if 'function' in c else c -%}"
+    "{%- if message['content'] or not loop.first -%}{{- nl -}}{%- endif -%}"
+    "{{- '<tool_call>{\"name\": \"' + f['name'] + '\", \"arguments\": ' -}}"
+    "{{- f['arguments'] if f['arguments'] is string else (f['arguments'] | tojson) -}}"
+    "{{- '}</tool_call>' -}}"
+    "{%- endfor -%}"
+    "{{- '<|im_end|>' + nl -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + message['role'] + nl + message['content'] + '<|im_end|>' + nl -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant' + nl -}}{%- endif -%}"
+)
+
+
+def ensure_tool_template(tokenizer: Any) -> Any:
+    """Give ``tokenizer`` :data:`CHATML_TOOLS` when its chat template cannot render tools (no ``tools``
+    variable in it, or none at all).  Returns the tokenizer (changed in place)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template or "tools" not in template:
+        tokenizer.chat_template = CHATML_TOOLS
+    return tokenizer
+
+
+def compact_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI tool schemas cut to what a small model's prompt needs: name, first sentence of the
+    description, parameter names, types and which are required (descriptions of parameters dropped).
+    About a third of the tokens of the full schemas on the catalog's environments."""
+    out = []
+    for t in tools:
+        f = t.get("function", t)
+        params = f.get("parameters", {}) or {}
+        props = {k: ({"type": v["type"]} if isinstance(v, Mapping) and "type" in v else {})
+                 for k, v in (params.get("properties") or {}).items()}
+        out.append({"type": "function", "function": {
+            "name": f["name"], "description": (f.get("description") or "").split("\n")[0].split(". ")[0],
+            "parameters": {"type": "object", "properties": props, "required": list(params.get("required") or [])}}})
+    return out
+
+
+@dataclass
+class TokenEpisode:
+    """One played episode as tokens and as the gym saw it.
+
+    Attributes:
+        prompt_ids: token ids of the opening messages with the generation prompt.
+        completion_ids: generated and observation tokens, in order.
+        completion_mask: 1 for generated tokens, 0 for observation tokens (same length as ``completion_ids``).
+        texts: each generated action exactly as decoded and stepped.
+        reward: the episode reward in [0, 1] (paper §3.5), scored as the episode stands if it was cut.
+        components: every reward component (``EpisodeScore.to_dict()``).
+        truncated: the token budget or the step limit ended the episode before its last turn.
+    """
+
+    env: EnvFactoryEnv
+    options: dict[str, Any]
+    tools: list[dict[str, Any]]
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    completion_mask: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    reward: float = 0.0
+    components: dict[str, Any] = field(default_factory=dict)
+    truncated: bool = False
+    done: bool = False
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation as the gym holds it (``history="raw"``: assistant text as generated)."""
+        return self.env.messages
+
+
+#: ``generate(sequences, max_new_tokens) -> new token ids per sequence`` (one list per input sequence).
+Generate = Callable[[list[list[int]], int], list[list[int]]]
+
+
+def _template_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                  generation_prompt: bool) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True,
+                                        add_generation_prompt=generation_prompt, return_dict=False)
+    if isinstance(out, Mapping):  # some tokenizers return a BatchEncoding even with return_dict=False
+        out = out["input_ids"]
+    return list(out)
+
+
+def _observation_ids(tokenizer: Any, new: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                     after_eos: list[int]) -> list[int]:
+    """Tokens the template puts for ``new`` messages (and the next generation prompt) after a conversation,
+    without re-rendering what came before: render behind a fixed system message and cut that prefix off."""
+    prefix = [{"role": "system", "content": "x"}]
+    head = _template_ids(tokenizer, prefix, tools, False)
+    full = _template_ids(tokenizer, prefix + new, tools, True)
+    if full[:len(head)] != head:
+        raise ValueError("the chat template does not render messages append-only; cannot build observation tokens")
+    return after_eos + full[len(head):]
+
+
+def _after_eos(tokenizer: Any) -> list[int]:
+    """Tokens a template puts after the end-of-turn token of a message (ChatML: the newline)."""
+    ids = _template_ids(tokenizer, [{"role": "system", "content": "x"}], None, False)
+    eos = tokenizer.eos_token_id
+    if eos is None or eos not in ids:
+        return []
+    last = len(ids) - 1 - ids[::-1].index(eos)
+    return ids[last + 1:]
+
+
+def play_episodes(generate: Generate, tokenizer: Any, env_factory: Callable[[], EnvFactoryEnv],
+                  options: Sequence[Mapping[str, Any]], *, max_steps: int = 8, max_new_tokens: int = 128,
+                  max_completion_tokens: int = 1024, tools: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+                  | None = None) -> list[TokenEpisode]:
+    """Play one episode per entry of ``options`` (reset options: ``task_id``, ``start_turn``, ``end_turn``),
+    all in lock step: each round generates the next action of every unfinished episode in one
+    ``generate`` call, steps each env with the decoded text, and appends the observation tokens.
+
+    Args:
+        generate: see :data:`Generate`; returns new tokens only (ending in EOS when the model stopped).
+        tokenizer: a ``transformers`` tokenizer whose template renders tools (:func:`ensure_tool_template`).
+        env_factory: makes a fresh :class:`EnvFactoryEnv` (``history="raw"`` is set on it).
+        options: reset options per episode.
+        max_steps: assistant actions per episode; then it is truncated and scored as it stands.
+        max_new_tokens: tokens per action.
+        max_completion_tokens: tokens per episode (generated + observations); past it the episode is cut
+            and scored as it stands.
+        tools: maps the episode's OpenAI tool schemas to the ones put in the prompt (e.g. :func:`compact_tools`).
+
+    Returns:
+        the episodes, in the order of ``options``.
+
+    Raises:
+        UnknownTaskError, ValueError: bad reset options (before anything is generated).
+    """
+    episodes: list[TokenEpisode] = []
+    for opt in options:
+        env = env_factory()
+        env.history = "raw"
+        env.max_steps = max_steps
+        obs, info = env.reset(options=dict(opt))
+        schema = tools(info["tools"]) if tools else info["tools"]
+        ep = TokenEpisode(env=env, options=dict(opt), tools=schema)
+        ep.prompt_ids = _template_ids(tokenizer, obs, schema, True)
+        episodes.append(ep)
+    after_eos = _after_eos(tokenizer)
+    eos = tokenizer.eos_token_id
+    for _ in range(max_steps):
+        live = [ep for ep in episodes if not ep.done]
+        if not live:
+            break
+        outs = generate([ep.prompt_ids + ep.completion_ids for ep in live], max_new_tokens)
+        for ep, new in zip(live, outs, strict=True):
+            new = list(new)
+            ep.completion_ids += new
+            ep.completion_mask += [1] * len(new)
+            text = tokenizer.decode(new, skip_special_tokens=True)
+            ep.texts.append(text)
+            obs, _, terminated, truncated, info = ep.env.step(text)
+            if terminated or truncated:
+                ep.truncated = truncated
+                _finish(ep, info)
+                continue
+            extra = after_eos if new and new[-1] == eos else []
+            obs_ids = _observation_ids(tokenizer, obs, ep.tools, extra)
+            if len(ep.completion_ids) + len(obs_ids) > max_completion_tokens:
+                ep.truncated = True
+                _finish(ep, None)
+                continue
+            ep.completion_ids += obs_ids
+            ep.completion_mask += [0] * len(obs_ids)
+    for ep in episodes:
+        if not ep.done:
+            ep.truncated = True
+            _finish(ep, None)
+    return episodes
+
+
+def _finish(ep: TokenEpisode, info: Mapping[str, Any] | None) -> None:
+    score = ep.env.last_score if info is not None and ep.env.last_score is not None else ep.env.score()
+    ep.reward = float(score.reward)
+    ep.components = score.to_dict()
+    ep.done = True
+    ep.env.close()
+
+
+def hf_generate(model: Any, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
+                do_sample: bool = True) -> Generate:
+    """A :data:`Generate` over a ``transformers`` causal LM: left-pads the batch, samples (or decodes
+    greedily with ``do_sample=False``), and returns each sequence's new tokens up to and including EOS."""
+    import torch
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+
+    def generate(sequences: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        width = max(len(s) for s in sequences)
+        ids = torch.tensor([[pad] * (width - len(s)) + s for s in sequences])
+        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences])
+        kwargs: dict[str, Any] = {"do_sample": do_sample, "max_new_tokens": max_new_tokens, "pad_token_id": pad,
+                                  "eos_token_id": eos}
+        if do_sample:
+            kwargs.update(temperature=temperature, top_p=top_p)
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        if was_training:
+            model.train()
+        result = []
+        for row in out[:, width:].tolist():
+            cut = row.index(eos) + 1 if eos in row else len(row)
+            result.append(row[:cut])
+        return result
+
+    return generate
+
+
+def episode_record(ep: TokenEpisode) -> dict[str, Any]:
+    """A JSON-ready record of ``ep`` (messages as generated, tools, reward components, token counts)."""
+    return {"options": ep.options, "reward": ep.reward, "components": ep.components, "truncated": ep.truncated,
+            "texts": ep.texts, "messages": json.loads(json.dumps(ep.messages, default=str)), "tools": ep.tools,
+            "prompt_tokens": len(ep.prompt_ids), "completion_tokens": len(ep.completion_ids),
+            "generated_tokens": sum(ep.completion_mask)}
