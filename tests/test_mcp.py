@@ -220,6 +220,33 @@ def test_http_binds_to_control_plane_session(server: str, mode: str) -> None:
     assert _rpc(server, "close", session_id=sid) is True
 
 
+def test_http_bound_session_is_scored_by_the_control_plane(server: str) -> None:
+    """A harness that drives the agent over MCP only gets the gym's reward from `score` (issue 8 part 6):
+    the oracle's calls through MCP earn 1.0, a wrong write in another bound session earns less."""
+    task = next(t for t in get_environment(ENV).tasks
+                if len(t.turns) == 1 and t.n_ground_truth_calls and any(c.name.startswith(("create", "add", "cancel"))
+                                                                       for c in t.turns[0].ground_truth))
+    good = _rpc(server, "create", env=ENV, task_id=task.task_id)["session_id"]
+    bad = _rpc(server, "create", env=ENV, task_id=task.task_id)["session_id"]
+
+    async def main() -> None:
+        for sid, calls in ((good, task.turns[0].ground_truth), (bad, [])):
+            client, hc = _http_client(f"{server}/mcp/{ENV}", {SESSION_HEADER: sid}, mode="legacy")
+            async with hc, client:
+                for c in calls:
+                    assert not (await client.call_tool(c.name, c.arguments)).is_error
+                if sid == bad:
+                    assert not (await client.call_tool("add_guest_payment_method", NEW_CARD)).is_error
+
+    anyio.run(main)
+    scored = _rpc(server, "score", session_id=good)
+    assert scored["reward"] == 1.0 and scored["state_diff"] == []
+    wrong = _rpc(server, "score", session_id=bad)
+    assert wrong["reward"] < 1.0 and wrong["r_state"] == 0.0 and wrong["state_diff"]
+    for sid in (good, bad):
+        _rpc(server, "close", session_id=sid)
+
+
 def test_http_unknown_bound_session_is_a_clear_error(server: str) -> None:
     async def main() -> None:
         client, hc = _http_client(f"{server}/mcp/{ENV}", {SESSION_HEADER: "no-such-session"}, mode="legacy")

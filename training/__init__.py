@@ -9,7 +9,14 @@ The runtime never imports this package.  Each part needs its extra:
   ``GRPOTrainer(environment_factory=...)``, with one typed, documented method per tool and
   ``get_reward`` returning the gym's reward.
 
+- :mod:`.trl` also has :func:`~.trl.rollout_function` (``GRPOTrainer(rollout_func=...)``) for whole
+  multi-turn tasks played with the trainer's model.
+- :mod:`.verl` (``pip install ".[train-verl]"``): the VeRL agent loop ``envfactory_agent``, Hydra GRPO
+  configs and a launch script.
+- :mod:`.episodes`: token-faithful episodes (generated ids kept, observation tokens masked) for any
+  trainer that generates with its own model.
+- :mod:`.recipe_smollm2`: SFT → GRPO on SmolLM2-135M-Instruct on CPU, evaluated on held-out tasks.
+
 Data export for trainers lives in :mod:`gym_envfactory.generators.export` (``envfactory export rl|sft``).
-Still to come (issue 8): the VeRL agent loop, TRL's multi-turn ``rollout_func`` path and the SFT→GRPO
-recipe.
+Design: docs/training.md.
 """

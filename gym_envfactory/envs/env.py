@@ -177,8 +177,8 @@ class EnvFactoryEnv(gym.Env):
     Observation: list of new chat messages (OpenAI format).  Action: see
     :class:`~gym_envfactory.envs.spaces.AssistantActionSpace`.  ``info`` keys: ``task_id``, ``turn``,
     ``tools`` (reset), ``parsed_calls``, ``tool_results``, ``errors``, ``turn_ended``, ``turn_score``,
-    and at the end ``episode`` (every reward component, :meth:`EpisodeScore.to_dict`) and
-    ``state_diff``.
+    and at the end ``score`` (every reward component, :meth:`EpisodeScore.to_dict`),
+    ``reward_components`` and ``state_diff``.
 
     Raises:
         UnknownEnvironmentError, SpecError: bad environment.  UnknownTaskError, DatasetError: at reset,
