@@ -54,6 +54,11 @@ class EnvGenOptions:
         isolation: ``"process"`` (child process per validation, with ``validation_timeout_s`` and an
             allow-listed environment) or ``"inline"`` (validates in THIS process: generated code runs
             with this process's secrets and files; only for trusted code and tests).
+        sandbox: where ``isolation="process"`` validates: ``"docker"`` (the runtime image, no network, an
+            empty environment, the package read-only, resource limits, non-root), ``"process"`` (a
+            child with resource limits and an empty environment: not a sandbox, a warning is logged)
+            or ``"auto"`` (``"docker"`` when the engine and the runtime image are there); see
+            :func:`~.validator.validate_in_child`.
         after_stage: ``callback(stage, run)`` after each stage's checkpoint is written (tests use it to
             simulate a crash).
         on_event: ``callback(env_name, event, detail)`` for progress reports.
@@ -67,6 +72,7 @@ class EnvGenOptions:
     register: bool = True
     isolation: Literal["process", "inline"] = "process"
     validation_timeout_s: float = 300.0
+    sandbox: Literal["auto", "docker", "process"] = "auto"
     max_parallel_validations: int = max(1, min(8, os.cpu_count() or 1))
     after_stage: Callable[[str, EnvGenRun], None] | None = None
     on_event: Callable[[str, str, str], None] | None = None
@@ -77,13 +83,15 @@ class EnvGenOptions:
         self.checkpoint_dir = Path(self.checkpoint_dir).resolve()
         if self.max_revisions < 0:
             raise EnvGenError("max_revisions must be >= 0")
+        if self.sandbox not in ("auto", "docker", "process"):
+            raise EnvGenError(f"sandbox must be 'auto', 'docker' or 'process', not {self.sandbox!r}")
 
     def to_json(self) -> dict[str, Any]:
         """The options a checkpoint stores (paths as strings; the callbacks are left out)."""
         return {"out_dir": str(self.out_dir), "quarantine_dir": str(self.quarantine_dir),
                 "checkpoint_dir": str(self.checkpoint_dir), "max_revisions": self.max_revisions,
                 "domain": self.domain, "register": self.register, "isolation": self.isolation,
-                "validation_timeout_s": self.validation_timeout_s}
+                "validation_timeout_s": self.validation_timeout_s, "sandbox": self.sandbox}
 
 
 @dataclass

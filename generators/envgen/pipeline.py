@@ -25,7 +25,8 @@ from .. import prompts
 from ..packages import add_catalog_dir, purge_modules
 from .jobs import EnvGenError, EnvGenJob, EnvGenOptions, EnvGenResult, EnvGenRun
 from .packaging import write_package
-from .report import ValidationOutcome
+from .report import Finding, ValidationOutcome
+from .sandbox import package_digest
 from .validator import validate_in_child, validate_package
 
 __all__ = ["EnvGen", "resume_checkpoint"]
@@ -33,6 +34,8 @@ __all__ = ["EnvGen", "resume_checkpoint"]
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "envgen-checkpoint/1"
+#: File of an attempt folder holding the package's digest taken before validation.
+PACKAGE_DIGEST = "package.sha256"
 #: Blocking findings shown to the Reviser (the report on disk keeps all of them).
 MAX_FAILURES_IN_PROMPT = 60
 
@@ -180,7 +183,12 @@ class EnvGen:
             else:
                 report = ValidationOutcome.model_validate(report_json)
             if report.passed:
-                self._publish(run)
+                changed = self._publish(run)
+                if changed is not None:
+                    report.findings.append(changed)
+                    report = report.finish()
+                    _write_json(adir / "report.json", report.model_dump(mode="json"))
+                    self._quarantine(run, report)
                 return self._result(run, report)
             if run.attempt >= opts.max_revisions:
                 self._quarantine(run, report)
@@ -208,10 +216,13 @@ class EnvGen:
         pkg = write_package(adir / "pkg" / run.name, run.name, code, tests.get("scenarios") or [],
                             tests.get("tasks") or [], provenance, domain=self.options.domain)
         self._event(run, "validate", f"executing attempt {run.attempt}")
+        # what is validated is what gets published: the digest is checked again right before publication
+        (adir / PACKAGE_DIGEST).write_text(package_digest(pkg) + "\n")
         async with self._validations:
             if self.options.isolation == "process":
                 report = await validate_in_child(pkg, run.work / "metadata.json", adir / "report.child.json",
-                                                  run.attempt, self.options.validation_timeout_s)
+                                                  run.attempt, self.options.validation_timeout_s,
+                                                  sandbox=self.options.sandbox)
             else:
                 report = await asyncio.to_thread(validate_package, pkg, run.job.metadata, attempt=run.attempt)
         report.attempt = run.attempt
@@ -241,13 +252,25 @@ class EnvGen:
         if kind != "generated":
             raise EnvGenError(f"{dest} exists and is not a generated environment; EnvGen will not overwrite it")
 
-    def _publish(self, run: EnvGenRun) -> None:
+    def _publish(self, run: EnvGenRun) -> Finding | None:
+        """Publish the validated package, unless its files are not byte-identical to what was validated
+        (then nothing is published and the ``package_changed`` finding is returned)."""
         src = run.attempt_dir() / "pkg" / run.name
         dest = self.options.out_dir / run.name
         self._check_replaceable(dest)
         self.options.out_dir.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{run.name}.", dir=self.options.out_dir))
-        shutil.copytree(src, tmp / run.name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(src, tmp / run.name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+        digest_file = run.attempt_dir() / PACKAGE_DIGEST
+        want = digest_file.read_text().strip() if digest_file.is_file() else None
+        got = package_digest(tmp / run.name)
+        if want != got:
+            shutil.rmtree(tmp)
+            msg = (f"refused to publish {run.name}: its files changed during validation (sha256 {got[:12]} now, "
+                   f"{(want or 'none recorded')[:12]} when validated); generated code rewrote its own package")
+            log.error(msg)
+            self._event(run, "refused", msg)
+            return Finding.of("execution", "package_changed", msg)
         old = None
         if dest.exists():
             old = tmp / "old"
@@ -261,6 +284,7 @@ class EnvGen:
         if self.options.register:
             self._register(dest)
         self._event(run, "done", f"passed; written to {dest}")
+        return None
 
     def _register(self, dest: Path) -> str:
         """Register a published environment with Gymnasium from its manifest alone.

@@ -37,6 +37,8 @@ SEVERITY: dict[str, Severity] = {
     "nondeterministic_replay": "high",
     "tool_crash": "high",
     "timeout": "high",
+    "resource_limit": "high",
+    "package_changed": "high",
     "validator_crash": "high",
     # state
     "silent_write": "high",
