@@ -124,6 +124,9 @@ async def validate_in_container(pkg: Path, metadata_file: Path, out: Path, attem
     from .validator import outcome_of_child
 
     pkg, out = Path(pkg), Path(out)
+    if not await asyncio.to_thread(docker_available, image):
+        raise EnvGenError(f"sandbox='docker': no Docker engine with the runtime image {image or 'envfactory/runtime'}; "
+                          "build it with `envfactory image base && envfactory image runtime`")
     stage = Path(tempfile.mkdtemp(prefix="envgen-container-"))
     try:
         # a world-readable copy (the container user is not this user), mounted read-only

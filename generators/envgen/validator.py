@@ -154,7 +154,10 @@ def validate_package(folder: str | Path, metadata: Mapping[str, Any], *, attempt
         spec = load_package(folder, tag)
         outcome.env = spec.name
     except SpecError as exc:
-        outcome.findings.append(Finding.of("execution", "import", f"the package does not load: {exc}"))
+        if isinstance(exc.__cause__, MemoryError):
+            outcome.findings.append(Finding.of("execution", "resource_limit", _MEMORY_MESSAGE))
+        else:
+            outcome.findings.append(Finding.of("execution", "import", f"the package does not load: {exc}"))
     except MemoryError:
         outcome.findings.append(Finding.of("execution", "resource_limit", _MEMORY_MESSAGE))
     except Exception as exc:  # noqa: BLE001 - any import-time fault of generated code is a finding
