@@ -8,6 +8,12 @@ the state size; the first tool call pays one Pydantic-core parse), so forking a 
 sessions from one state costs k small object allocations.
 
 A bad model action never raises: :meth:`Session.call` returns a typed :class:`ToolResult`.
+
+Calls are atomic: a call that fails (a ``ToolError`` after a partial write, any other exception, a
+result that fails the tool's return type, a write that leaves the state invalid) leaves the state
+exactly as it was before the call.  The successful path pays nothing for this: a live state keeps the
+JSON bytes it was parsed from and the write calls applied since (``_LiveState``); a failed write call
+rebuilds the state from those bytes by replaying them (tools are deterministic, docs/authoring.md).
 """
 
 from __future__ import annotations
@@ -22,7 +28,13 @@ from typing import Any, Literal, Protocol, Self, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from gym_envfactory.authoring import ToolError
-from gym_envfactory.environment.arguments import decode_arguments, raw_text, scrub
+from gym_envfactory.environment.arguments import (
+    decode_arguments,
+    describe_validation_error,
+    raw_text,
+    safe_repr,
+    scrub,
+)
 from gym_envfactory.environment.manifest import canonical_json
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import resolve_initial_states
@@ -42,6 +54,22 @@ ErrorType = Literal["parse_error", "unknown_tool", "invalid_arguments", "tool_er
 
 #: Error types caused by a malformed call (counted as *invalid* calls by the length penalty).
 INVALID_CALL_ERRORS: frozenset[str] = frozenset({"parse_error", "unknown_tool", "invalid_arguments"})
+
+#: Write calls a live state replays at most on a rollback; past this many it re-serialises (amortised).
+REDO_LIMIT = 256
+
+
+@dataclass(slots=True)
+class _LiveState:
+    """One environment's materialised state: the model, the bytes it was parsed from (``base``), and the
+    successful write calls applied since (``redo``: ``(tool, canonical arguments)``).  ``exposed``: the
+    model was handed out by :meth:`Session.state_model`, so it may change outside calls; the next write
+    call re-serialises it first."""
+
+    model: BaseModel
+    base: bytes
+    redo: list[tuple[ToolSpec, dict[str, Any]]]
+    exposed: bool = False
 
 
 
@@ -208,8 +236,10 @@ class Session:
             dict or model, or ``{env_name: one of those}``).
         check_writes: validation mode (EnvGen's Validator, ``envfactory validate``): a write tool that
             reports success without changing the state, a read-only tool that changes it, or a failing
-            tool that leaves a partial write all become ``internal_error`` results.  Costs one state
-            serialisation per call; off in training.
+            tool that leaves a partial write all become ``internal_error`` results (``contract_violation``),
+            and a write that leaves the state invalid for its model is caught (``invalid_state``).  Costs
+            one state serialisation (and one parse after a write) per call; off in training.  In either
+            mode a failed call is rolled back (module docstring).
 
     Raises:
         SpecError: tool name collisions across environments or an invalid initial state.
@@ -262,30 +292,51 @@ class Session:
                     )
                 self.tools[name] = t
         self.check_writes = check_writes
-        self._states: dict[str, BaseModel] = {}
+        self._states: dict[str, _LiveState] = {}
         self._log: list[ActionRecord] = []
         self._closed = False
 
     # ------------------------------------------------------------------ state access
     def _model(self, env_name: str) -> BaseModel:
+        """The live model of ``env_name``, parsed from its pending bytes on first use.
+
+        Raises:
+            SpecError: the pending bytes do not validate (the session keeps them; nothing changes).
+        """
         m = self._states.get(env_name)
         if m is None:
-            m = self.envs[env_name].state_model.model_validate_json(self._pending[env_name])
-            del self._pending[env_name]  # only once parsed: bad bytes leave the session as it was
-            self._states[env_name] = m
-        return m
+            raw = self._pending[env_name]
+            try:
+                model = self.envs[env_name].state_model.model_validate_json(raw)
+            except ValidationError as exc:  # bad bytes leave the session as it was
+                text, details = describe_validation_error(exc, "state")
+                raise SpecError(f"the state of {env_name} held by this session does not load: {text}",
+                                field=details[0]["field"] if details else None) from None
+            del self._pending[env_name]
+            live = self._states[env_name] = _LiveState(model, raw, [])
+            return live.model
+        return m.model
 
     def _state_json(self, env_name: str) -> bytes:
         m = self._states.get(env_name)
         if m is None:
             return self._pending[env_name]
-        return m.model_dump_json().encode()
+        return m.model.model_dump_json().encode()
 
     def state_model(self, env: str | None = None) -> BaseModel:
         """The live Pydantic state of ``env`` (default: the only/first environment).  Mutating it
-        mutates the session; prefer :meth:`state` for reading."""
+        mutates the session (kept by later rollbacks, at the cost of one serialisation per write call
+        from then on); prefer :meth:`state` for reading.
+
+        Raises:
+            SpecError: the session's state of ``env`` does not validate (it is kept as it is).
+            KeyError: no environment ``env`` in this session.
+        """
         self._check_open()
-        return self._model(env or next(iter(self.envs)))
+        name = env or next(iter(self.envs))
+        model = self._model(name)
+        self._states[name].exposed = True
+        return model
 
     def state(self) -> dict[str, Any]:
         """Canonical JSON-compatible form of the state (a copy).
@@ -329,9 +380,14 @@ class Session:
 
         Returns:
             :class:`ToolResult`: ok with content, or a typed error (``unknown_tool``,
-            ``invalid_arguments``, ``tool_error``, ``internal_error``).  The action log keeps this same
-            object (and forks share log records), so treat it as read-only; :attr:`action_log` hands
-            out deep copies.
+            ``invalid_arguments``, ``tool_error``, ``internal_error``).  A failed call changes no state
+            (the tool's partial writes are rolled back; a model handed out by :meth:`state_model` is
+            replaced then) and is logged as failed.  ``internal_error`` codes: ``invalid_result`` (the
+            result fails the tool's return type), ``invalid_state`` (the write left the state invalid),
+            ``state_load_error`` (the session's state bytes do not load), ``contract_violation``
+            (``check_writes``), ``internal_error`` (the tool raised).  The action log keeps this same
+            object (and forks share log records), so treat it and its ``arguments`` as read-only
+            (rollbacks replay them); :attr:`action_log` hands out deep copies.
 
         Raises:
             SessionClosedError: the session was closed (a programming error, not a model action).
@@ -339,7 +395,8 @@ class Session:
         self._check_open()
         result = self._run(name, arguments, call_id)
         raw = result.arguments if result.arguments is not None else _loggable(arguments)
-        self._log.append(ActionRecord(len(self._log), scrub(name) if isinstance(name, str) else repr(name), raw, result, tag))
+        self._log.append(ActionRecord(len(self._log), scrub(name) if isinstance(name, str) else safe_repr(name, 200),
+                                      raw, result, tag))
         return result
 
     def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
@@ -354,7 +411,7 @@ class Session:
         tool = self.tools.get(name) if isinstance(name, str) else None
         if tool is None:
             known = ", ".join(self.tools)
-            name = scrub(name) if isinstance(name, str) else repr(name)[:200]
+            name = scrub(name) if isinstance(name, str) else safe_repr(name, 200)
             return ToolResult(name=name, ok=False, error_type="unknown_tool", error_code="unknown_tool",
                               error=f"unknown tool {name!r}; available tools: {known}", call_id=call_id)
         if isinstance(arguments, bytes):
@@ -374,33 +431,84 @@ class Session:
             return ToolResult(name=name, ok=False, error_type="invalid_arguments", error_code="invalid_arguments",
                               error=str(exc), details=exc.details, call_id=call_id)
         normalized = validated.model_dump(mode="json")
-        state = self._model(tool.env)
+        try:
+            state = self._model(tool.env)
+        except SpecError as exc:
+            return ToolResult(name=name, ok=False, error_type="internal_error", error_code="state_load_error",
+                              error=f"internal error in {name}: {exc}", arguments=normalized, call_id=call_id)
+        live = self._states[tool.env]
+        if live.exposed and not tool.read_only:
+            self._rebase(live)  # the model was handed out and may have changed outside calls
         before = state.model_dump_json() if self.check_writes else None
         try:
-            raw = tool.fn(state, **validated.__dict__)
-            content = tool.output_adapter.dump_python(tool.output_adapter.validate_python(raw), mode="json")
-        except ToolError as exc:
-            result = ToolResult(name=name, ok=False, error_type="tool_error", error=exc.message,
-                                error_code=exc.code, arguments=normalized, call_id=call_id)
-        except ValidationError as exc:
-            log.warning("tool %s produced an invalid result or state: %s", name, exc)
-            result = ToolResult(name=name, ok=False, error_type="internal_error", error_code="internal_error",
-                                error=f"internal error in {name}: result failed validation "
-                                      f"({exc.error_count()} error(s))",
-                                arguments=normalized, call_id=call_id)
-        except Exception as exc:  # noqa: BLE001 - a tool bug must become an observation, not a crash
-            log.exception("tool %s raised", name)
-            result = ToolResult(name=name, ok=False, error_type="internal_error", error_code="internal_error",
-                                error=f"internal error in {name}: {type(exc).__name__}: {exc}",
-                                arguments=normalized, call_id=call_id)
-        else:
-            result = ToolResult(name=name, ok=True, content=content, arguments=normalized, call_id=call_id)
+            result = self._execute(tool, state, validated, normalized, call_id)
+        except BaseException:  # KeyboardInterrupt and the like: still nothing half-done
+            self._roll_back(tool, live, before)
+            raise
+        after = None
         if before is not None:
-            result = self._check_write(tool, result, before, state)
+            result, after = self._check_write(tool, result, before, state)
+        if not result.ok:
+            if after is None or after != before:
+                problem = self._roll_back(tool, live, before)
+                if problem:
+                    result.error = f"{result.error} ({problem})"
+        elif after is not None:
+            live.base, live.redo = after.encode(), []  # validation mode serialised it anyway
+        elif not tool.read_only:
+            live.redo.append((tool, normalized))
+            if len(live.redo) > REDO_LIMIT:
+                self._rebase(live)
         return result
 
-    def _check_write(self, tool: ToolSpec, result: ToolResult, before: str, state: BaseModel) -> ToolResult:
-        changed = state.model_dump_json() != before
+    @staticmethod
+    def _execute(tool: ToolSpec, state: BaseModel, validated: BaseModel, normalized: dict[str, Any],
+                 call_id: str | None) -> ToolResult:
+        """Run the tool on ``state`` and validate its result; every ``Exception`` becomes a typed result."""
+        name = tool.name
+        try:
+            raw = tool.fn(state, **validated.__dict__)
+        except ToolError as exc:
+            return ToolResult(name=name, ok=False, error_type="tool_error", error=exc.message,
+                              error_code=exc.code, arguments=normalized, call_id=call_id)
+        except OverflowError as exc:  # arithmetic on an extreme argument (amount=1e308): the call's fault
+            message = f"a value is too large to compute with ({exc})"
+            return ToolResult(name=name, ok=False, error_type="invalid_arguments", error_code="invalid_arguments",
+                              error=f"invalid arguments for {name}: {message}",
+                              details=[{"field": "<arguments>", "message": message}],
+                              arguments=normalized, call_id=call_id)
+        except ValidationError as exc:  # validate_assignment, or a record built from bad values
+            text, details = describe_validation_error(exc, exc.title)
+            log.warning("tool %s left the state invalid: %s", name, text)
+            return ToolResult(name=name, ok=False, error_type="internal_error", error_code="invalid_state",
+                              error=f"internal error in {name}: the tool's write left the state invalid: {text}",
+                              details=details, arguments=normalized, call_id=call_id)
+        except Exception as exc:  # noqa: BLE001 - a tool bug must become an observation, not a crash
+            log.exception("tool %s raised", name)
+            return ToolResult(name=name, ok=False, error_type="internal_error", error_code="internal_error",
+                              error=f"internal error in {name}: {type(exc).__name__}: {exc}",
+                              arguments=normalized, call_id=call_id)
+        try:
+            content = tool.output_adapter.dump_python(tool.output_adapter.validate_python(raw), mode="json")
+        except ValidationError as exc:
+            text, details = describe_validation_error(exc, "result")
+            log.warning("tool %s returned a value that fails its return type: %s", name, text)
+            return ToolResult(name=name, ok=False, error_type="internal_error", error_code="invalid_result",
+                              error=f"internal error in {name}: the tool's result failed its declared return "
+                                    f"type: {text}", details=details, arguments=normalized, call_id=call_id)
+        except Exception as exc:  # noqa: BLE001 - PydanticSerializationError and the like
+            log.warning("tool %s returned a value that cannot be serialised: %s", name, exc)
+            return ToolResult(name=name, ok=False, error_type="internal_error", error_code="invalid_result",
+                              error=f"internal error in {name}: the tool's result could not be serialised: "
+                                    f"{type(exc).__name__}: {exc}", arguments=normalized, call_id=call_id)
+        return ToolResult(name=name, ok=True, content=content, arguments=normalized, call_id=call_id)
+
+    def _check_write(self, tool: ToolSpec, result: ToolResult, before: str,
+                     state: BaseModel) -> tuple[ToolResult, str]:
+        """Validation mode: the write contract and the state's validity after the call; returns the
+        (possibly replaced) result and the state's JSON after the call."""
+        after = state.model_dump_json()
+        changed = after != before
         problem = None
         if result.ok and tool.read_only and changed:
             problem = "read-only tool changed the state"
@@ -408,10 +516,50 @@ class Session:
             problem = "write tool reported success but did not change the state (silent no-op write)"
         elif not result.ok and changed:
             problem = f"tool failed ({result.error_type}) after partially changing the state"
-        if problem is None:
-            return result
-        return ToolResult(name=result.name, ok=False, error_type="internal_error", error_code="contract_violation",
-                          error=f"{tool.name}: {problem}", arguments=result.arguments, call_id=result.call_id)
+        if problem is not None:
+            return ToolResult(name=result.name, ok=False, error_type="internal_error", error_code="contract_violation",
+                              error=f"{tool.name}: {problem}", arguments=result.arguments,
+                              call_id=result.call_id), after
+        if result.ok and changed:
+            try:
+                self.envs[tool.env].state_model.model_validate_json(after)
+            except ValidationError as exc:
+                text, details = describe_validation_error(exc, "state")
+                return ToolResult(name=result.name, ok=False, error_type="internal_error", error_code="invalid_state",
+                                  error=f"internal error in {tool.name}: the tool's write left the state invalid: {text}",
+                                  details=details, arguments=result.arguments, call_id=result.call_id), after
+        return result, after
+
+    def _rebase(self, live: _LiveState) -> None:
+        """Serialise the live model as the new rollback point (O(state); amortised over REDO_LIMIT writes)."""
+        live.base, live.redo, live.exposed = live.model.model_dump_json().encode(), [], False
+
+    def _roll_back(self, tool: ToolSpec, live: _LiveState, before: str | None) -> str | None:
+        """Put ``tool.env``'s state back as it was before the failed call; returns ``None``, or a note
+        saying why it could not (a tool that is not deterministic: the replay itself failed).
+
+        With ``before`` (validation mode) the state is parsed from it.  Otherwise a read-only tool has
+        nothing to undo, and a write tool's state is rebuilt from ``live.base`` by replaying
+        ``live.redo`` (the successful write calls since): the failure path pays, never the success path.
+        """
+        model_cls = self.envs[tool.env].state_model
+        if before is not None:
+            live.model = model_cls.model_validate_json(before)
+            live.base, live.redo, live.exposed = before.encode(), [], False
+            return None
+        if tool.read_only:
+            return None
+        try:
+            model = model_cls.model_validate_json(live.base)
+            for t, args in live.redo:
+                t.fn(model, **t.input_model.model_validate(args).__dict__)
+        except Exception as exc:  # noqa: BLE001 - a non-deterministic tool: keep what we have, say so
+            log.error("rolling back %s failed: replaying the session's writes raised %s: %s",
+                      tool.env, type(exc).__name__, exc)
+            return f"its partial changes could not be rolled back: {type(exc).__name__} while replaying"
+        live.model = model
+        self._rebase(live)  # later failures replay nothing
+        return None
 
     # ------------------------------------------------------------------ lifecycle
     def reset(self, initial_state: Any = None) -> None:
@@ -453,7 +601,7 @@ class Session:
         try:
             log = [ActionRecord(int(r["index"]), str(r["name"]), r["raw_arguments"], ToolResult(**r["result"]), r.get("tag"))
                    for r in records]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # index 1e999: inf
             raise SnapshotError(f"snapshot action log is malformed: {type(exc).__name__}: {exc}") from None
         self._pending = pending
         self._states = {}

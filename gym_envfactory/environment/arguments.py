@@ -147,12 +147,9 @@ def decode_arguments(raw: Any) -> DecodedArguments:
 def raw_text(obj: Any) -> str:
     """A printable, storable rendering of what the policy sent (for error observations and logs)."""
     try:
-        text = json.dumps(obj, ensure_ascii=False, default=repr)
-    except (TypeError, ValueError, RecursionError):
-        try:
-            text = repr(obj)
-        except RecursionError:
-            text = f"<{type(obj).__name__} nested too deeply to show>"
+        text = json.dumps(obj, ensure_ascii=False, default=safe_repr)
+    except Exception:  # noqa: BLE001 - TypeError, ValueError, RecursionError, or a hostile object's own error
+        text = safe_repr(obj, 2000)
     return scrub(text[:2000])
 
 
@@ -170,6 +167,38 @@ def format_validation_error(exc: ValidationError) -> list[dict[str, str]]:
             msg = "required parameter missing"
         out.append({"field": loc, "message": msg})
     return out
+
+
+def describe_validation_error(exc: ValidationError, root: str, *, limit: int = 3) -> tuple[str, list[dict[str, str]]]:
+    """A Pydantic error as the model should read it: ``("<path>: <message>; ...", details)``.
+
+    Each path is the dotted location of the failing field under ``root`` (``root`` alone for the whole
+    value), e.g. ``"result.nights: Input should be a valid integer"``; at most ``limit`` problems are
+    named in the text (``"(and 4 more)"`` after them), every one is in ``details`` (``{"field",
+    "message"}`` dicts, as :func:`format_validation_error` gives).
+    """
+    details = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        details.append({"field": f"{root}.{loc}" if loc else root, "message": str(err.get("msg", "invalid"))})
+    text = "; ".join(f"{d['field']}: {d['message']}" for d in details[:limit])
+    if len(details) > limit:
+        text += f" (and {len(details) - limit} more)"
+    return scrub(text), details
+
+
+def safe_repr(obj: Any, limit: int = 500) -> str:
+    """``repr(obj)`` cut to ``limit`` characters and scrubbed; an object whose ``repr`` raises (or nests
+    too deeply) is shown by its type name instead.  Never raises."""
+    try:
+        text = repr(obj)
+    except Exception as exc:  # noqa: BLE001 - a hostile __repr__ must not crash the caller
+        try:
+            kind = type(obj).__name__
+        except Exception:  # noqa: BLE001
+            kind = "object"
+        text = f"<{kind} whose repr raised {type(exc).__name__}>"
+    return scrub(text[:limit])
 
 
 #: Deeper tool arguments are refused (no tool schema needs them; they only serve to exhaust the stack).

@@ -31,6 +31,7 @@ from gym_envfactory.environment.arguments import (
     decode_arguments,
     has_lone_surrogate,
     raw_text,
+    safe_repr,
     scrub,
 )
 
@@ -263,7 +264,7 @@ def parse_action(action: Any) -> ParsedAction:
                 content = "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
             elif content is not None and not isinstance(content, str):
                 bad_content = ParseError(f"message content must be a string or a list of text parts, got "
-                                         f"{type(content).__name__}", scrub(repr(content)[:500]))
+                                         f"{type(content).__name__}", safe_repr(content))
                 content = ""
             content = scrub(content or "")
             raw_calls = action.get("tool_calls") or []
@@ -272,7 +273,7 @@ def parse_action(action: Any) -> ParsedAction:
             if not isinstance(raw_calls, list):
                 out = _parse_string(content) if content else ParsedAction()
                 out.items.append(ParseError(f"tool_calls must be a list, got {type(raw_calls).__name__}",
-                                            scrub(repr(raw_calls)[:500])))
+                                            safe_repr(raw_calls)))
                 return out
             if not raw_calls:
                 parsed = _parse_string(content)
@@ -298,16 +299,16 @@ def parse_action(action: Any) -> ParsedAction:
         for a in action:
             out.items.append(_typed(a) if isinstance(a, ToolCall) else _call_from_obj(a, raw_text(a)))
         return out
-    return ParsedAction(items=[ParseError(f"unsupported action type {type(action).__name__}", scrub(repr(action)[:500]))])
+    return ParsedAction(items=[ParseError(f"unsupported action type {type(action).__name__}", safe_repr(action))])
 
 
 def _typed(call: ToolCall) -> ToolCall | ParseError:
     if not isinstance(call.name, str) or not call.name.strip():
-        return ParseError("tool call has no 'name' (a non-empty string)", scrub(repr(call)[:500]))
+        return ParseError("tool call has no 'name' (a non-empty string)", safe_repr(call))
     try:
         args = decode_arguments(call.arguments)
     except ValueError as exc:
-        return ParseError(f"tool call {scrub(call.name)}: {exc}", scrub(repr(call)[:500]), name=scrub(call.name), id=_id(call.id))
+        return ParseError(f"tool call {scrub(call.name)}: {exc}", safe_repr(call), name=scrub(call.name), id=_id(call.id))
     return ToolCall(call.name.strip(), args, _id(call.id))
 
 
