@@ -14,7 +14,7 @@ from typing import Any
 from gym_envfactory.backends.base import Backend
 from gym_envfactory.backends.inprocess import InProcessBackend
 from gym_envfactory.backends.remote import RemoteBackend
-from gym_envfactory.backends.subprocess import start_server_process
+from gym_envfactory.backends.subprocess import ServerProcess, start_server_process
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import BackendError, BackendUnavailableError
 from gym_envfactory.session import SessionProtocol
@@ -29,6 +29,12 @@ class _Shared:
         self.backend = backend
         self.stop = stop
         self.refs = 0
+
+    def usable(self, ping_timeout: float) -> bool:
+        """True when the server behind this backend still serves: its connection is up, its process
+        (subprocess backend) still runs, and it answers a ping within ``ping_timeout`` seconds."""
+        alive = getattr(self.stop, "alive", True)
+        return bool(alive) and self.backend.client.ping(ping_timeout)
 
 
 _POOL: dict[tuple, _Shared] = {}
@@ -47,6 +53,12 @@ class _PooledBackend(Backend):
     def url(self) -> str:
         """The server this backend talks to."""
         return self._shared.backend.url
+
+    @property
+    def server_process(self) -> ServerProcess | None:
+        """The local server process behind this backend (``subprocess`` kind), else ``None``."""
+        stop = self._shared.stop
+        return stop if isinstance(stop, ServerProcess) else None
 
     @property
     def remote(self) -> RemoteBackend:
@@ -92,11 +104,19 @@ def _stop_all() -> None:  # pragma: no cover - process exit
             pass
 
 
+#: Most seconds :func:`acquire_backend` waits for a shared server to answer a ping before reuse.
+PING_TIMEOUT_S = 5.0
+
+
 def acquire_backend(kind: str | Backend | None, *, envs: Sequence[str] = (), url: str | None = None,
                     token: str | None = None, timeout: float = 60.0, **options: Any) -> Backend:
     """A backend for an env.  ``kind``: ``"inprocess"`` (default), ``"subprocess"``, ``"docker"``,
     ``"url"`` (needs ``url``), or a :class:`Backend` instance.  Remote backends are shared per
-    configuration; call :meth:`Backend.release` when done.
+    configuration; call :meth:`Backend.release` when done.  A shared backend is handed out again only
+    after its server proves alive (its process runs and it answers a ping); a dead one is replaced.
+
+    ``timeout`` (seconds) bounds starting a server (subprocess, docker: the wait for it to announce
+    itself or become ready) and each request on the connection.
 
     Raises:
         BackendError: unknown kind, missing url, a server that does not start.
@@ -119,7 +139,7 @@ def acquire_backend(kind: str | Backend | None, *, envs: Sequence[str] = (), url
         raise BackendError(f"unknown backend {kind!r}; choose inprocess, subprocess, docker or url")
     with _POOL_LOCK:
         shared = _POOL.get(key)
-        if shared is not None and not shared.backend.client.alive:
+        if shared is not None and not shared.usable(min(timeout, PING_TIMEOUT_S)):
             _POOL.pop(key, None)  # its server died: leave it to its current users, start afresh
             shared = None
         if shared is None:

@@ -229,6 +229,19 @@ class SessionClient:
         """False once the connection is lost (the server died or closed it)."""
         return self._client._ws is not None and self._client._closed_reason is None
 
+    def ping(self, timeout: float = 5.0) -> bool:
+        """True when the connection is up and the server answers a ``ping`` within ``timeout`` seconds
+        (a liveness check that never raises)."""
+        if not self.alive or not self._loop.is_running():
+            return False
+        fut = asyncio.run_coroutine_threadsafe(asyncio.wait_for(self._client.request("ping"), timeout), self._loop)
+        try:
+            fut.result(timeout + 1)
+        except Exception:  # noqa: BLE001 - any failure means "not usable"
+            fut.cancel()
+            return False
+        return True
+
     def request(self, method: str, **params: Any) -> Any:
         """One JSON-RPC 2.0 request, blocking; returns its result.
 

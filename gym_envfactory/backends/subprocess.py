@@ -5,72 +5,159 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import IO
 
 from gym_envfactory.errors import BackendError
 
-__all__ = ["start_server_process"]
+__all__ = ["start_server_process", "ServerProcess"]
 
 log = logging.getLogger(__name__)
 
-def start_server_process(envs: Sequence[str], token: str | None, timeout: float) -> tuple[str, Callable[[], None]]:
+
+class ServerProcess:
+    """A running ``envfactory serve`` child: call it (``stop()``) to stop it; :attr:`alive` says whether
+    it still runs.  Returned as the ``stop`` of :func:`start_server_process`."""
+
+    def __init__(self, proc: subprocess.Popen[str], log_path: str, token_path: str | None) -> None:
+        self.proc = proc
+        self.log_path = log_path
+        self.token_path = token_path
+
+    @property
+    def pid(self) -> int:
+        """The server's process id."""
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        """False once the server process has exited (killed, crashed or stopped)."""
+        return self.proc.poll() is None
+
+    def log_tail(self) -> str:
+        """The last 2,000 characters of the server's log (stderr), or ``""`` when unreadable."""
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+                return fh.read()[-2000:].strip()
+        except OSError:
+            return ""
+
+    def forget_token(self) -> None:
+        """Delete the token file (the server reads it once at start).  Idempotent."""
+        if self.token_path is not None:
+            try:
+                os.unlink(self.token_path)
+            except OSError:
+                pass
+            self.token_path = None
+
+    def __call__(self) -> None:
+        """Stop the server (terminate, then kill after 10 s) and remove its log and token files.  Idempotent."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.forget_token()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+
+def _pump_lines(stream: IO[str], lines: queue.Queue[str | None], done: threading.Event) -> None:
+    """Read the server's stdout to its end, so the server never blocks on a full pipe: every line goes
+    to ``lines`` until ``done`` is set (the announcement was taken), later ones are dropped; ``None``
+    marks the end."""
+    try:
+        for line in stream:
+            if not done.is_set():
+                lines.put(line)
+    except (OSError, ValueError):
+        pass
+    lines.put(None)
+
+
+def _write_token_file(token: str) -> str:
+    fd, path = tempfile.mkstemp(prefix="envfactory-token-", suffix=".txt")  # mode 0600, this user only
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
+    return path
+
+
+def start_server_process(envs: Sequence[str], token: str | None, timeout: float) -> tuple[str, ServerProcess]:
     """Start ``envfactory serve`` on a free loopback port and return (url, stop).  The server's
     stderr goes to a log file (never an undrained pipe, which would block it once full).
 
+    The token never appears on the child's command line (where ``ps`` shows it to every user) nor in
+    its environment: it is written to a file readable by this user only, passed as
+    ``--token-file``, and deleted once the server has announced itself.
+
     Args:
         envs: environment names the server serves.
-        token: bearer token the server requires (``ENVFACTORY_TOKEN``), or ``None`` for none.
-        timeout: seconds to wait for the server's ``{"listening": url}`` announcement.
+        token: bearer token the server requires, or ``None`` for none (a ``$ENVFACTORY_TOKEN`` of this
+            process is not passed on either way).
+        timeout: seconds to wait for the server's ``{"listening": url}`` announcement; the wait never
+            blocks longer, whatever the server does meanwhile (a silent server is killed).
+
+    Returns:
+        ``(url, stop)``: ``stop`` is a :class:`ServerProcess` (call it to stop the server; ``alive``).
 
     Raises:
         BackendError: the server exited or did not announce itself within ``timeout`` (with the log's tail).
     """
+    deadline = time.monotonic() + timeout
     cmd = [sys.executable, "-m", "gym_envfactory.cli", "serve", *envs, "--host", "127.0.0.1", "--port", "0", "--announce"]
-    environ = dict(os.environ)
-    if token:
-        environ["ENVFACTORY_TOKEN"] = token
+    environ = {k: v for k, v in os.environ.items() if k not in ("ENVFACTORY_TOKEN", "ENVFACTORY_TOKEN_FILE")}
+    token_path = _write_token_file(token) if token else None
+    if token_path is not None:
+        cmd += ["--token-file", token_path]
     log_file = tempfile.NamedTemporaryFile(prefix="envfactory-server-", suffix=".log", delete=False)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, text=True, env=environ)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, text=True, env=environ)
+    except OSError as exc:
+        log_file.close()
+        if token_path is not None:
+            os.unlink(token_path)
+        raise BackendError(f"cannot start the environment server: {exc}") from None
     log_file.close()
+    server = ServerProcess(proc, log_file.name, token_path)
     stdout = proc.stdout
     assert stdout is not None  # stdout=PIPE
-
-    def log_tail() -> str:
+    lines: queue.Queue[str | None] = queue.Queue()
+    announced = threading.Event()
+    threading.Thread(target=_pump_lines, args=(stdout, lines, announced), name="envfactory-server-stdout",
+                     daemon=True).start()
+    url = None
+    while url is None:
+        left = deadline - time.monotonic()
         try:
-            return open(log_file.name, encoding="utf-8", errors="replace").read()[-2000:].strip()
-        except OSError:
-            return ""
-
-    deadline = time.monotonic() + timeout
-    line = ""
-    while time.monotonic() < deadline:
-        line = stdout.readline()
+            line = lines.get(timeout=max(0.0, left)) if left > 0 else lines.get_nowait()
+        except queue.Empty:
+            tail = server.log_tail()
+            server()
+            raise BackendError(f"environment server did not start within {timeout} s: {tail}") from None
+        if line is None:  # stdout closed: the server exited
+            try:
+                proc.wait(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                pass
+            code, tail = proc.poll(), server.log_tail()
+            server()
+            raise BackendError(f"environment server exited with {code}: {tail}")
         if line.startswith("{"):
-            break
-        if proc.poll() is not None:
-            raise BackendError(f"environment server exited with {proc.returncode}: {log_tail()}")
-    else:
-        proc.kill()
-        raise BackendError(f"environment server did not start within {timeout} s: {log_tail()}")
-    url = json.loads(line)["listening"]
-    # keep draining stdout so the server can never block on a full pipe
-    threading.Thread(target=lambda: [None for _ in stdout], name="envfactory-server-stdout", daemon=True).start()
+            try:
+                url = json.loads(line)["listening"]
+            except (ValueError, KeyError, TypeError):
+                continue
+    announced.set()
+    server.forget_token()
     log.info("environment server %s (pid %d) logs to %s", url, proc.pid, log_file.name)
-
-    def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        try:
-            os.unlink(log_file.name)
-        except OSError:
-            pass
-
-    return url, stop
+    return url, server

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from click.core import ParameterSource
 from rich.console import Console, JustifyMethod
 from rich.progress import (
     BarColumn,
@@ -71,16 +72,16 @@ def list_cmd() -> None:
         try:
             spec = get_environment(name)
             tasks = spec.tasks
-        except EnvFactoryError as exc:
+        except Exception as exc:  # noqa: BLE001 - a broken package is reported and skipped, never fatal
             table.add_row(name, "-", "-", "-", "-", "[red]broken (see below)[/red]")
-            broken.append(f"{name}: {exc}")
+            broken.append(f"{name}: {exc if isinstance(exc, EnvFactoryError) else repr(exc)[:500]}")
             continue
         writes = sum(not t.read_only for t in spec.tools.values())
         table.add_row(spec.gym_id, spec.domain, spec.version, f"{len(spec.tools)} ({writes})",
                       f"{len(tasks)} ({sum(t.multi_turn for t in tasks)})", ", ".join(spec.initial_state_names()))
     console.print(table)
     for line in broken:
-        console.print(f"[red]broken: {line}[/red]", soft_wrap=True)
+        err_console.print(f"broken: {line}", style="red", soft_wrap=True, markup=False, highlight=False)
     if broken:
         raise typer.Exit(1)
 
@@ -145,8 +146,9 @@ def validate_cmd(
         try:
             spec = get_environment(name)
             report = validate_environment(spec)
-        except EnvFactoryError as exc:
-            console.print(f"[red]✗ {name}: {exc}[/red]")
+        except Exception as exc:  # noqa: BLE001 - one broken package never stops the others' validation
+            console.print(f"✗ {name}: {exc if isinstance(exc, EnvFactoryError) else repr(exc)[:500]}", style="red",
+                          markup=False, highlight=False)
             ok = False
             continue
         n_pass = sum(s.passed for s in report.scenarios)
@@ -223,13 +225,32 @@ def rollout_cmd(
         console.print(f"wrote {n} trajectories to {out}")
 
 
+def read_token_file(path: Path) -> str:
+    """The bearer token held in ``path`` (its first line, surrounding whitespace stripped).
+
+    Raises:
+        typer.BadParameter: the file cannot be read or holds no token.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"cannot read the token file {path}: {exc}") from None
+    lines = text.strip().splitlines()
+    token = lines[0].strip() if lines else ""
+    if not token:
+        raise typer.BadParameter(f"the token file {path} is empty")
+    return token
+
+
 @app.command("serve")
 def serve_cmd(
+    ctx: typer.Context,
     envs: Annotated[list[str] | None, typer.Argument(help="environments to serve (default: --all)")] = None,
     all_: Annotated[bool, typer.Option("--all", help="serve every catalog environment")] = False,
     host: Annotated[str, typer.Option(help="bind address; beyond loopback a token is required")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port (0 = any free port)")] = 8765,
-    token: Annotated[str | None, typer.Option(envvar="ENVFACTORY_TOKEN", help="bearer token for every route but /healthz")] = None,
+    token: Annotated[str | None, typer.Option(envvar="ENVFACTORY_TOKEN", help="bearer token for every route but /healthz (visible in `ps` when given here: prefer --token-file or $ENVFACTORY_TOKEN)")] = None,
+    token_file: Annotated[Path | None, typer.Option(envvar="ENVFACTORY_TOKEN_FILE", help="read the bearer token from this file (first line; keep it mode 0600)")] = None,
     ttl: Annotated[float, typer.Option(help="idle seconds before a session expires")] = 900.0,
     max_sessions: Annotated[int, typer.Option(help="most live sessions")] = 10_000,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
@@ -245,6 +266,13 @@ def serve_cmd(
         err_console.print(f"[red]envfactory serve needs the 'server' extra (pip install '.[server]'): {exc}[/red]")
         raise typer.Exit(2) from None
 
+    if token_file is not None:
+        if token and ctx.get_parameter_source("token") is ParameterSource.COMMANDLINE:
+            raise typer.BadParameter("give --token or --token-file, not both")
+        token = read_token_file(token_file)
+    elif token and ctx.get_parameter_source("token") is ParameterSource.COMMANDLINE:
+        err_console.print("warning: a --token on the command line is visible to every user in `ps`; "
+                          "use --token-file PATH or $ENVFACTORY_TOKEN", style="yellow", markup=False)
     if transport not in ("http", "stdio"):
         raise typer.BadParameter(f"--transport must be http or stdio, not {transport!r}")
     if transport == "stdio":
@@ -257,12 +285,15 @@ def serve_cmd(
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout carries only MCP frames
         run_stdio(spec.name)
         return
-    names = None if (all_ or not envs) else [get_environment(e).name for e in envs]
+    names = None if (all_ or not envs) else [_load(e).name for e in envs]
     try:
         serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions, announce=announce)
     except InsecureBindError as exc:
         err_console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
+    except EnvFactoryError as exc:
+        err_console.print(str(exc), style="red", markup=False, highlight=False)
+        raise typer.Exit(1) from None
     except OSError as exc:
         err_console.print(f"[red]cannot listen on {host}:{port}: {exc}[/red]")
         raise typer.Exit(1) from None

@@ -68,10 +68,14 @@ def register_catalog() -> list[str]:
     ids = []
     for name, folder in catalog_folders().items():
         try:
-            version = tomllib.loads((folder / "environment.toml").read_text()).get("version", "0.0.0")
-            major = int(str(version).split(".", 1)[0])
+            raw = tomllib.loads((folder / "environment.toml").read_text())
+            major = int(str(raw.get("version", "0.0.0")).split(".", 1)[0])
         except (tomllib.TOMLDecodeError, ValueError, OSError) as exc:
             log.warning("skipping %s: unreadable manifest (%s); `envfactory validate %s` says more", folder, exc, name)
+            continue
+        if raw.get("name") != name:
+            log.warning("skipping %s: its manifest names the environment %r, not %r (a package lives in a folder "
+                        "of its own name)", folder, raw.get("name"), name)
             continue
         env_id = f"envfactory/{name}-v{major}"
         if env_id not in gym.registry:

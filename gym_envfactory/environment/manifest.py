@@ -40,6 +40,62 @@ def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+#: Longest JSON text (one line of a JSON Lines file, or a whole state file) a package may hold, in characters.
+MAX_JSON_CHARS = 64 * 1024 * 1024
+#: Deepest nesting of arrays and objects accepted in a package's JSON (tasks and states nest a few levels).
+MAX_JSON_DEPTH = 256
+
+
+def json_depth_exceeds(text: str, limit: int) -> bool:
+    """True when the JSON ``text`` nests arrays/objects deeper than ``limit`` (brackets inside strings
+    are skipped), checked without recursion so a hostile line cannot exhaust the stack."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    in_str = escaped = False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
+def parse_json_text(text: str, *, file: Path | str | None, line: int | None = None,
+                    error: type[SpecError] = SpecError, max_chars: int = MAX_JSON_CHARS) -> Any:
+    """A package file's JSON text (a JSON Lines line, or a whole file) as a Python object.
+
+    Raises:
+        SpecError: (or ``error``, e.g. :class:`~gym_envfactory.errors.DatasetError`) the text is not
+            JSON, is longer than ``max_chars``, nests deeper than :data:`MAX_JSON_DEPTH`, or holds a
+            number Python refuses (an integer of thousands of digits), naming ``file`` and ``line``
+            (for a whole file, the line of a syntax error).
+    """
+    if len(text) > max_chars:
+        raise error(f"{'line' if line is not None else 'file'} is {len(text)} characters long, over the limit of "
+                    f"{max_chars}", file=file, line=line)
+    if json_depth_exceeds(text, MAX_JSON_DEPTH):
+        raise error(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", file=file, line=line)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        at = line if line is not None else exc.lineno
+        raise error(f"invalid JSON: {exc.msg} (column {exc.colno})", file=file, line=at) from None
+    except (ValueError, RecursionError) as exc:
+        raise error(f"invalid JSON: {type(exc).__name__}: {str(exc)[:200]}", file=file, line=line) from None
+
+
 class Provenance(BaseModel):
     """Where an environment comes from (``[provenance]`` of ``environment.toml``): ``kind``, and for
     generated or imported ones the ``model``, ``date`` and ``source``; extra keys are kept."""

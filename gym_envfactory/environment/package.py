@@ -28,11 +28,21 @@ def import_package(name: str, folder: Path) -> ModuleType:
     packages never clash with each other or with installed modules).
 
     Raises:
-        SpecError: the package cannot be imported (its ``__init__.py`` raised, naming the file).
+        SpecError: the package cannot be imported (its ``__init__.py`` raised, naming the file), or
+            ``name`` is already imported from another folder (naming both; see :func:`unload_package`).
     """
     mod_name = f"gym_envfactory._envs.{name}"
-    if mod_name in sys.modules:
-        return sys.modules[mod_name]
+    folder = Path(folder).resolve()
+    loaded = sys.modules.get(mod_name)
+    if loaded is not None:
+        first = package_folder(loaded)
+        if first is not None and first != folder:
+            raise SpecError(
+                f"environment name {name!r} is already loaded from {first}; refusing the package in {folder} "
+                f"(two folders may not share an environment name: rename one, or call "
+                f"unload_package({name!r}) first to replace it)",
+                file=folder / "environment.toml", field="name")
+        return loaded
     if "gym_envfactory._envs" not in sys.modules:
         parent = ModuleType("gym_envfactory._envs")
         parent.__path__ = []  # namespace-like container
@@ -52,6 +62,24 @@ def import_package(name: str, folder: Path) -> ModuleType:
         del sys.modules[mod_name]
         raise SpecError(f"importing the package failed: {exc!r}", file=init) from exc
     return module
+
+
+def package_folder(module: ModuleType) -> Path | None:
+    """The folder an environment package module (from :func:`import_package`) was loaded from, or
+    ``None`` for a module without one."""
+    paths = list(getattr(module, "__path__", None) or [])
+    return Path(paths[0]).resolve() if paths else None
+
+
+def unload_package(name: str) -> int:
+    """Forget the imported modules of environment package ``name`` (``gym_envfactory._envs.<name>`` and its
+    submodules), so the next :func:`import_package` of that name executes the files of the folder it is
+    given.  Returns how many modules were dropped (0 when none was loaded)."""
+    prefix = f"gym_envfactory._envs.{name}"
+    mods = [m for m in list(sys.modules) if m == prefix or m.startswith(prefix + ".")]
+    for m in mods:
+        sys.modules.pop(m, None)
+    return len(mods)
 
 
 def import_member(pkg: ModuleType, folder: Path, module: str, *, field: str) -> ModuleType:
@@ -83,7 +111,17 @@ def collect_tools(module: ModuleType, env: str) -> list[ToolSpec]:
 
 
 def load_environment(path: str | Path) -> EnvironmentSpec:
-    """Load and check an environment package folder.  Raises :class:`SpecError` (file, line, field)."""
+    """Load and check an environment package folder.
+
+    The folder must be named after the manifest's ``name`` (``env_images/HotelBooking/`` holds
+    ``name = "HotelBooking"``), and a name already loaded from another folder is refused: modules are
+    imported once per name, so a copy keeping another package's name would otherwise run that
+    package's code (or lend it its own) depending on load order.
+
+    Raises:
+        SpecError: a malformed package (file, line, field); a folder whose name is not the manifest's
+            name; a name already loaded from another folder (naming both folders).
+    """
     folder = Path(path).resolve()
     man_file = folder / "environment.toml"
     if not man_file.is_file():
@@ -99,6 +137,11 @@ def load_environment(path: str | Path) -> EnvironmentSpec:
         d = format_validation_error(exc)[0]
         raise SpecError(d["message"], file=man_file, field=d["field"]) from None
     manifest.check(man_file)
+    if folder.name != manifest.name:
+        raise SpecError(
+            f"the package folder {folder} is named {folder.name!r} but its manifest names the environment "
+            f"{manifest.name!r}: a package lives in a folder of its own name ({folder.parent / manifest.name})",
+            file=man_file, field="name")
     pkg = import_package(manifest.name, folder)
     mod_name, _, cls_name = manifest.state_model.partition(":")
     state_mod = import_member(pkg, folder, mod_name, field="state_model")

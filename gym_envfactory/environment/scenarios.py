@@ -4,7 +4,6 @@ hand; :mod:`gym_envfactory.validation` runs them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -12,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gym_envfactory.environment.arguments import format_validation_error
+from gym_envfactory.environment.manifest import parse_json_text
 from gym_envfactory.errors import SpecError
 
 
@@ -55,10 +55,7 @@ def load_scenarios(src: str | Path | Iterable[Mapping[str, Any]]) -> list[Scenar
         items = []
         for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if line.strip():
-                try:
-                    items.append((lineno, json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise SpecError(f"invalid JSON: {exc.msg}", file=path, line=lineno) from None
+                items.append((lineno, parse_json_text(line, file=path, line=lineno)))
     else:
         path = None
         items = list(enumerate(src, 1))

@@ -17,7 +17,6 @@ Errors name the file, line and field (:class:`~gym_envfactory.errors.SpecError`)
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gym_envfactory.environment.arguments import format_validation_error
-from gym_envfactory.environment.manifest import STATE_NAME_RE, Manifest, canonical_json
+from gym_envfactory.environment.manifest import STATE_NAME_RE, Manifest, canonical_json, parse_json_text
 from gym_envfactory.environment.scenarios import Scenario, load_scenarios
 from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.environment.tools import ToolSpec
@@ -139,10 +138,7 @@ class EnvironmentSpec:
                         f"available: {', '.join(self.initial_state_names()) or 'none'}",
                         file=file,
                     )
-                try:
-                    raw = json.loads(file.read_text())
-                except json.JSONDecodeError as exc:
-                    raise SpecError(f"invalid JSON: {exc.msg}", file=file, line=exc.lineno) from None
+                raw = parse_json_text(file.read_text(encoding="utf-8"), file=file)
             model = self.validate_state(raw, file=file)
             data = model.model_dump_json().encode()
             self._state_cache[name] = data

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -66,7 +67,7 @@ def resolve_state(spec: EnvironmentSpec, ref: Any, *, task_form: bool = False,
         try:
             return spec.initial_state_json(ref)
         except SpecError as exc:
-            raise DatasetError(exc.message, **at) from None
+            raise _state_file_error(spec, ref, exc, at) from None
     try:
         r = InitialStateRef.model_validate(ref)
     except ValidationError as exc:
@@ -80,7 +81,7 @@ def resolve_state(spec: EnvironmentSpec, ref: Any, *, task_form: bool = False,
         try:
             raw = json.loads(spec.initial_state_json(r.name))
         except SpecError as exc:
-            raise DatasetError(exc.message, **at) from None
+            raise _state_file_error(spec, r.name, exc, {**at, "field": "initial_state.name"}) from None
     if r.patches:
         try:
             raw = jsonpatch.apply_patch(raw, r.patches)
@@ -89,8 +90,33 @@ def resolve_state(spec: EnvironmentSpec, ref: Any, *, task_form: bool = False,
     try:
         return spec.validate_state(raw).model_dump_json().encode()
     except SpecError as exc:
-        raise DatasetError(f"initial state invalid: {exc.message}",
+        base = "" if r.state is not None else f" (state {_state_label(spec, r.name)} after its patches)"
+        raise DatasetError(f"initial state invalid{base}: field {exc.field!r}: {exc.message}",
                            **{**at, "field": f"initial_state.{exc.field}"}) from None
+
+
+def _state_label(spec: EnvironmentSpec, name: str | None) -> str:
+    """``'small' (…/initial_states/small.json)``: a named state and the file it comes from, for errors."""
+    name = name or spec.manifest.default_initial_state
+    file = spec.path / "initial_states" / f"{name}.json" if spec.path is not None else None
+    return f"{name!r} ({file})" if file is not None and file.is_file() else repr(name)
+
+
+def _state_file_error(spec: EnvironmentSpec, name: str | None, exc: SpecError, at: dict[str, Any]) -> DatasetError:
+    """A named initial state that does not load, reported on the task: the message names the state
+    file and the state's offending field (``exc`` says where), ``field`` is ``initial_state[.<field>]``."""
+    if exc.field is None and exc.line is None and (exc.file is None or not Path(exc.file).is_file()):
+        return DatasetError(exc.message, **at)  # no such state (the message lists the available ones)
+    where = exc.file or "(inline state)"
+    if exc.line is not None:
+        where += f":{exc.line}"
+    if exc.field:
+        where += f" field {exc.field!r}"
+    field = at.pop("field", "initial_state")
+    if exc.field:
+        field = f"initial_state.{exc.field}"
+    label = repr(name or spec.manifest.default_initial_state)
+    return DatasetError(f"initial state {label} of {spec.name} is broken: {where}: {exc.message}", **at, field=field)
 
 
 def resolve_initial_states(envs: Mapping[str, EnvironmentSpec] | Sequence[EnvironmentSpec], ref: Any, *,

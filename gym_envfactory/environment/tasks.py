@@ -22,7 +22,6 @@ The final state is never stored: :mod:`gym_envfactory.replay` derives it by repl
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gym_envfactory.environment.arguments import format_validation_error
+from gym_envfactory.environment.manifest import parse_json_text
 from gym_envfactory.errors import DatasetError, UnknownTaskError
 
 __all__ = ["GroundTruthCall", "Turn", "Task", "TaskSet"]
@@ -117,10 +117,7 @@ class TaskSet:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path, line=lineno) from None
+                obj = parse_json_text(line, file=path, line=lineno, error=DatasetError)
                 task = cls._parse(env_name, obj, file=path, line=lineno)
                 if task.task_id in lines:
                     raise DatasetError(f"duplicate task_id {task.task_id!r} (first on line {lines[task.task_id]})",

@@ -173,6 +173,10 @@ class EnvFactoryEnv(gym.Env):
             or a :class:`~gym_envfactory.backends.Backend`.  Tasks and rewards are computed locally.
         url, token: the server for ``backend="url"``; the bearer token (default ``$ENVFACTORY_TOKEN``).
         backend_options: extra options of the backend (docker: ``image``, ``mem_limit`` ...).
+        timeout: seconds a remote backend may take to start its server (subprocess, docker) and to
+            answer each request (default 60); with ``gym.make("envfactory/HotelBooking-v0",
+            backend="subprocess", timeout=10)`` a server that is not up within 10 s is a
+            :class:`~gym_envfactory.errors.BackendError`.
 
     Observation: list of new chat messages (OpenAI format).  Action: see
     :class:`~gym_envfactory.envs.spaces.AssistantActionSpace`.  ``info`` keys: ``task_id``, ``turn``,
@@ -181,7 +185,9 @@ class EnvFactoryEnv(gym.Env):
     ``reward_components`` and ``state_diff``.
 
     Raises:
-        UnknownEnvironmentError, SpecError: bad environment.  UnknownTaskError, DatasetError: at reset,
+        UnknownEnvironmentError, SpecError: bad environment.  BackendError, BackendUnavailableError: a
+        remote backend that does not start within ``timeout`` or cannot be reached.  ValueError: bad
+        limits or modes, or ``timeout`` given twice.  UnknownTaskError, DatasetError: at reset,
         for an unknown task or one whose ground truth does not replay (docs/cases.md C06).
     """
 
@@ -207,6 +213,7 @@ class EnvFactoryEnv(gym.Env):
         url: str | None = None,
         token: str | None = None,
         backend_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
         history: str = "parsed",
     ) -> None:
         if history not in ("parsed", "raw"):
@@ -234,7 +241,12 @@ class EnvFactoryEnv(gym.Env):
         self.system_prompt = system_prompt
         self.render_mode = render_mode
         served = [self.environment.name] + sorted({n for t in self.tasks for n in t.envs} - {self.environment.name})
-        self.backend = acquire_backend(backend, envs=served, url=url, token=token, **dict(backend_options or {}))
+        options = dict(backend_options or {})
+        if timeout is not None:
+            if "timeout" in options and options["timeout"] != timeout:
+                raise ValueError("give timeout= or backend_options={'timeout': ...}, not both")
+            options["timeout"] = timeout
+        self.backend = acquire_backend(backend, envs=served, url=url, token=token, **options)
         self.observation_space = MessagesSpace()
         self.action_space = AssistantActionSpace(list(self.environment.tools))
         self.session: SessionProtocol | None = None  # a Session, or a RemoteSession on a remote backend

@@ -34,6 +34,8 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     from gym_envfactory.server.app import ServerConfig, build_app
 
     manager = SessionManager(envs, ttl_s=ttl_s, max_sessions=max_sessions)
+    for name, error in manager.skipped.items():
+        print(f"envfactory: not serving {name}, its package is broken: {error}", file=sys.stderr, flush=True)
     for spec in manager.specs.values():  # load tasks and initial states before serving
         spec.tasks  # noqa: B018
     # Thousands of live sessions are millions of long-lived, acyclic objects (freed by reference

@@ -9,6 +9,8 @@ Routes:
   Bad control requests get a 4xx with a message and change nothing.
 
 Security: when ``token`` is set every route but ``/healthz`` requires ``Authorization: Bearer <token>``;
+on a loopback server every route but ``/healthz`` also refuses (403) a foreign ``Origin`` and a ``Host``
+that is not exactly a loopback address or ``localhost`` (with an optional port: DNS rebinding);
 :func:`build_app` refuses to serve beyond loopback without one.  Request bodies are capped
 (``max_body_bytes``).  Idle sessions expire after ``ttl_s`` (checked every ``ttl_s / 4``, at most 30 s).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import secrets
@@ -42,7 +45,7 @@ from gym_envfactory.server.fastproto import (
 )
 from gym_envfactory.server.manager import SessionManager
 
-__all__ = ["build_app", "ServerConfig", "is_loopback", "InsecureBindError"]
+__all__ = ["build_app", "ServerConfig", "is_loopback", "host_header_name", "InsecureBindError"]
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +55,35 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def is_loopback(host: str) -> bool:
-    """True for a loopback bind address (``127.0.0.0/8``, ``localhost``, ``::1``): binding there needs no token."""
-    return host in LOOPBACK or host.startswith("127.")
+    """True for a loopback bind address (``127.0.0.0/8``, ``localhost``, ``::1``): binding there needs no token.
+
+    Exact: an address of ``127.0.0.0/8`` written in full, never a name that merely starts like one
+    (``127.0.0.1.evil.com``)."""
+    host = host.strip("[]")
+    if host in LOOPBACK:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_header_name(value: str) -> str | None:
+    """The host of an HTTP ``Host`` header, ``host[:port]`` or ``[v6]:port``; ``None`` when the value is
+    not of that form (a port that is not a number, stray brackets or colons)."""
+    value = value.strip()
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            return None
+        host, rest = value[1:end], value[end + 1:]
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return None
+        return host
+    host, sep, port = value.partition(":")
+    if sep and not port.isdigit():
+        return None
+    return host
 
 
 class ServerConfig:
@@ -126,9 +156,10 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
         if headers.get("origin") and headers.get("origin") not in config.allowed_origins:
             return f"origin {headers.get('origin')!r} is not allowed"
         if is_loopback(config.host):
-            host = headers.get("host", "").rsplit(":", 1)[0].strip("[]")
-            if host and host not in LOOPBACK and not host.startswith("127."):
-                return f"host {host!r} is not this loopback server"
+            raw = headers.get("host", "")
+            host = host_header_name(raw)
+            if raw and (host is None or not is_loopback(host)):
+                return f"host {raw[:200]!r} is not this loopback server"
         return None
 
     def observe(method: str, ok: bool) -> None:
@@ -144,11 +175,18 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
         return JSONResponse({"status": "ok", "uptime_s": round(time.time() - started, 3)})
 
     async def readyz(request: Request) -> Response:
+        bad = foreign(request.headers)
+        if bad:
+            return JSONResponse({"error": bad}, status_code=403)
         if not authorized(request.headers):
             return JSONResponse({"error": "unauthorized"}, status_code=401)
-        return JSONResponse({"status": "ready", "envs": manager.catalog(), "sessions": len(manager.sessions)})
+        return JSONResponse({"status": "ready", "envs": manager.catalog(), "sessions": len(manager.sessions),
+                             "skipped": dict(manager.skipped)})
 
     async def metrics_route(request: Request) -> Response:
+        bad = foreign(request.headers)
+        if bad:
+            return JSONResponse({"error": bad}, status_code=403)
         if not authorized(request.headers):
             return JSONResponse({"error": "unauthorized"}, status_code=401)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -58,19 +58,38 @@ class SessionManager:
     """Create, look up, fork, snapshot and expire sessions.
 
     Args:
-        envs: environment names this server serves (default: the whole catalog).
+        envs: environment names this server serves (default: the whole catalog, leaving out, with an
+            error in the log and in :attr:`skipped`, every package that does not load).
         ttl_s: idle seconds after which :meth:`expire` closes a session.
         max_sessions: hard cap; :meth:`create` raises :class:`CapacityError` beyond it.
         clock: monotonic time source in seconds (injectable for tests).
+
+    Raises:
+        UnknownEnvironmentError, SpecError: a name in ``envs`` that does not load.
+        BadRequestError: serving the whole catalog, and no package of it loads.
     """
 
     def __init__(self, envs: Sequence[str] | None = None, *, ttl_s: float = 900.0, max_sessions: int = 10_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         names = list(envs) if envs else list_environments()
         self.specs: dict[str, EnvironmentSpec] = {}
+        #: Catalog packages left out because they do not load (name → error), when serving the whole catalog.
+        self.skipped: dict[str, str] = {}
         for n in names:
-            spec = get_environment(n)
+            if envs:
+                spec = get_environment(n)  # asked for by name: a broken package is the caller's error
+            else:
+                try:
+                    spec = get_environment(n)
+                    spec.tasks  # noqa: B018 - a broken tasks file is found now, not by the first client
+                except Exception as exc:  # noqa: BLE001 - one broken package never stops the others
+                    self.skipped[n] = exc.__class__.__name__ + ": " + str(exc)[:2000]
+                    log.error("not serving %s: the package is broken: %s", n, self.skipped[n])
+                    continue
             self.specs[spec.name] = spec
+        if not self.specs and not envs and self.skipped:
+            raise BadRequestError(f"no environment to serve: every catalog package is broken "
+                                  f"({'; '.join(f'{k}: {v}' for k, v in self.skipped.items())})")
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
         self.clock = clock

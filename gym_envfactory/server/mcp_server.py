@@ -34,10 +34,13 @@ arguments, tool error, internal error) comes back as ``isError: true`` with the 
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import logging
 import secrets
+import sys
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 from mcp.server import Server
@@ -60,7 +63,7 @@ from gym_envfactory.server.fastproto import ERR_CAPACITY, ERR_UNKNOWN_SESSION
 from gym_envfactory.server.manager import ManagedSession, SessionManager
 from gym_envfactory.session import ToolResult
 
-__all__ = ["SESSION_HEADER", "EnvMCPServer", "mcp_routes", "run_stdio"]
+__all__ = ["SESSION_HEADER", "EnvMCPServer", "junk_line_reply", "mcp_routes", "run_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -294,18 +297,78 @@ def mcp_routes(manager: SessionManager, config: Any) -> tuple[list[Route], Calla
     return routes, lifespan
 
 
+def junk_line_reply(line: str) -> types.JSONRPCError | None:
+    """The JSON-RPC error answering one stdio line that is not a JSON-RPC message, or ``None`` for a
+    valid message (or a blank line, which is skipped).
+
+    A line that is not JSON gets a parse error (-32700), a JSON value that is not a valid message an
+    invalid-request error (-32600); both carry the line's ``id`` when one can be read from it (so a
+    client waiting on that id gets its answer), else ``id: null`` (JSON-RPC 2.0 §5).
+    """
+    if not line.strip():
+        return None
+    try:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except Exception as exc:  # noqa: BLE001 - anything the SDK would drop silently
+        reason = exc
+    else:
+        return None
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+            code=types.PARSE_ERROR, message="parse error: the line is not JSON"))
+    rid = obj.get("id") if isinstance(obj, dict) else None
+    if isinstance(rid, bool) or not isinstance(rid, (int, str)):
+        rid = None
+    detail = str(reason).splitlines()[0][:300] if str(reason) else type(reason).__name__
+    return types.JSONRPCError(jsonrpc="2.0", id=rid, error=types.ErrorData(
+        code=INVALID_REQUEST, message=f"invalid JSON-RPC message: {detail}"))
+
+
+class _UnownedText(io.TextIOWrapper):
+    """A text layer over stdin's buffer whose close leaves the buffer open (it is the process's)."""
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.detach()
+
+
 def run_stdio(env: str, *, manager: SessionManager | None = None) -> None:
     """Serve ``env`` as an MCP server over stdin/stdout (one client, one session) until stdin closes.
-    Logs go to stderr; stdout carries only protocol frames."""
+    Logs go to stderr; stdout carries only protocol frames.  A line that is not a JSON-RPC message is
+    answered with a JSON-RPC error (:func:`junk_line_reply`) instead of being dropped."""
     import anyio
     from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
 
     manager = manager or SessionManager([env])
     srv = EnvMCPServer(manager, env, single=True, http=False)
 
     async def main() -> None:
-        async with stdio_server() as (read_stream, write_stream):
-            await srv.server.run(read_stream, write_stream, srv.server.create_initialization_options())
+        replies_in, replies_out = anyio.create_memory_object_stream[types.JSONRPCError](64)
+        stdin = anyio.wrap_file(_UnownedText(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+
+        async def checked_lines() -> AsyncIterator[str]:
+            async with replies_in:
+                async for line in stdin:
+                    reply = junk_line_reply(line)
+                    if reply is None:
+                        yield line
+                    else:
+                        await replies_in.send(reply)
+
+        async with stdio_server(stdin=cast(Any, checked_lines())) as (read_stream, write_stream):
+            async def answer_junk() -> None:
+                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    async with replies_out:
+                        async for reply in replies_out:
+                            await write_stream.send(SessionMessage(reply))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer_junk)
+                await srv.server.run(read_stream, write_stream, srv.server.create_initialization_options())
+                tg.cancel_scope.cancel()
 
     try:
         anyio.run(main)
