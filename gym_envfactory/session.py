@@ -55,8 +55,9 @@ ErrorType = Literal["parse_error", "unknown_tool", "invalid_arguments", "tool_er
 #: Error types caused by a malformed call (counted as *invalid* calls by the length penalty).
 INVALID_CALL_ERRORS: frozenset[str] = frozenset({"parse_error", "unknown_tool", "invalid_arguments"})
 
-#: Write calls a live state replays at most on a rollback; past this many it re-serialises (amortised).
-REDO_LIMIT = 256
+#: Write calls a live state replays at most on a rollback; past this many it re-serialises (amortised:
+#: one state serialisation per this many successful writes).
+REDO_LIMIT = 1024
 
 
 @dataclass(slots=True)
@@ -541,6 +542,8 @@ class Session:
         With ``before`` (validation mode) the state is parsed from it.  Otherwise a read-only tool has
         nothing to undo, and a write tool's state is rebuilt from ``live.base`` by replaying
         ``live.redo`` (the successful write calls since): the failure path pays, never the success path.
+        With nothing to replay, one serialisation first tells whether the tool wrote at all (the common
+        case of a domain error raised before any write then costs no parse).
         """
         model_cls = self.envs[tool.env].state_model
         if before is not None:
@@ -549,6 +552,12 @@ class Session:
             return None
         if tool.read_only:
             return None
+        if not live.redo:
+            try:
+                if live.model.model_dump_json().encode() == live.base:
+                    return None
+            except Exception:  # noqa: BLE001 - a write that cannot even be serialised: rebuild below
+                pass
         try:
             model = model_cls.model_validate_json(live.base)
             for t, args in live.redo:
@@ -558,7 +567,8 @@ class Session:
                       tool.env, type(exc).__name__, exc)
             return f"its partial changes could not be rolled back: {type(exc).__name__} while replaying"
         live.model = model
-        self._rebase(live)  # later failures replay nothing
+        if live.redo:
+            self._rebase(live)  # the next failure compares with fresh bytes instead of parsing
         return None
 
     # ------------------------------------------------------------------ lifecycle
