@@ -26,8 +26,12 @@ TOKEN = "conformance-token"
 
 @pytest.fixture(scope="session")
 def url_server():
-    """An `envfactory serve --all` process with a token, for the url backend."""
-    env = {**os.environ, "ENVFACTORY_TOKEN": TOKEN}
+    """An `envfactory serve --all` process with a token, for the url backend (the catalog and the
+    suite's probe_catalog/)."""
+    from tests.conformance.test_conformance import PROBE_CATALOG
+
+    catalogs = os.pathsep.join(p for p in (str(PROBE_CATALOG), os.environ.get("ENVFACTORY_CATALOG")) if p)
+    env = {**os.environ, "ENVFACTORY_TOKEN": TOKEN, "ENVFACTORY_CATALOG": catalogs}
     proc = subprocess.Popen([sys.executable, "-m", "gym_envfactory.cli", "serve", "--all", "--port", "0", "--announce"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()
