@@ -318,8 +318,8 @@ def _cmdline_and_environ(pid: int) -> tuple[str, str]:
 
 
 def test_subprocess_backend_keeps_the_token_out_of_argv_and_environment(monkeypatch):
-    from gym_envfactory.backends.subprocess import start_server_process
     from gym_envfactory.backends.remote import SessionClient
+    from gym_envfactory.backends.subprocess import start_server_process
 
     token = "hostile-inputs-t0ken-" + os.urandom(6).hex()
     monkeypatch.setenv("ENVFACTORY_TOKEN", token)  # the parent's variable is not passed on either

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from click.core import ParameterSource
 from rich.console import Console, JustifyMethod
 from rich.progress import (
     BarColumn,
@@ -225,6 +224,11 @@ def rollout_cmd(
         console.print(f"wrote {n} trajectories to {out}")
 
 
+def _from_command_line(ctx: typer.Context, param: str) -> bool:
+    source = ctx.get_parameter_source(param)
+    return source is not None and source.name == "COMMANDLINE"
+
+
 def read_token_file(path: Path) -> str:
     """The bearer token held in ``path`` (its first line, surrounding whitespace stripped).
 
@@ -267,10 +271,10 @@ def serve_cmd(
         raise typer.Exit(2) from None
 
     if token_file is not None:
-        if token and ctx.get_parameter_source("token") is ParameterSource.COMMANDLINE:
+        if token and _from_command_line(ctx, "token"):
             raise typer.BadParameter("give --token or --token-file, not both")
         token = read_token_file(token_file)
-    elif token and ctx.get_parameter_source("token") is ParameterSource.COMMANDLINE:
+    elif token and _from_command_line(ctx, "token"):
         err_console.print("warning: a --token on the command line is visible to every user in `ps`; "
                           "use --token-file PATH or $ENVFACTORY_TOKEN", style="yellow", markup=False)
     if transport not in ("http", "stdio"):
