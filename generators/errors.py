@@ -3,10 +3,10 @@ each keeping the builtin base its callers catch (``RuntimeError``, ``ValueError`
 
 from __future__ import annotations
 
-from gym_envfactory.errors import EnvFactoryError, SpecError
+from gym_envfactory.errors import DatasetError, EnvFactoryError, SpecError
 
 __all__ = ["LLMError", "LLMRequestError", "LLMOutputError", "EnvGenError", "MetadataError", "OpenAPIError",
-           "MCPImportError", "ImporterError"]
+           "MCPImportError", "ImporterError", "ChainError"]
 
 
 class LLMError(EnvFactoryError, RuntimeError):
@@ -67,3 +67,14 @@ class MCPImportError(EnvFactoryError, RuntimeError):
 
 class ImporterError(SpecError):
     """The source does not fit the importable layout, or the imported environment failed validation."""
+
+
+class ChainError(DatasetError, ValueError):
+    """A line of a chains file (``chains.jsonl``, docs/synthesis.md "Chains") that is not a valid chain:
+    not JSON, a field of the wrong shape, a step that refers to a later step.  ``file``, ``line`` and
+    ``field`` (dotted, e.g. ``steps.1.inputs.hotel_id.step``) say where."""
+
+
+class GraphError(EnvFactoryError, ValueError):
+    """The tool graph cannot be built, read or refined (an unreadable graph file, a missing embedding
+    model, an environment not in the graph); the message says which and what to do."""
