@@ -531,18 +531,30 @@ class _Filler:
     def earlier_arguments(self, param: str) -> list[Any]:
         return [c["arguments"][param] for c in reversed(self.calls) if param in c["arguments"]]
 
-    def user_values(self, param: str, schema: Mapping[str, Any], defs: Mapping[str, Any]) -> list[Any]:
+    def user_values(self, param: str, schema: Mapping[str, Any], defs: Mapping[str, Any], *,
+                    guess: bool = True) -> list[Any]:
+        """Candidates for a user input, best first; without ``guess`` only values found in earlier
+        calls, results, the state, or the schema's enum (what an optional input may be filled with)."""
         if schema.get("type") == "array":
             item = _schema(schema.get("items", {}), defs)
-            wrapped = [[v] for v in self.user_values(_singular(param), item, defs)]
+            wrapped = [[v] for v in self.user_values(_singular(param), item, defs, guess=guess)]
             return [v for v in self.earlier_arguments(param) if isinstance(v, list)] + wrapped
         out: list[Any] = list(self.earlier_arguments(param))
         names = {param}
         for r in reversed(self.results):
             _walk_named(r, names, out)
         _walk_named(self.state, names | {f"{param}_id"}, out, _plurals(param))
-        out.extend(re.findall(r"e\.g\.\s*\[?['\"]?([A-Za-z0-9][\w.-]*[A-Za-z0-9])", str(schema.get("description", ""))))
-        out.extend(self.schema_values(param, schema))
+        if schema.get("type") == "string":  # "Person id of whoever asks; must be the organizer"
+            hinted = {f"{w}_id" for w in re.findall(r"[a-z]{3,}", str(schema.get("description", "")).lower())}
+            for r in reversed(self.results):
+                _walk_named(r, hinted, out)
+            _walk_named(self.state, hinted, out)
+        if guess:
+            out.extend(re.findall(r"e\.g\.\s*\[?['\"]?([A-Za-z0-9][\w.-]*[A-Za-z0-9])",
+                                  str(schema.get("description", ""))))
+            out.extend(self.schema_values(param, schema))
+        else:
+            out.extend(schema.get("enum", []))
         uniq: list[Any] = []
         for v in out:
             if _fits(v, schema) and v not in uniq:
@@ -621,6 +633,18 @@ def _fillings(dims: list[list[dict[str, Any]]], limit: int) -> Iterator[dict[str
             stack.extend(prefix + (i,) for i in reversed(range(min(sizes[k], total - used + 1))))
 
 
+def _with_optionals(fillings: Iterator[dict[str, Any]], extras: list[dict[str, Any]],
+                    limit: int) -> Iterator[dict[str, Any]]:
+    """The fillings, then (when all of them failed) the first filling plus one optional input at a
+    time (``extras``, at most ``limit`` of them): for tools that need one of several optional inputs."""
+    first = None
+    for f in fillings:
+        first = f if first is None else first
+        yield f
+    for extra in extras[:limit]:
+        yield {**(first or {}), **extra}
+
+
 def _session(chain: Chain, initial_states: Mapping[str, Any] | None) -> tuple[Session, dict[str, bytes]]:
     specs = [get_environment(e) for e in chain.envs]
     if initial_states is None:
@@ -678,9 +702,12 @@ def check_chain(chain: Chain, *, initial_states: Mapping[str, Any] | None = None
         filler = _Filler(initial[step.env], calls, results)
         dims: list[list[dict[str, Any]]] = []
         dates: list[tuple[str, str]] = []
+        optional_options: list[dict[str, Any]] = []
         for param, src in sorted(step.inputs.items()):
             schema = _schema(props.get(param, {}), defs)
             if isinstance(src, OptionalInput):
+                if not _date_kind(schema):
+                    optional_options += [{param: v} for v in filler.user_values(param, schema, defs, guess=False)[:2]]
                 continue
             if isinstance(src, StepInput):
                 values = output_values(results[src.step], src.output)
@@ -702,7 +729,7 @@ def check_chain(chain: Chain, *, initial_states: Mapping[str, Any] | None = None
             dims.append(filler.date_options(dates))
         last = None
         tried = 0
-        for arguments in _fillings(dims, max(1, attempts)):
+        for arguments in _with_optionals(_fillings(dims, max(1, attempts)), optional_options, attempts):
             tried += 1
             before = session.state_bytes()
             result = session.call(step.name, arguments)
