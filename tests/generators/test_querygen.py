@@ -1,0 +1,209 @@
+"""QueryGen end to end over real HTTP against the scripted OpenAI-compatible server: every stage has a
+scripted answer (querygen_script.py), and each bad answer is filtered and counted, never a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from gym_envfactory.environment.catalog import get_environment
+from gym_envfactory.environment.tasks import TaskSet
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.generators.llm import LLMConfig
+from gym_envfactory.generators.tasks.qgsolve import task_environment
+from gym_envfactory.generators.tasks.querygen import (
+    QueryGen,
+    QueryGenOptions,
+    get_preset,
+    write_tasks,
+)
+from gym_envfactory.replay import task_reference
+from gym_envfactory.rollout.policies import OraclePolicy
+from gym_envfactory.rollout.runner import run_episode
+from gym_envfactory.testing import ScriptedChatServer
+
+from .querygen_script import ADA_CALLS, GRACE_CALLS, FakeChecker, Script, make_chain
+
+CALLS = {"ada": ADA_CALLS, "grace": GRACE_CALLS, "ada-copy": ADA_CALLS}
+
+
+def run_qg(server: ScriptedChatServer, chains: list[dict], tmp_path: Path, *, preset: str = "sft-conv", k: int = 2,
+           checker: FakeChecker | None = None, cache: bool = True, checkpoints: bool = True, **opts):
+    config = LLMConfig(model="scripted", base_url=server.base_url, max_retries=0,
+                       cache_dir=tmp_path / "cache" if cache else None)
+    options = QueryGenOptions(preset=preset, k=k, seed=0, date="2026-12-01",
+                              checkpoint_dir=tmp_path / "ckpt" if checkpoints else None, **opts)
+    qg = QueryGen(config, options, checker=checker or FakeChecker(CALLS))
+    outcomes = asyncio.run(qg.generate(chains))
+    return qg, outcomes
+
+
+def test_end_to_end_sft_conv_tasks_replay_and_score_one(tmp_path: Path) -> None:
+    script = Script(CALLS)
+    chains = [make_chain("ada", ADA_CALLS), make_chain("grace", GRACE_CALLS), make_chain("ada-copy", ADA_CALLS)]
+    with ScriptedChatServer(script) as server:
+        qg, outcomes = run_qg(server, chains, tmp_path)
+        n_requests = len(server.requests)
+    assert [o.status for o in outcomes] == ["kept", "kept", "kept"], [(o.reason, o.detail) for o in outcomes]
+    out = tmp_path / "tasks.jsonl"
+    stats = write_tasks(outcomes, out, extra={"llm_usage": qg.usage_by_stage, "user_simulator": qg.user_stats})
+    # ada-copy has ada's ground truth on the same generated state: deduplicated
+    assert stats["tasks"] == 2 and stats["drop_reasons"] == {"duplicate": 1}
+    assert Path(stats["stats_path"]).is_file()
+    on_disk = json.loads(Path(stats["stats_path"]).read_text())
+    assert on_disk["turns_per_task"]["mean"] == 3.0  # turn, clarification, answer turn
+    assert on_disk["clarification_share"] == 1.0
+    assert on_disk["notes"]["redundant_calls_removed"] == 1  # grace's repeated lookup
+    assert on_disk["state"] == {"generated": 2, "default": 1} or on_disk["state"].get("generated") == 3
+    assert on_disk["llm_usage"]["solve"]["requests"] > 0 and on_disk["user_simulator"]["requests"] > 0
+    # the file is in the catalog format; its ground truth replays; the oracle scores 1.0
+    spec = get_environment("HotelBooking")
+    tasks = TaskSet.from_jsonl("HotelBooking", out)
+    assert len(tasks) == 2
+    env_spec = task_environment(spec, list(tasks))
+    for t in tasks:
+        assert t.provenance["kind"] == "querygen" and t.provenance["preset"] == "sft-conv"
+        assert {"model", "chain_id", "seed", "date"} <= set(t.provenance)
+        assert t.provenance["pass_at_k"] == {"k": 2, "solved": 2}
+        assert t.initial_state["name"] == "small" and t.initial_state["patches"]  # the generated state
+        assert [u.clarification for u in t.turns] == [False, True, False]
+        assert t.turns[0].expected_outputs in (["G-001"], ["G-002"])  # others not in the results: dropped
+        assert "BK-0007" in t.turns[2].expected_outputs
+        task_reference(env_spec, t)
+        env = EnvFactoryEnv(env_spec, task_id=t.task_id)
+        try:
+            res = run_episode(env, OraclePolicy(), task_id=t.task_id)
+        finally:
+            env.close()
+        assert res.reward == pytest.approx(1.0), res.components
+    # the state stage's first answer failed validation: its error text went back to the model
+    state_bodies = [b for b in server.requests if b["messages"][0]["content"].startswith("QueryGen stage: state")]
+    retry = [b for b in state_bodies if len(b["messages"]) > 2]
+    assert retry and "credit_limit" in retry[0]["messages"][-1]["content"]
+    # resume: a re-run reads the checkpoints and makes no request
+    with ScriptedChatServer(Script(CALLS)) as server2:
+        _, again = run_qg(server2, chains, tmp_path)
+        assert server2.requests == []
+    assert all(o.resumed for o in again) and [o.task for o in again] == [o.task for o in outcomes]
+    assert n_requests > 0
+
+
+def test_llm_cache_alone_makes_a_rerun_free(tmp_path: Path) -> None:
+    chains = [make_chain("ada", ADA_CALLS)]
+    with ScriptedChatServer(Script(CALLS, conversational=False)) as server:
+        _, first = run_qg(server, chains, tmp_path, preset="sft-non-conv", checkpoints=False)
+    with ScriptedChatServer(Script(CALLS, conversational=False)) as server2:
+        _, second = run_qg(server2, chains, tmp_path, preset="sft-non-conv", checkpoints=False)
+        assert server2.requests == []  # every stage, attempt and user turn replayed from the cache
+    assert first[0].status == second[0].status == "kept"
+    assert first[0].task == second[0].task
+    assert all(not t.get("clarification") for t in first[0].task["turns"])
+
+
+@pytest.mark.parametrize("stage, bad, reason", [
+    ("scenario", ["this is not json", "still not json"], "scenario_invalid_json"),
+    ("turns", ["{not json", "nope"], "turns_invalid_json"),
+    ("turns", [json.dumps({"turns": [{"steps": [0, 2], "user": "x"}, {"steps": [1], "user": "y"}]})], "turns_invalid"),
+])
+def test_bad_stage_output_drops_the_chain_with_a_reason(tmp_path: Path, stage: str, bad: list[str], reason: str) -> None:
+    with ScriptedChatServer(Script(CALLS, overrides={stage: bad})) as server:
+        qg, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path)
+    assert outcomes[0].status == "dropped" and outcomes[0].reason == reason
+    stats = write_tasks(outcomes, tmp_path / "tasks.jsonl")
+    assert stats["tasks"] == 0 and stats["drop_reasons"] == {reason: 1}
+    assert (tmp_path / "tasks.jsonl").read_text() == ""
+
+
+def test_state_that_never_validates_falls_back_to_the_default_state(tmp_path: Path) -> None:
+    bad = json.dumps({"patches": {"HotelBooking": [{"op": "replace", "path": "/max_nights", "value": "many"}]}})
+    with ScriptedChatServer(Script(CALLS, overrides={"state": [bad]})) as server:
+        _, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path, state_retries=2)
+        n_state = sum(1 for b in server.requests if b["messages"][0]["content"].startswith("QueryGen stage: state"))
+    assert n_state == 3  # first answer + 2 retries, each with the validation error
+    o = outcomes[0]
+    assert o.status == "kept" and "state_fallback:state_invalid" in o.notes
+    assert o.task["initial_state"] == "small" and o.task["provenance"]["state"] == "default"
+    stats = write_tasks(outcomes, tmp_path / "t.jsonl")
+    assert stats["state"] == {"default": 1, "fallback:state_invalid": 1}
+
+
+def test_invalid_json_state_and_refine_are_counted_not_fatal(tmp_path: Path) -> None:
+    with ScriptedChatServer(Script(CALLS, overrides={"state": ["<<<", "???"], "refine": ["x", "y"]})) as server:
+        _, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path)
+    o = outcomes[0]
+    assert o.status == "kept", (o.reason, o.detail)
+    assert "state_fallback:state_invalid_json" in o.notes and "refine_invalid_json" in o.notes
+    assert not any(t.get("clarification") for t in o.task["turns"])
+
+
+def test_unsolvable_chain_is_dropped_before_any_request(tmp_path: Path) -> None:
+    checker = FakeChecker(CALLS, broken={"ada"})
+    with ScriptedChatServer(Script(CALLS)) as server:
+        _, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path, checker=checker)
+        assert server.requests == []
+    assert outcomes[0].reason == "unsolvable_chain" and "H-999" in outcomes[0].detail
+
+
+def test_generated_state_the_chain_does_not_run_on_falls_back(tmp_path: Path) -> None:
+    # a valid state in which Ada's card is blocked: the chain fails on it, the default state is used
+    blocked = json.dumps({"patches": {"HotelBooking": [
+        {"op": "replace", "path": "/guests/G-001/payment_methods/PM-0001/status", "value": "blocked"}]}})
+    with ScriptedChatServer(Script(CALLS, overrides={"state": [blocked]})) as server:
+        _, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path)
+    o = outcomes[0]
+    assert o.status == "kept" and "state_fallback:state_chain_failed" in o.notes
+    assert o.task["initial_state"] == "small"
+
+
+def test_all_k_attempts_failing_drops_the_task(tmp_path: Path) -> None:
+    with ScriptedChatServer(Script(CALLS, agent="wrong")) as server:
+        _, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path, k=3)
+        n_solve = sum(1 for b in server.requests if not b["messages"][0]["content"].startswith("QueryGen stage:"))
+    o = outcomes[0]
+    assert o.status == "dropped" and o.reason == "unsolved" and o.solved == 0 and o.k == 3
+    assert n_solve >= 3 * 4  # three full attempts
+    stats = write_tasks(outcomes, tmp_path / "t.jsonl")
+    assert stats["drop_reasons"] == {"unsolved": 1}
+
+
+def test_agent_answering_garbage_is_unsolved_not_a_crash(tmp_path: Path) -> None:
+    with ScriptedChatServer(Script(CALLS, overrides={"solve": ["<tool_call>{broken"]})) as server:
+        _, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path, k=2)
+    assert outcomes[0].reason == "unsolved"
+
+
+def test_user_simulator_that_never_stops_is_capped(tmp_path: Path) -> None:
+    # the simulator never says done; with a cap of 2 turns the 3-turn task's episodes end early
+    with ScriptedChatServer(Script(CALLS, user_done=False)) as server:
+        qg, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path, user_max_turns=2)
+    o = outcomes[0]
+    assert o.status == "dropped" and o.reason == "user_ended_early"
+    assert qg.user_stats["capped"] >= 2
+
+
+def test_rl_preset_drops_tasks_every_attempt_solves(tmp_path: Path) -> None:
+    assert get_preset("rl-non-conv").drop_all_solved and not get_preset("rl-non-conv").conversational
+    with ScriptedChatServer(Script(CALLS, conversational=False)) as server:
+        _, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path, preset="rl-non-conv")
+    assert outcomes[0].reason == "too_easy"
+    with pytest.raises(ValueError, match="unknown preset"):
+        get_preset("sft")
+
+
+def test_endpoint_down_is_a_counted_drop_and_not_checkpointed(tmp_path: Path) -> None:
+    with ScriptedChatServer([{"status": 400, "message": "bad model"}] * 5) as server:
+        _, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path)
+    assert outcomes[0].reason == "llm_request_failed"
+    assert not list((tmp_path / "ckpt").glob("*.json"))
+
+
+def test_replay_failure_drops_a_task_before_writing(tmp_path: Path) -> None:
+    with ScriptedChatServer(Script(CALLS, conversational=False)) as server:
+        _, outcomes = run_qg(server, [make_chain("ada", ADA_CALLS)], tmp_path, preset="sft-non-conv")
+    task = outcomes[0].task
+    task["turns"][-1]["ground_truth"][-1]["arguments"]["payment_method_id"] = "PM-0003"  # not Ada's card
+    stats = write_tasks(outcomes, tmp_path / "t.jsonl")
+    assert stats["tasks"] == 0 and stats["drop_reasons"] == {"replay_failed": 1}
