@@ -1,4 +1,4 @@
-"""Command line of the generators: ``envfactory gen env``, ``envfactory gen resume``, ``envfactory import``.
+"""Command line of the generators: ``envfactory gen env``, ``envfactory gen resume``, ``envfactory gen tasks``, ``envfactory import``.
 
 The main CLI (:mod:`gym_envfactory.cli`) mounts :data:`gen_app` as ``gen`` and :func:`import_cmd` as
 ``import``.  Each command prints a report of stages, tokens and validation results (rich tables).
@@ -12,7 +12,7 @@ import inspect
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -21,7 +21,7 @@ from rich.table import Table
 
 from gym_envfactory.errors import EnvFactoryError
 
-__all__ = ["gen_app", "import_cmd", "print_results"]
+__all__ = ["gen_app", "import_cmd", "print_results", "print_task_stats"]
 
 log = logging.getLogger(__name__)
 
@@ -257,3 +257,105 @@ def import_cmd(
         console.print("  coverage gaps: add scenarios (envfactory import ... --scenarios FILE) so every tool's success "
                       "and error paths run")
     raise typer.Exit(0 if ok else 1)
+
+
+# ------------------------------------------------------------------------------------------ gen tasks
+def print_task_stats(stats: dict[str, Any]) -> None:
+    """Print QueryGen's statistics (``querygen.task_statistics``) as rich tables: tasks, turns per
+    task, steps per turn, calls, clarification share, state fallbacks, drop reasons, LLM usage."""
+    table = Table(title="QueryGen")
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    rows = [("chains", stats["chains"]), ("tasks written", stats["tasks"]),
+            ("turns per task (mean)", stats["turns_per_task"]["mean"]),
+            ("steps per turn (mean)", stats["steps_per_turn"]["mean"]),
+            ("calls (total)", stats["calls"]["total"]), ("calls per task", stats["calls"]["per_task"]),
+            ("clarification share (tasks)", stats["clarification_share"]),
+            ("clarification share (turns)", stats["clarification_turn_share"]),
+            ("resumed chains", stats.get("resumed_chains", 0))]
+    rows += [(f"state: {k}", v) for k, v in stats.get("state", {}).items()]
+    rows += [(f"dropped: {k}", v) for k, v in stats.get("drop_reasons", {}).items()]
+    rows += [(f"note: {k}", v) for k, v in stats.get("notes", {}).items()]
+    for name, value in rows:
+        table.add_row(escape(str(name)), str(value))
+    console.print(table)
+    usage = stats.get("llm_usage") or {}
+    if usage:
+        tok = Table(title="LLM usage by stage (tokens count paid requests only)")
+        keys = ("requests", "cached_hits", "prompt_tokens", "completion_tokens", "repairs", "retries")
+        for col in ("stage", *keys):
+            tok.add_column(col, justify="right" if col != "stage" else "left")
+        for stage in sorted(usage):
+            tok.add_row(stage, *(str(usage[stage].get(k, 0)) for k in keys))
+        console.print(tok)
+
+
+def _fail_line(message: str, code: int = 2) -> NoReturn:
+    err_console.print(f"[red]{escape(message)}[/red]", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@gen_app.command("tasks")
+def gen_tasks(
+    envs: Annotated[list[str], typer.Argument(help="environment names or gym ids")],
+    preset: Annotated[str, typer.Option("--preset", help="sft-conv | sft-non-conv | rl-non-conv")] = "sft-conv",
+    n: Annotated[int, typer.Option("--n", min=1, help="chains to sample (each becomes at most one task)")] = 20,
+    model: Annotated[str | None, typer.Option("--model", envvar="ENVFACTORY_MODEL", help="model id (or $ENVFACTORY_MODEL)")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible base URL")] = None,
+    api_key_env: Annotated[str, typer.Option("--api-key-env", help="environment variable holding the API key")] = "OPENAI_API_KEY",
+    out: Annotated[Path, typer.Option("--out", help="tasks JSONL to write (statistics next to it: <stem>.stats.json)")] = Path("tasks.jsonl"),
+    k: Annotated[int, typer.Option("--k", min=1, help="pass@k solving attempts per task")] = 4,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    graph: Annotated[Path | None, typer.Option("--graph", help="tool graph JSON (default: built from ENV...)")] = None,
+    chains_file: Annotated[Path | None, typer.Option("--chains", help="chains JSONL to use instead of sampling")] = None,
+    checkpoint_dir: Annotated[Path, typer.Option("--checkpoint-dir", help="per-chain checkpoints and the LLM cache")] = Path("build/querygen"),
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="chains in flight at once")] = 2,
+) -> None:
+    """QueryGen (arXiv 2605.18703 §3.4): sample tool chains and turn them into verified multi-turn tasks
+    (scenario, initial state, turns, refinement, pass@k solving); writes tasks.jsonl and statistics."""
+    from rich.progress import Progress
+
+    from gym_envfactory.environment.catalog import get_environment, strip_gym_id
+
+    from .llm import LLMConfig
+    from .tasks.querygen import QueryGen, QueryGenOptions, get_preset, write_tasks
+
+    if not model:
+        _fail_line("give --model (or set ENVFACTORY_MODEL)")
+    try:
+        chosen = get_preset(preset)
+        names = [get_environment(strip_gym_id(e)).name for e in envs]
+        options = QueryGenOptions(preset=chosen, k=k, seed=seed, checkpoint_dir=checkpoint_dir / "chains",
+                                  concurrency=concurrency)
+        config = LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env, seed=seed,  # type: ignore[arg-type]
+                           cache_dir=checkpoint_dir / "cache")
+    except (EnvFactoryError, ValueError) as exc:
+        _fail_line(str(exc))
+    try:
+        from .tasks import graph as graph_mod
+        from .tasks import sampler
+    except ImportError as exc:
+        _fail_line(f"the tool graph / chain sampler is not available (install the synthesis extra): {exc}")
+    try:
+        if chains_file is not None:
+            chains = sampler.read_chains(chains_file)
+        else:
+            G = graph_mod.load_graph(graph) if graph is not None else graph_mod.build_graph(names)
+            chains = sampler.sample_chains(G, n, seed=seed)
+        chains = [c for c in chains if set(c.envs) <= set(names)][:n]
+    except (EnvFactoryError, ValueError, OSError) as exc:
+        _fail_line(str(exc))
+    if not chains:
+        _fail_line(f"no chain over {', '.join(names)} to generate tasks from", code=1)
+    with Progress(console=err_console, transient=False) as bar:
+        job = bar.add_task(f"QueryGen {chosen.name}", total=len(chains))
+        gen = QueryGen(config, options, progress=lambda _o: bar.advance(job))
+        try:
+            outcomes = asyncio.run(gen.generate(chains))
+        except (EnvFactoryError, ValueError) as exc:
+            _fail_line(str(exc))
+    stats = write_tasks(outcomes, out, extra={"model": model, "preset": chosen.to_dict(), "seed": seed, "k": k,
+                                              "llm_usage": gen.usage_by_stage, "user_simulator": gen.user_stats})
+    print_task_stats(stats)
+    console.print(f"wrote {stats['tasks']} task(s) to {out}; statistics: {stats['stats_path']}", highlight=False)
+    raise typer.Exit(0 if stats["tasks"] else 1)
