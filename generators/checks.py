@@ -32,6 +32,7 @@ from gym_envfactory.environment.spec import EnvironmentSpec
 
 __all__ = [
     "CHILD_ENV_ALLOW",
+    "CPU_LIMIT_MARK",
     "MEMORY_LIMIT_MARK",
     "ChildLimits",
     "ChildRun",
@@ -167,7 +168,7 @@ class ChildLimits:
         address_space: bytes of virtual memory (``RLIMIT_AS``; default 1 GiB).
         cpu_s: seconds of CPU time (``RLIMIT_CPU``; ``None``: the timeout plus 5 s).
         processes: further processes and threads the child may start (``RLIMIT_NPROC``; 0: none.
-            Not enforced for root outside a user namespace).
+            Not enforced when this process runs as root: the kernel exempts root from it).
         file_size: bytes any one file written may reach (``RLIMIT_FSIZE``; default 64 MiB).
         open_files: open file descriptors (``RLIMIT_NOFILE``).
         namespaces: run the child in fresh PID, network, IPC and mount namespaces with its own
@@ -191,6 +192,8 @@ class ChildLimits:
 
 #: Exit status of a child whose memory limit was hit (:data:`MEMORY_LIMIT_MARK` on its standard error).
 MEMORY_LIMIT_MARK = "ENVFACTORY-CHILD: memory limit exceeded"
+#: Written to standard error by a child that used up its CPU time (``SIGXCPU``; exit status 4).
+CPU_LIMIT_MARK = "ENVFACTORY-CHILD: CPU time limit exceeded"
 _unshare_prefix: list[list[str]] = []
 
 
@@ -216,11 +219,16 @@ def namespace_prefix() -> list[str]:
 
 def _child_program(module: str, function: str, limits: ChildLimits | None, timeout_s: float) -> str:
     """The ``-c`` program of a child: limits first, then the entry point; a ``MemoryError`` anywhere ends
-    it with :data:`MEMORY_LIMIT_MARK` on standard error and exit status 3."""
+    it with :data:`MEMORY_LIMIT_MARK` on standard error and exit status 3, the CPU time limit
+    (``SIGXCPU`` at the soft limit; ``SIGKILL`` 2 s of CPU later) with :data:`CPU_LIMIT_MARK` and exit status 4."""
     lines = ["import sys"]
     if limits is not None:
-        lines += ["import resource as _r",
-                  *(f"_r.setrlimit(_r.{k}, ({v}, {v}))" for k, v in limits.rlimits(timeout_s) if k != "RLIMIT_NPROC"),
+        pairs = limits.rlimits(timeout_s)
+        lines += ["import os as _o, resource as _r, signal as _s",
+                  f"_s.signal(_s.SIGXCPU, lambda *_: (sys.stderr.write({CPU_LIMIT_MARK!r} + '\\n'), "
+                  "sys.stderr.flush(), _o._exit(4)))",
+                  *(f"_r.setrlimit(_r.{k}, ({v}, {v + 2 if k == 'RLIMIT_CPU' else v}))" for k, v in pairs
+                    if k != "RLIMIT_NPROC"),
                   f"_r.setrlimit(_r.RLIMIT_NPROC, ({limits.processes}, {limits.processes}))"]
     lines += ["try:",
               f"    from {module} import {function}",

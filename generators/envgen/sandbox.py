@@ -25,14 +25,16 @@ from typing import Any
 from ..errors import EnvGenError
 from .report import ValidationOutcome
 
-__all__ = ["CONTAINER_LIMITS", "docker_available", "package_digest", "validate_in_container"]
+__all__ = ["CHILD_PROGRAM", "CONTAINER_LIMITS", "docker_available", "package_digest", "validate_in_container"]
 
 log = logging.getLogger(__name__)
 
 #: Resource limits of a validation container (docker SDK ``containers.run`` keywords).
 CONTAINER_LIMITS: dict[str, Any] = {"mem_limit": "1g", "memswap_limit": "1g", "nano_cpus": 1_000_000_000,
                                     "pids_limit": 64}
-_CHILD = "from gym_envfactory.generators.envgen.validator import child_main; child_main()"
+#: The ``python3 -c`` program a validation container runs (the image's own Validator); read at each start,
+#: so a test can swap in a Validator without its static gate to check the container's confinement alone.
+CHILD_PROGRAM = "from gym_envfactory.generators.envgen.validator import child_main; child_main()"
 
 
 def package_digest(folder: str | Path) -> str:
@@ -90,8 +92,8 @@ def _run_container(pkg: Path, metadata_file: Path, outdir: Path, attempt: int, t
     hardening = {**HARDENING, "user": f"{CONTAINER_UID}:{CONTAINER_UID}"}
     try:
         container = client.containers.run(
-            img, entrypoint=["python3", "-c", _CHILD], command=[f"/pkg/{pkg.name}", "/in/metadata.json",
-                                                                 "/out/report.json", str(attempt)],
+            img, entrypoint=["python3", "-c", CHILD_PROGRAM],
+            command=[f"/pkg/{pkg.name}", "/in/metadata.json", "/out/report.json", str(attempt)],
             detach=True, network_mode="none", environment={"PYTHONHASHSEED": "0"}, volumes=volumes,
             working_dir="/tmp", labels={"org.envfactory.role": "envgen-validation"}, **CONTAINER_LIMITS, **hardening)
     except docker.errors.DockerException as exc:

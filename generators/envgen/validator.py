@@ -26,7 +26,7 @@ from gym_envfactory.environment.manifest import Manifest
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import SpecError
 
-from ..checks import ChildLimits, run_differences, run_in_child
+from ..checks import CPU_LIMIT_MARK, ChildLimits, run_differences, run_in_child
 from ..errors import EnvGenError
 from .gate import check_imports
 from .interface import check_interface
@@ -262,6 +262,9 @@ def outcome_of_child(env: str, attempt: int, timeout_s: float, timed_out: bool, 
         return failed("timeout", f"validation did not finish in {timeout_s:.0f} s (an endless loop in a tool or at import?)")
     if memory_exceeded and (returncode != 0 or not out.is_file()):
         return failed("resource_limit", _MEMORY_MESSAGE)
+    if CPU_LIMIT_MARK in stderr_tail and returncode != 0:
+        return failed("resource_limit", "the package used up the validation CPU time limit (a busy loop in a tool "
+                                        "or at import?)")
     if returncode in (-9, 137) and not out.is_file():
         return failed("resource_limit", f"the validator was killed (exit {returncode}): a memory or process limit "
                                         f"was hit: {stderr_tail[-500:]}")
