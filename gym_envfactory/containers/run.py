@@ -14,7 +14,9 @@ naming the command that builds it.
 
 Every container runs as a non-root user on a read-only root filesystem (tmpfs ``/tmp``), without new
 privileges or capabilities, under memory/CPU/pids limits, publishing its port on 127.0.0.1 only (a
-random host port), with a fresh bearer token unless one is given.
+random host port), with a fresh bearer token unless one is given.  The token reaches the server as a
+read-only file mounted at :data:`TOKEN_PATH` (``ENVFACTORY_TOKEN_FILE``), never as a variable or an
+argument: ``docker inspect`` and ``ps`` show neither.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
+import tempfile
 import threading
 import time
 import urllib.error
@@ -43,7 +47,7 @@ from gym_envfactory.containers.images import (
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.errors import BackendError, ImageError
 
-__all__ = ["start_container", "ContainerHandle", "HARDENING", "wait_healthy", "remove_containers"]
+__all__ = ["start_container", "ContainerHandle", "HARDENING", "TOKEN_PATH", "wait_healthy", "remove_containers"]
 
 #: Defaults of every container started here (and of the compose services of ``envfactory catalog``).
 HARDENING: dict[str, Any] = {
@@ -56,6 +60,8 @@ HARDENING: dict[str, Any] = {
 DEFAULT_MEM_LIMIT = "512m"
 DEFAULT_NANO_CPUS = 1_000_000_000  # one CPU
 DEFAULT_PIDS_LIMIT = 256
+#: Where a container started here reads its bearer token (a read-only bind mount of a host file).
+TOKEN_PATH = "/run/secrets/envfactory_token"
 
 
 class ContainerHandle:
@@ -228,6 +234,8 @@ def start_container(envs: Sequence[str], token: str | None = None, timeout: floa
     volumes = {}
     if catalog_dir is not None:
         volumes[str(Path(catalog_dir).resolve())] = {"bind": "/catalog", "mode": "ro"}
+    secret_dir = Path(tempfile.mkdtemp(prefix="envfactory-token-"))  # 0700: no other host user reaches the file
+    volumes[str(_token_file(secret_dir, token))] = {"bind": TOKEN_PATH, "mode": "ro"}
     all_labels = {f"{LABEL}.backend": "docker", f"{LABEL}.envs": ",".join(envs), f"{LABEL}.owner-pid": str(os.getpid()),
                   **(labels or {})}
     import docker
@@ -235,10 +243,11 @@ def start_container(envs: Sequence[str], token: str | None = None, timeout: floa
     try:
         container = client.containers.run(
             img, command=command, detach=True, name=name,
-            environment={"ENVFACTORY_TOKEN": token}, ports={f"{CONTAINER_PORT}/tcp": (host_ip, host_port)},
+            environment={"ENVFACTORY_TOKEN_FILE": TOKEN_PATH}, ports={f"{CONTAINER_PORT}/tcp": (host_ip, host_port)},
             mem_limit=mem_limit, memswap_limit=mem_limit, nano_cpus=int(nano_cpus), pids_limit=int(pids_limit),
             volumes=volumes, labels=all_labels, stop_signal="SIGTERM", **HARDENING)
     except docker.errors.DockerException as exc:
+        shutil.rmtree(secret_dir, ignore_errors=True)
         raise BackendError(f"cannot start a container from {img}: {exc}") from None
     handle = ContainerHandle(client, container, "")
     try:
@@ -268,7 +277,23 @@ def start_container(envs: Sequence[str], token: str | None = None, timeout: floa
     except BaseException:
         handle()
         raise
+    finally:
+        shutil.rmtree(secret_dir, ignore_errors=True)  # the server read it at start; the mount keeps its copy
     return url, handle, token
+
+
+def _token_file(folder: Path, token: str) -> Path:
+    """``folder/token`` holding ``token``, readable by the container user only where this process can give
+    it away (root), else by everyone (the 0700 ``folder`` keeps other host users out; the container sees
+    the file through its mount, not through the folder)."""
+    path = folder / "token"
+    path.write_text(token + "\n")
+    try:
+        os.chown(path, CONTAINER_UID, CONTAINER_UID)
+        path.chmod(0o400)
+    except PermissionError:
+        path.chmod(0o644)
+    return path
 
 
 def remove_containers(**labels: str) -> int:

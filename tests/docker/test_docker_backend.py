@@ -6,13 +6,14 @@ import json
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
 
 import gym_envfactory  # noqa: F401  (registers the catalog)
 from gym_envfactory.backends.remote import RemoteSession, SessionClient
-from gym_envfactory.containers.run import start_container
+from gym_envfactory.containers.run import TOKEN_PATH, start_container
 from gym_envfactory.envs.env import EnvFactoryEnv
 from gym_envfactory.errors import BackendError, BackendUnavailableError
 from gym_envfactory.rollout.policies import NoisyPolicy, OraclePolicy
@@ -100,7 +101,13 @@ def test_container_hardening_flags(container, docker_client):
     assert "/tmp" in host["Tmpfs"]
     ip = {b["HostIp"] for b in host["PortBindings"]["8765/tcp"]}
     assert ip == {"127.0.0.1"}, "published on loopback only"
-    assert "ENVFACTORY_TOKEN=" + token in cfg["Env"]
+    # the token is a read-only mounted file: not in the environment, the command line or anything inspect shows
+    assert "ENVFACTORY_TOKEN_FILE=" + TOKEN_PATH in cfg["Env"] and token not in json.dumps(c.attrs)
+    assert not any(e.startswith("ENVFACTORY_TOKEN=") for e in cfg["Env"])
+    [mount] = [m for m in c.attrs["Mounts"] if m["Destination"] == TOKEN_PATH]
+    assert mount["RW"] is False and not Path(mount["Source"]).exists()  # the host copy is gone once it serves
+    rc, out = c.exec_run(["sh", "-c", "cat /proc/1/cmdline /proc/1/environ"])
+    assert rc == 0 and token.encode() not in out
     # What the process sees inside: a non-root uid, and a root filesystem it cannot write.
     rc, out = c.exec_run(["id", "-u"])
     assert rc == 0 and int(out.decode().strip()) != 0
