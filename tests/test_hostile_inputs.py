@@ -1,6 +1,7 @@
 """Hostile and careless inputs (issue 11, parts 3 and 4): catalog impersonation, broken packages in the
-catalog, deep or huge JSON lines, junk on the MCP stdio transport, Host/Origin checks on every route,
-backend start timeouts and liveness, and the token kept out of ``ps``."""
+catalog, deep or huge JSON lines, junk on every transport (MCP stdio, WebSocket, MCP over HTTP; the
+control plane's is in tests/test_server.py), Host/Origin checks on every route, backend start timeouts
+and liveness, and the token kept out of ``ps``."""
 
 from __future__ import annotations
 
@@ -248,6 +249,41 @@ def test_stdio_answers_junk_lines_with_json_rpc_errors():
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:  # pragma: no cover
             proc.kill()
+
+
+JUNK = ["this is not json", "[" * 100_000, '{"jsonrpc": "2.0", "id": 41, "method": 12}', "[]", "null", '"x"']
+
+
+def test_websocket_and_mcp_http_answer_junk_and_keep_serving():
+    """The other transports: every junk frame or body gets a JSON-RPC error (an id when it had one), and
+    the same connection or endpoint then serves a real request."""
+    from starlette.testclient import TestClient
+
+    from gym_envfactory.server import SessionManager
+    from gym_envfactory.server.app import ServerConfig, build_app
+    from gym_envfactory.server.mcp_server import mcp_routes
+
+    manager, config = SessionManager(["HotelBooking"]), ServerConfig()
+    routes, hook = mcp_routes(manager, config)
+    app = build_app(manager, config, extra_routes=routes, lifespan_hooks=[hook])
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        with client.websocket_connect("ws://127.0.0.1/v1/ws") as ws:
+            for junk in JUNK:
+                ws.send_text(junk)
+                r = json.loads(ws.receive_text())
+                assert r["error"]["code"] in (-32700, -32600) and r["id"] == (41 if '"id": 41' in junk else None), junk
+            ws.send_bytes(b"\xff\xfe")
+            assert json.loads(ws.receive_text())["error"]["code"] == -32700
+            ws.send_text('{"jsonrpc": "2.0", "id": 8, "method": "ping"}')
+            assert json.loads(ws.receive_text()) == {"jsonrpc": "2.0", "id": 8, "result": {"ok": True}}
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        for junk in [*JUNK, "\udcff"]:
+            r = client.post("/mcp/HotelBooking", content=junk.encode(errors="surrogateescape"), headers=headers)
+            assert r.status_code == 400 and r.json()["error"]["code"] in (-32700, -32600, -32602), junk
+        r = client.post("/mcp/HotelBooking", headers=headers, json={"jsonrpc": "2.0", "id": 42, "method": "initialize",
+                        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                   "clientInfo": {"name": "t", "version": "0"}}})
+        assert r.status_code == 200 and r.json()["id"] == 42 and "result" in r.json()
 
 
 # ------------------------------------------------------------------------------------ backends

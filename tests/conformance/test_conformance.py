@@ -98,9 +98,9 @@ def probe_env_id(monkeypatch):
 
 
 def test_a_failed_call_never_changes_state(make_env, probe_env_id):
-    """Tools that fail after writing (domain error, crash, result failing its type): the state and the
-    earlier log stay exactly as before the call on every backend, the failure is logged, and the next
-    call works from the old state."""
+    """Tools that fail after writing (domain error, crash, result failing its type, a write the state
+    model refuses): the state and the earlier log stay exactly as before the call on every backend, the
+    failure is logged, and the next call works from the old state."""
     env = make_env(probe_env_id)
     env.reset(options={"task_id": "probe-001"})
     session = env.unwrapped.session
@@ -108,12 +108,16 @@ def test_a_failed_call_never_changes_state(make_env, probe_env_id):
     want, earlier = session.state(), [r.to_dict() for r in session.action_log]
     failures = [("add_note_then_refuse", "tool_error", "refused"),
                 ("add_note_then_crash", "internal_error", "internal_error"),
-                ("add_note_bad_result", "internal_error", "invalid_result")]
+                ("add_note_bad_result", "internal_error", "invalid_result"),
+                ("add_note_bad_write", "internal_error", "invalid_state")]
+    errors = {}
     for name, etype, code in failures:
         r = session.call(name, {"key": "b"})
         assert (r.ok, r.error_type, r.error_code) == (False, etype, code), r
         assert session.state() == want, name
-    assert "result: Input should be a valid integer" in r.error
+        errors[name] = r.error
+    assert "result: Input should be a valid integer" in errors["add_note_bad_result"]
+    assert "ProbeDB.counter: Input should be a valid integer" in errors["add_note_bad_write"]
     log = session.action_log
     assert [x.to_dict() for x in log[:len(earlier)]] == earlier
     assert [(x.name, x.result.ok) for x in log[len(earlier):]] == [(n, False) for n, _, _ in failures]

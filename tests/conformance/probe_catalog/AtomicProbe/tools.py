@@ -43,3 +43,12 @@ def add_note_bad_result(state: ProbeDB, *, key: str) -> int:
     state.counter += 1
     state.notes[key] = "half written"
     return key  # type: ignore[return-value]
+
+
+@tool
+def add_note_bad_write(state: ProbeDB, *, key: str) -> dict:
+    """Writes a note, then assigns a value the state model refuses (the write fails validation)."""
+    state.counter += 1
+    state.notes[key] = "half written"
+    state.counter = key  # type: ignore[assignment]
+    return {"counter": state.counter, "key": key}
