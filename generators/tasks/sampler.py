@@ -327,8 +327,8 @@ class _Sampler:
                 draft.restore(saved)
             else:
                 return False
-        if len(draft.steps) >= self.max_tools or not self.env_fits(draft, tool):
-            return False
+        if draft.has(tool) or len(draft.steps) >= self.max_tools or not self.env_fits(draft, tool):
+            return False  # (a producer's own producers may have placed ``tool`` through a cycle)
         inputs: dict[str, dict[str, Any]] = {}
         depth = 0
         for param, data in self.ix.inputs[tool]:
@@ -710,7 +710,7 @@ def check_chain(chain: Chain, *, initial_states: Mapping[str, Any] | None = None
                     optional_options += [{param: v} for v in filler.user_values(param, schema, defs, guess=False)[:2]]
                 continue
             if isinstance(src, StepInput):
-                values = output_values(results[src.step], src.output)
+                values = [v for v in output_values(results[src.step], src.output) if v is not None]
                 if schema.get("type") == "array":
                     values = [v if isinstance(v, list) else [v] for v in values]
                 uniq = [v for j, v in enumerate(values) if v not in values[:j]][:CANDIDATES]

