@@ -8,7 +8,6 @@ Exit code 0 when every environment passed validation, 1 otherwise, 2 for bad inp
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import sys
 from pathlib import Path
@@ -207,53 +206,42 @@ def import_cmd(
     scenarios: Annotated[Path | None, typer.Option("--scenarios", help="scenarios.jsonl to copy in")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing folder of the same name")] = False,
     validate: Annotated[bool, typer.Option("--validate/--no-validate", help="run the validation scenarios afterwards")] = True,
+    sandbox: Annotated[str, typer.Option("--sandbox", help="where the file's code runs while it is imported: auto (docker "
+                                         "when the runtime image is there, else process), docker, process, inline "
+                                         "(this process: trusted files only)")] = "auto",
 ) -> None:
-    """Import an existing single-file tool server into the catalog without editing it."""
-    from gym_envfactory.environment.package import load_environment
-    from gym_envfactory.environment.spec import EnvironmentSpec
-    from gym_envfactory.validation import validate_environment
+    """Import an existing single-file tool server into the catalog without editing it.
 
-    from .importer import (
-        import_tool_server,  # lazy: the importer pulls in the file's own dependencies
-    )
+    The file's code runs only in the sandbox (``--sandbox``); this process never loads it."""
+    from .importer import import_server_package
 
-    wanted = {"name": name, "out_dir": out, "domain": domain, "initial_state": initial_state, "tasks": tasks,
-              "scenarios": scenarios, "overwrite": overwrite or None, "validate": validate}
-    params = inspect.signature(import_tool_server).parameters
-    kwargs = {k: v for k, v in wanted.items() if k in params and v is not None}
+    kwargs: dict[str, Any] = {"name": name, "out_dir": out, "domain": domain, "initial_state": initial_state,
+                              "tasks": tasks, "scenarios": scenarios}
     try:
-        result = import_tool_server(file, **kwargs)
-        if isinstance(result, EnvironmentSpec):
-            spec = result
-        else:
-            path = result if isinstance(result, (str, Path)) else getattr(result, "path", None)
-            spec = getattr(result, "spec", None) or (load_environment(path) if path else None)
+        done = import_server_package(file, overwrite=overwrite, validate=validate, sandbox=sandbox,
+                                     **{k: v for k, v in kwargs.items() if v is not None})
     except (EnvFactoryError, ValueError, OSError, ImportError) as exc:
         err_console.print(f"[red]import failed: {escape(str(exc))}[/red]", soft_wrap=True)
         raise typer.Exit(1) from None
-    if spec is None:
-        console.print(f"imported {file}: {result}")
-        raise typer.Exit(0)
-    table = Table(title=f"imported {file.name}")
+    table = Table(title=f"imported {file.name} ({done.sandbox} sandbox)")
     for col in ("environment", "tools (write)", "initial states", "path"):
         table.add_column(col)
-    writes = sum(not t.read_only for t in spec.tools.values())
-    table.add_row(spec.name, f"{len(spec.tools)} ({writes})", ", ".join(spec.initial_state_names()), str(spec.path or "-"))
+    writes = sum(not ro for ro in done.tools.values())
+    table.add_row(done.name, f"{len(done.tools)} ({writes})", ", ".join(done.initial_states), str(done.path))
     console.print(table)
-    if not validate:
+    report = done.validation
+    if not validate or report is None:
         raise typer.Exit(0)
-    report = validate_environment(spec)
-    n_pass = sum(s.passed for s in report.scenarios)
-    # the importer's policy: failing scenarios, tasks or lint are fatal; coverage gaps are warnings
-    ok = all(s.passed for s in report.scenarios) and not report.task_failures and not report.lint_failures
+    # the importer's policy: failing scenarios, tasks or lint are fatal (refused above); coverage gaps are warnings
+    ok = report["scenarios_passed"] == report["scenarios"] and not report["task_failures"] and not report["lint_failures"]
     status = "[green]✓[/green]" if ok else "[red]✗[/red]"
-    console.print(f"{status} {spec.name}: scenarios {n_pass}/{len(report.scenarios)} passed, "
-                  f"tools covered {sum(len(v) == 2 for v in report.coverage.values())}/{len(report.coverage)}, "
-                  f"tasks replayed {report.n_tasks - len(report.task_failures)}/{report.n_tasks}")
-    for f in report.failures():
-        colour = "yellow" if f in report.coverage_failures else "red"
+    console.print(f"{status} {done.name}: scenarios {report['scenarios_passed']}/{report['scenarios']} passed, "
+                  f"tools covered {report['tools_covered']}/{report['tools']}, "
+                  f"tasks replayed {report['tasks'] - report['task_failures']}/{report['tasks']}")
+    for f in report["failures"]:
+        colour = "yellow" if f in report["coverage_failures"] else "red"
         console.print(f"    [{colour}]{escape(f)}[/{colour}]", soft_wrap=True)
-    if report.coverage_failures:
+    if report["coverage_failures"]:
         console.print("  coverage gaps: add scenarios (envfactory import ... --scenarios FILE) so every tool's success "
                       "and error paths run")
     raise typer.Exit(0 if ok else 1)

@@ -25,7 +25,8 @@ from typing import Any
 from ..errors import EnvGenError
 from .report import ValidationOutcome
 
-__all__ = ["CHILD_PROGRAM", "CONTAINER_LIMITS", "docker_available", "package_digest", "validate_in_container"]
+__all__ = ["CHILD_PROGRAM", "CONTAINER_LIMITS", "container_stage", "docker_available", "package_digest", "run_container",
+           "validate_in_container"]
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,16 @@ def docker_available(image: str | None = None) -> bool:
         return False
 
 
-def _run_container(pkg: Path, metadata_file: Path, outdir: Path, attempt: int, timeout_s: float,
-                   image: str | None) -> tuple[bool, int | None, str]:
-    """Run the validator in a container; ``(timed_out, exit status, end of its log)``."""
+def run_container(program: str, args: list[str], volumes: dict[str, dict[str, str]], *, timeout_s: float,
+                  image: str | None = None, role: str = "envgen-validation",
+                  option: str = "sandbox='docker'") -> tuple[bool, int | None, str]:
+    """Run ``python3 -c program *args`` in the runtime image with the hardening of the module doc
+    (no network, ``PYTHONHASHSEED=0`` as its whole environment, :data:`CONTAINER_LIMITS`, a non-root
+    user, no capabilities, no new privileges) and ``volumes`` (docker SDK form); the container is
+    removed afterwards.  Returns ``(timed_out, exit status, end of its standard error)``.
+
+    Raises :class:`EnvGenError` (its message starting with ``option``) when no engine or no runtime
+    image is there or the container cannot start."""
     import docker
 
     from gym_envfactory.containers.images import CONTAINER_UID, docker_client
@@ -81,23 +89,19 @@ def _run_container(pkg: Path, metadata_file: Path, outdir: Path, attempt: int, t
     try:
         client = docker_client()
     except Exception as exc:  # noqa: BLE001 - ImageError and whatever the SDK raises
-        raise EnvGenError(f"sandbox='docker': no Docker engine: {exc}") from None
+        raise EnvGenError(f"{option}: no Docker engine: {exc}") from None
     img = _runtime_image(client, image)
     if img is None:
-        raise EnvGenError(f"sandbox='docker': the runtime image {image or 'envfactory/runtime'} is missing; build it "
+        raise EnvGenError(f"{option}: the runtime image {image or 'envfactory/runtime'} is missing; build it "
                           "with `envfactory image base && envfactory image runtime`")
-    volumes = {str(pkg.resolve()): {"bind": f"/pkg/{pkg.name}", "mode": "ro"},
-               str(Path(metadata_file).resolve()): {"bind": "/in/metadata.json", "mode": "ro"},
-               str(outdir.resolve()): {"bind": "/out", "mode": "rw"}}
     hardening = {**HARDENING, "user": f"{CONTAINER_UID}:{CONTAINER_UID}"}
     try:
         container = client.containers.run(
-            img, entrypoint=["python3", "-c", CHILD_PROGRAM],
-            command=[f"/pkg/{pkg.name}", "/in/metadata.json", "/out/report.json", str(attempt)],
-            detach=True, network_mode="none", environment={"PYTHONHASHSEED": "0"}, volumes=volumes,
-            working_dir="/tmp", labels={"org.envfactory.role": "envgen-validation"}, **CONTAINER_LIMITS, **hardening)
+            img, entrypoint=["python3", "-c", program], command=args, detach=True, network_mode="none",
+            environment={"PYTHONHASHSEED": "0"}, volumes=volumes, working_dir="/tmp",
+            labels={"org.envfactory.role": role}, **CONTAINER_LIMITS, **hardening)
     except docker.errors.DockerException as exc:
-        raise EnvGenError(f"sandbox='docker': cannot start a validation container from {img}: {exc}") from None
+        raise EnvGenError(f"{option}: cannot start a container from {img}: {exc}") from None
     try:
         try:
             status = container.wait(timeout=timeout_s)
@@ -109,7 +113,41 @@ def _run_container(pkg: Path, metadata_file: Path, outdir: Path, attempt: int, t
         try:
             container.remove(force=True)
         except docker.errors.DockerException:
-            log.warning("could not remove validation container %s", container.id)
+            log.warning("could not remove container %s", container.id)
+
+
+def container_stage(inputs: dict[str, Path]) -> tuple[Path, Path]:
+    """A fresh temporary folder holding a world-readable copy of each of ``inputs`` (name → file or
+    folder; ``__pycache__`` left out) for a container user that is not this user, and an ``out``
+    folder that user can write.  Returns ``(stage, out)``; the caller removes ``stage``."""
+    from gym_envfactory.containers.images import CONTAINER_UID
+
+    stage = Path(tempfile.mkdtemp(prefix="envgen-container-"))
+    for name, src in inputs.items():
+        if Path(src).is_dir():
+            shutil.copytree(src, stage / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (stage / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, stage / name)
+    for p in [stage, *stage.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    outdir = stage / "out"
+    outdir.mkdir()
+    try:
+        os.chown(outdir, CONTAINER_UID, CONTAINER_UID)
+    except PermissionError:
+        outdir.chmod(0o777)  # not root: the container user must still be able to write its report
+    return stage, outdir
+
+
+def _run_container(pkg: Path, metadata_file: Path, outdir: Path, attempt: int, timeout_s: float,
+                   image: str | None) -> tuple[bool, int | None, str]:
+    """Run the validator in a container; ``(timed_out, exit status, end of its log)``."""
+    volumes = {str(pkg.resolve()): {"bind": f"/pkg/{pkg.name}", "mode": "ro"},
+               str(Path(metadata_file).resolve()): {"bind": "/in/metadata.json", "mode": "ro"},
+               str(outdir.resolve()): {"bind": "/out", "mode": "rw"}}
+    return run_container(CHILD_PROGRAM, [f"/pkg/{pkg.name}", "/in/metadata.json", "/out/report.json", str(attempt)],
+                         volumes, timeout_s=timeout_s, image=image)
 
 
 async def validate_in_container(pkg: Path, metadata_file: Path, out: Path, attempt: int, timeout_s: float, *,

@@ -51,8 +51,12 @@ the session's state, calls the method and reads the attributes back.
 
 Modules, one per stage: :mod:`.bridge` (the runtime bridge, imported here and copied into packages),
 :mod:`.analysis` (discovery of the API class, wrappers and state model), :mod:`.codegen` (``tools.py``),
-:mod:`.probe` (recorded scenarios), :mod:`.isolation` (session isolation), :mod:`.server`
-(:func:`import_tool_server`, what the CLI calls) and :mod:`.python_class`.  The package writer and the
+:mod:`.probe` (recorded scenarios), :mod:`.isolation` (session isolation), :mod:`.sandbox` (where
+the file's code runs: every execution of it before publication goes through EnvGen's sandbox, docker
+or a child process, never this process unless ``sandbox="inline"`` is asked for), :mod:`.server`
+(:func:`import_tool_server`; :func:`import_server_package`, what the CLI calls, which never loads the
+file here) and :mod:`.python_class` (:func:`import_python_class` takes a live class object, so it
+runs in this process: only pass classes you trust).  The package writer and the
 run-twice checks are shared with EnvGen (:mod:`gym_envfactory.generators.packages`,
 :mod:`gym_envfactory.generators.checks`).
 """
@@ -65,7 +69,8 @@ from .codegen import generate_tools_py
 from .isolation import check_session_isolation, shared_module_globals
 from .probe import probe_scenarios
 from .python_class import import_python_class
-from .server import DEFAULT_OUT_DIR, bridge_source, import_tool_server
+from .sandbox import SANDBOX_MODES, resolve_sandbox
+from .server import DEFAULT_OUT_DIR, ImportedPackage, bridge_source, import_server_package, import_tool_server
 
 #: The text of :mod:`.bridge`, as written into imported packages (``_bridge.py``).
 BRIDGE_SOURCE = bridge_source()
@@ -73,6 +78,8 @@ BRIDGE_SOURCE = bridge_source()
 __all__ = [
     "BRIDGE_SOURCE",
     "DEFAULT_OUT_DIR",
+    "SANDBOX_MODES",
+    "ImportedPackage",
     "ImporterError",
     "ServerAnalysis",
     "ToolPlan",
@@ -84,7 +91,9 @@ __all__ = [
     "function_node",
     "generate_tools_py",
     "import_python_class",
+    "import_server_package",
     "import_tool_server",
     "probe_scenarios",
+    "resolve_sandbox",
     "shared_module_globals",
 ]

@@ -226,7 +226,11 @@ def _pick_state_model(module: types.ModuleType, empty: dict[str, Any], wanted: s
 def analyze_tool_server(path: str | Path, *, api_class: str | None = None,
                         state_model: str | None = None, read_only: Mapping[str, bool] | None = None,
                         destructive: Mapping[str, bool] | None = None) -> ServerAnalysis:
-    """Load a server file (FastMCP stubbed; nothing served) and find its parts.  Raises ImporterError."""
+    """Load a server file (FastMCP stubbed; nothing served) and find its parts.  Raises ImporterError.
+
+    This executes the file's module top level (and the API's constructor and ``save_scenario``) **in
+    this process**: :func:`~.server.import_tool_server` calls it only inside its sandbox
+    (:mod:`.sandbox`); call it directly only on files you trust."""
     path = Path(path).resolve()
     if not path.is_file():
         raise ImporterError("no such file", file=path)

@@ -3,7 +3,9 @@
 :func:`shared_module_globals` finds, statically, the module-level names the API, its wrappers and
 helpers use; :func:`check_session_isolation` runs the scenarios twice and interleaved
 (:func:`gym_envfactory.generators.checks.run_differences`) and refuses an import whose sessions
-differ, naming those globals.
+differ, naming those globals.  Both take a live :class:`~.analysis.ServerAnalysis` (the static part
+also looks up the module's values), so both run wherever the file was loaded: inside the importer's
+sandbox (:mod:`.sandbox`, the ``check`` stage) when called by :func:`~.server.import_tool_server`.
 """
 
 from __future__ import annotations

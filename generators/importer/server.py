@@ -13,26 +13,25 @@ import hashlib
 import importlib.resources
 import json
 import logging
-import re
+import os
 import shutil
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from gym_envfactory.environment.manifest import Manifest, Provenance
 from gym_envfactory.environment.package import load_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 
-from ..checks import split_coverage_gaps
-from ..packages import camel_name, jsonl_text, purge_modules, write_environment_package
-from .analysis import ImporterError, ServerAnalysis, analyze_tool_server
-from .codegen import generate_tools_py
-from .isolation import check_session_isolation
-from .probe import probe_scenarios
+from ..packages import jsonl_text, purge_modules, write_environment_package
+from .analysis import ImporterError
+from .sandbox import STAGE_TIMEOUT_S, resolve_sandbox, run_stage
 
-__all__ = ["DEFAULT_OUT_DIR", "bridge_source", "import_tool_server"]
+__all__ = ["DEFAULT_OUT_DIR", "ImportedPackage", "bridge_source", "import_server_package", "import_tool_server"]
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +54,6 @@ def bridge_source() -> str:
     return importlib.resources.files(__package__).joinpath("bridge.py").read_text(encoding="utf-8")
 
 
-def _default_env_name(a: ServerAnalysis) -> str:
-    base = re.sub(r"(API|Api|Service|Server|Client)$", "", a.api_class.__name__) or a.path.stem
-    return camel_name(base, prefix="Imported")
-
-
 def _jsonl_objects(src: str | Path | Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
     if src is None:
         return []
@@ -79,6 +73,186 @@ def _state_json(src: Any) -> Any:
         return src.model_dump(mode="json")
     return src
 
+
+
+@dataclass(frozen=True)
+class ImportedPackage:
+    """A published import (:func:`import_server_package`), described without loading its code here.
+
+    Attributes:
+        name: the environment name.
+        path: the published package folder.
+        tools: tool name → read-only, in the order of the wrappers.
+        initial_states: the initial state names (``small`` first).
+        sandbox: where the imported code ran (``"docker"``, ``"process"`` or ``"inline"``).
+        digest: :func:`~gym_envfactory.generators.envgen.sandbox.package_digest` of the validated package.
+        validation: counts and failures of the validation run (``None`` without ``validate``): keys
+            ``scenarios``, ``scenarios_passed``, ``tools``, ``tools_covered``, ``tasks``,
+            ``task_failures``, ``lint_failures``, ``failures``, ``coverage_failures``.
+    """
+
+    name: str
+    path: Path
+    tools: dict[str, bool]
+    initial_states: list[str]
+    sandbox: str
+    digest: str
+    validation: dict[str, Any] | None = None
+
+
+def _publish(pkg: Path, dest: Path, digest: str, *, overwrite: bool) -> None:
+    """Copy ``pkg`` to ``dest`` (replacing it with ``overwrite``) unless its files no longer have ``digest``."""
+    from ..envgen.sandbox import package_digest
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        shutil.copytree(pkg, tmp / dest.name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+        got = package_digest(tmp / dest.name)
+        if got != digest:
+            raise ImporterError(f"refused to publish {dest.name}: its files changed while the imported code ran "
+                                f"(sha256 {got[:12]} now, {digest[:12]} when validated); the imported code rewrote "
+                                "its own package", file=dest)
+        if dest.exists():
+            if not overwrite:
+                raise ImporterError(f"{dest} exists; pass overwrite=True to replace it", file=dest)
+            os.replace(dest, tmp / "old")
+        os.replace(tmp / dest.name, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_digest(pkg: Path, digest: str, stage: str) -> None:
+    from ..envgen.sandbox import package_digest
+
+    got = package_digest(pkg)
+    if got != digest:
+        raise ImporterError(f"refused to publish {pkg.name}: its files changed during the {stage} stage (sha256 "
+                            f"{got[:12]} now, {digest[:12]} before); the imported code rewrote its own package")
+
+
+def import_server_package(
+    path: str | Path,
+    *,
+    name: str | None = None,
+    out_dir: str | Path | None = None,
+    domain: str = "utilities",
+    initial_state: str | Path | Mapping[str, Any] | BaseModel | None = None,
+    initial_states: Mapping[str, str | Path | Mapping[str, Any] | BaseModel] | None = None,
+    tasks: str | Path | Iterable[Mapping[str, Any]] | None = None,
+    scenarios: str | Path | Iterable[Mapping[str, Any]] | None = None,
+    probe: bool = True,
+    validate: bool = True,
+    state_model: str | None = None,
+    api_class: str | None = None,
+    read_only: Mapping[str, bool] | None = None,
+    destructive: Mapping[str, bool] | None = None,
+    version: str = "0.1.0",
+    description: str | None = None,
+    bookkeeping_fields: Sequence[str] = (),
+    free_text_fields: Sequence[str] = (),
+    set_fields: Sequence[str] = (),
+    overwrite: bool = False,
+    check_isolation: bool = True,
+    sandbox: str = "auto",
+    image: str | None = None,
+    timeout_s: float = STAGE_TIMEOUT_S,
+) -> ImportedPackage:
+    """:func:`import_tool_server` without loading the result in this process: every execution of
+    the file's code (analysis, probe, isolation checks, validation) happens in ``sandbox`` (see
+    :mod:`.sandbox`), and the package published to ``out_dir/<name>/`` is byte-identical to the one
+    probed and validated (digests taken before each stage and checked after it and at publication).
+    Arguments as :func:`import_tool_server`; ``image``: the runtime image for docker (default
+    ``envfactory/runtime:<version>``); ``timeout_s``: per stage.  Nothing is registered.
+
+    Raises:
+        ImporterError: the file does not fit the layout, failed a check or validation, timed out or
+            hit a limit in the sandbox, or changed its own package.
+        SpecError: a bad name, domain, state or task.
+    """
+    from ..envgen.sandbox import package_digest
+
+    mode = resolve_sandbox(sandbox, image)
+    if mode == "process":
+        log.warning("importing %s in a child process with resource limits and an empty environment: this is NOT a "
+                    "sandbox (the imported code runs as this user and can read and write this user's files); "
+                    "build the runtime image (`envfactory image runtime`) to import in a container", path)
+    src = Path(path).resolve()
+    if not src.is_file():
+        raise ImporterError("no such file", file=src)
+    src_bytes = src.read_bytes()  # the one read: the package and the provenance hash come from these bytes
+    src_text = src_bytes.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    states_in: dict[str, Any] = {} if initial_state is None else {"small": _state_json(initial_state)}
+    for k, v in (initial_states or {}).items():
+        states_in[k] = _state_json(v)
+    options = {"api_class": api_class, "state_model": state_model, "read_only": dict(read_only or {}) or None,
+               "destructive": dict(destructive or {}) or None}
+    out = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
+    user_scenarios = _jsonl_objects(scenarios)
+    task_objs = _jsonl_objects(tasks)
+    work = Path(tempfile.mkdtemp(prefix="envfactory-import-"))
+    try:
+        (work / "src").mkdir()
+        (work / "src" / src.name).write_bytes(src_bytes)
+        try:
+            built = run_stage("build", work, {"source": f"src/{src.name}", "name": name, "states": states_in, **options},
+                              sandbox=mode, timeout_s=timeout_s, image=image)
+        except ImporterError as exc:
+            raise ImporterError(str(exc.args[0]) if exc.args else str(exc), file=src) from None
+        env_name = str(built["env_name"])
+        folder = out / env_name
+        if folder.exists() and not overwrite:
+            raise ImporterError(f"{folder} exists; pass overwrite=True to replace it", file=folder)
+        model = str(built["state_model"])
+        desc = description or (str(built["module_doc"]).splitlines()[0] if built["module_doc"]
+                               else f"Imported from {src.name}")
+        manifest = Manifest(
+            name=env_name, version=version, domain=domain, description=desc, state_model=f"state:{model}",
+            tools_module="tools", default_initial_state="small", bookkeeping_fields=list(bookkeeping_fields),
+            free_text_fields=list(free_text_fields), set_fields=list(set_fields),
+            provenance=Provenance(kind="imported", source=str(src), sha256=hashlib.sha256(src_text.encode()).hexdigest(),
+                                  api_class=str(built["api_class"]), importer="gym_envfactory.generators.importer"))
+        files = {
+            "_source.py": src_bytes,  # the server, byte for byte
+            "_bridge.py": bridge_source(),
+            "__init__.py": (f'"""{env_name}: imported from {src.name} (see _bridge.py); _source.py is the original, '
+                            'unedited."""\n\nfrom ._bridge import load_package_source\n\nload_package_source(__name__, __file__)\n'),
+            "state.py": (f'"""State model of {env_name}: the root scenario model of the imported server."""\n\n'
+                         f"from ._source import {model}\n\n__all__ = [{model!r}]\n"),
+            "tools.py": str(built["tools_py"]),
+        }
+        pkg = work / "pkg" / env_name
+        pkg.mkdir(parents=True)
+        states = dict(built["states"])
+        write_environment_package(pkg, manifest, files=files, initial_states=states, scenarios=user_scenarios or None,
+                                  tasks=task_objs or None, sort_state_keys=True, replace=True)
+        digest = package_digest(pkg)
+        stage_req = {"env_name": env_name, "source": str(src), **options}
+        if probe:
+            recorded = run_stage("probe", work, {**stage_req, "taken": [s.get("scenario_id", "") for s in user_scenarios]},
+                                 sandbox=mode, timeout_s=timeout_s, image=image)["scenarios"]
+            _check_digest(pkg, digest, "probe")
+            (pkg / "scenarios.jsonl").write_text(jsonl_text(user_scenarios + list(recorded)), encoding="utf-8")
+            digest = package_digest(pkg)
+        summary = None
+        if check_isolation or validate:
+            try:
+                checked = run_stage("check", work, {**stage_req, "check_isolation": check_isolation, "validate": validate},
+                                    sandbox=mode, timeout_s=timeout_s, image=image)
+            except ImporterError as exc:
+                raise ImporterError(str(exc.args[0]) if exc.args else str(exc), file=src) from None
+            _check_digest(pkg, digest, "validation")
+            if checked["hard"]:
+                raise ImporterError("the imported environment failed validation:\n  "
+                                    + "\n  ".join(list(checked["hard"])[:20]), file=folder)
+            for gap in checked["gaps"]:
+                log.warning("%s: %s (pass scenarios= to cover it)", env_name, gap)
+            summary = checked["summary"]
+        _publish(pkg, folder, digest, overwrite=overwrite)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return ImportedPackage(name=env_name, path=folder, tools={str(k): bool(v) for k, v in built["tools"].items()},
+                           initial_states=list(states), sandbox=mode, digest=digest, validation=summary)
 
 
 def import_tool_server(
@@ -105,8 +279,14 @@ def import_tool_server(
     set_fields: Sequence[str] = (),
     overwrite: bool = False,
     check_isolation: bool = True,
+    sandbox: str = "auto",
 ) -> EnvironmentSpec:
     """Turn a single-file tool server (module docstring layout) into ``out_dir/<name>/`` and load it.
+
+    Every execution of the file's code before publication (analysis, probe, isolation checks,
+    validation) runs in ``sandbox`` (:func:`import_server_package`); the returned spec is the
+    published package loaded in *this* process, so from then on the code runs with this process's
+    rights, as any environment you use does.
 
     Args:
         path: the server file; it is copied, never edited.
@@ -119,81 +299,30 @@ def import_tool_server(
         tasks, scenarios: JSON Lines files or objects copied into ``tasks.jsonl``/``scenarios.jsonl``.
         probe: add scenarios recorded by calling every tool once (see :func:`.probe.probe_scenarios`).
         validate: run :func:`~gym_envfactory.validation.validate_environment` (scenarios, tasks,
-            determinism lint; per-tool coverage gaps are logged, not fatal) and refuse (removing the
-            folder) when it fails.
+            determinism lint; per-tool coverage gaps are logged, not fatal) and refuse (publishing
+            nothing) when it fails.
         state_model, api_class: names in the server module, when detection is ambiguous.
         read_only, destructive: per-tool overrides of the annotations guessed from names and code.
         overwrite: replace an existing folder of the same name.
         check_isolation: run the scenarios twice in fresh sessions and once interleaved with another
             session and refuse the import when they differ (module-level counters, lists or caches the
             API mutates leak between sessions); see :func:`check_session_isolation`.
+        sandbox: where the file's code runs before publication, as EnvGen's: ``"auto"`` (docker when
+            an engine holds the runtime image, else ``"process"`` with a warning), ``"docker"``,
+            ``"process"``, or ``"inline"`` (this process: trusted files and tests only).
 
     Raises:
         ImporterError: the file does not fit the layout, or the result failed validation.
         SpecError: a bad name, domain, state or task.
     """
-    a = analyze_tool_server(path, api_class=api_class, state_model=state_model,
-                            read_only=read_only, destructive=destructive)
-    env_name = name or _default_env_name(a)
-    out = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
-    folder = out / env_name
-    if folder.exists():
-        if not overwrite:
-            raise ImporterError(f"{folder} exists; pass overwrite=True to replace it", file=folder)
-        shutil.rmtree(folder)
-    states: dict[str, Any] = {"small": _state_json(initial_state) if initial_state is not None else a.empty_scenario}
-    for k, v in (initial_states or {}).items():
-        states[k] = _state_json(v)
-    for k, v in states.items():
-        try:
-            a.state_model.model_validate(v)
-        except ValidationError as exc:
-            raise ImporterError(f"initial state {k!r} does not validate with {a.state_model.__name__}: "
-                                f"{exc.error_count()} error(s): {exc.errors()[0]['msg']}") from None
-    desc = description or (a.module_doc.splitlines()[0] if a.module_doc else f"Imported from {a.path.name}")
-    manifest = Manifest(
-        name=env_name, version=version, domain=domain, description=desc, state_model=f"state:{a.state_model.__name__}",
-        tools_module="tools", default_initial_state="small", bookkeeping_fields=list(bookkeeping_fields),
-        free_text_fields=list(free_text_fields), set_fields=list(set_fields),
-        provenance=Provenance(kind="imported", source=str(a.path), sha256=hashlib.sha256(a.source.encode()).hexdigest(),
-                              api_class=a.api_class.__name__, importer="gym_envfactory.generators.importer"))
-    files = {
-        "_source.py": a.path.read_bytes(),  # the server, byte for byte
-        "_bridge.py": bridge_source(),
-        "__init__.py": (f'"""{env_name}: imported from {a.path.name} (see _bridge.py); _source.py is the original, '
-                        'unedited."""\n\nfrom ._bridge import load_package_source\n\nload_package_source(__name__, __file__)\n'),
-        "state.py": (f'"""State model of {env_name}: the root scenario model of the imported server."""\n\n'
-                     f"from ._source import {a.state_model.__name__}\n\n__all__ = [{a.state_model.__name__!r}]\n"),
-        "tools.py": generate_tools_py(a, env_name),
-    }
-    user_scenarios = _jsonl_objects(scenarios)
-    task_objs = _jsonl_objects(tasks)
-    folder.mkdir(parents=True)  # claims the folder: FileExistsError if it appeared meanwhile (nothing removed then)
-    try:
-        write_environment_package(folder, manifest, files=files, initial_states=states, scenarios=user_scenarios or None,
-                                  tasks=task_objs or None, sort_state_keys=True, replace=True)
-        purge_modules(env_name)
-        spec = load_environment(folder)
-        if probe:
-            recorded = probe_scenarios(spec, {s.get("scenario_id", "") for s in user_scenarios})
-            (folder / "scenarios.jsonl").write_text(jsonl_text(user_scenarios + recorded), encoding="utf-8")
-            purge_modules(env_name)
-            spec = load_environment(folder)
-        if check_isolation:
-            check_session_isolation(a, spec)
-        if validate:
-            from gym_envfactory.validation import validate_environment
-
-            hard, gaps = split_coverage_gaps(validate_environment(spec))
-            if hard:
-                raise ImporterError("the imported environment failed validation:\n  "
-                                    + "\n  ".join(hard[:20]), file=folder)
-            for gap in gaps:
-                log.warning("%s: %s (pass scenarios= to cover it)", env_name, gap)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        purge_modules(env_name)
-        raise
+    done = import_server_package(
+        path, name=name, out_dir=out_dir, domain=domain, initial_state=initial_state, initial_states=initial_states,
+        tasks=tasks, scenarios=scenarios, probe=probe, validate=validate, state_model=state_model,
+        api_class=api_class, read_only=read_only, destructive=destructive, version=version,
+        description=description, bookkeeping_fields=bookkeeping_fields, free_text_fields=free_text_fields,
+        set_fields=set_fields, overwrite=overwrite, check_isolation=check_isolation, sandbox=sandbox)
+    purge_modules(done.name)
+    spec = load_environment(done.path)
     if register:
         from gym_envfactory.environment.catalog import add_environment
 

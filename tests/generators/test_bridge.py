@@ -40,7 +40,8 @@ def test_the_bridge_is_a_real_module_and_its_text_is_what_packages_get(tmp_path)
     assert bridge_source() == BRIDGE_SOURCE == source
     assert lint_source(source, "bridge.py") == []  # the copies are linted as environment code
     spec = import_tool_server(FIXTURES / "bookstore_server.py", name="BridgeCopyBookStore", out_dir=tmp_path,
-                              register=False, validate=False, probe=False, check_isolation=False)
+                              register=False, validate=False, probe=False, check_isolation=False,
+                              sandbox="process")
     try:
         assert (spec.path / "_bridge.py").read_bytes() == Path(bridge.__file__).read_bytes()
         assert sys.modules["gym_envfactory._envs.BridgeCopyBookStore._bridge"] is not bridge  # a copy of its own

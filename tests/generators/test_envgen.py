@@ -307,8 +307,9 @@ def test_import_command_reports_the_imported_environment(tmp_path):
     try:
         result = CliRunner().invoke(app, ["import", str(FIX / "bookstore_server.py"), "--name", "EnvGenCliBookStore",
                                           "--out", str(tmp_path), "--initial-state", str(FIX / "bookstore_scenario.json"),
-                                          "--domain", "commerce"])
+                                          "--domain", "commerce", "--sandbox", "process"])
         assert result.exit_code == 0, result.output
+        assert "process sandbox" in result.output
         assert "EnvGenCliBookStore" in result.output and "scenarios" in result.output
         assert (tmp_path / "EnvGenCliBookStore" / "environment.toml").is_file()
     finally:

@@ -62,6 +62,15 @@ def _load_original(module_name: str = "bookstore_server_original"):
     return mod
 
 
+@pytest.fixture(autouse=True)
+def _process_sandbox(monkeypatch):
+    """``sandbox="auto"`` means the process sandbox here: a runtime image on this host may predate the
+    importer's stage entry point (the docker mode is tested in tests/docker/)."""
+    from gym_envfactory.generators.envgen import sandbox
+
+    monkeypatch.setattr(sandbox, "docker_available", lambda image=None: False)
+
+
 @pytest.fixture
 def bookstore(tmp_path):
     return import_tool_server(SERVER, name="BookStoreImp", out_dir=tmp_path, initial_state=SCENARIO,

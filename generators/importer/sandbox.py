@@ -1,0 +1,289 @@
+"""Where the imported file's code runs: every execution of it goes through EnvGen's sandbox.
+
+:func:`import_tool_server` never executes the server in its own process (unless asked to with
+``sandbox="inline"``).  Each stage that runs the file's code is a child (:func:`child_main`) that
+reads a request and writes a JSON result:
+
+* ``build``: :func:`~.analysis.analyze_tool_server` (executing the module top level, building the API,
+  ``save_scenario()``), the initial states checked against the state model, ``tools.py``
+  (:func:`~.codegen.generate_tools_py`);
+* ``probe``: the written package loaded and every tool called once (:func:`~.probe.probe_scenarios`);
+* ``check``: session isolation and determinism (:func:`~.isolation.check_session_isolation`) and
+  :func:`~gym_envfactory.validation.validate_environment`.
+
+Sandboxes (:data:`SANDBOX_MODES`, as in EnvGen): ``"docker"``, the product's runtime image with no
+network, an empty environment, the stage mounted read-only and memory/CPU/pids limits
+(:func:`gym_envfactory.generators.envgen.sandbox.run_container`; the image's copy of this module
+runs, so rebuild the image after changing it); ``"process"``, a child process with an empty
+environment, resource limits and fresh namespaces where the host allows
+(:func:`gym_envfactory.generators.checks.run_in_child`: *not* a sandbox, a warning is logged);
+``"auto"``, docker when the engine and the runtime image are there, else process; ``"inline"``, this
+process (for tests and trusted files only).
+
+What stays in this process never executes the file: reading its bytes once (the package's
+``_source.py`` and the provenance hash come from them, not from the child), writing the package from
+those bytes and the children's JSON answers, and the package digests
+(:func:`gym_envfactory.generators.envgen.sandbox.package_digest`) that make the published package
+byte-identical to the one probed and validated.  A child can still lie in its answer (a forged
+report): the sandbox keeps secrets and the host out of its reach, it does not make its answers true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..checks import ChildLimits, run_in_child
+from .analysis import ImporterError, ServerAnalysis
+
+__all__ = ["CHILD_PROGRAM", "SANDBOX_MODES", "STAGE_TIMEOUT_S", "child_main", "resolve_sandbox", "run_stage",
+           "run_stage_here"]
+
+log = logging.getLogger(__name__)
+
+#: Where the imported code may run: as EnvGen's ``sandbox`` plus ``"inline"`` (this process, on request only).
+SANDBOX_MODES = ("auto", "docker", "process", "inline")
+#: Seconds one stage may take before its child is killed.
+STAGE_TIMEOUT_S = 600.0
+#: The ``python3 -c`` program a stage container runs (the image's own copy of this module).
+CHILD_PROGRAM = "from gym_envfactory.generators.importer.sandbox import child_main; child_main()"
+
+
+def resolve_sandbox(sandbox: str, image: str | None = None) -> str:
+    """``"docker"``, ``"process"`` or ``"inline"`` for ``sandbox`` (``"auto"``: docker when an engine
+    holds the runtime image, else process).  Raises :class:`ImporterError` for an unknown mode."""
+    if sandbox not in SANDBOX_MODES:
+        raise ImporterError(f"sandbox must be one of {', '.join(map(repr, SANDBOX_MODES))}, not {sandbox!r}")
+    if sandbox != "auto":
+        return sandbox
+    from ..envgen.sandbox import docker_available
+
+    return "docker" if docker_available(image) else "process"
+
+
+# ------------------------------------------------------------------------------------ the stages (child side)
+
+
+def _default_env_name(a: ServerAnalysis) -> str:
+    from ..packages import camel_name
+
+    base = re.sub(r"(API|Api|Service|Server|Client)$", "", a.api_class.__name__) or a.path.stem
+    return camel_name(base, prefix="Imported")
+
+
+def _analyze(root: Path, req: Mapping[str, Any], file: str) -> ServerAnalysis:
+    from .analysis import analyze_tool_server
+
+    return analyze_tool_server(root / file, api_class=req.get("api_class"), state_model=req.get("state_model"),
+                               read_only=req.get("read_only"), destructive=req.get("destructive"))
+
+
+def _build(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
+    from pydantic import ValidationError
+
+    from .codegen import generate_tools_py
+
+    a = _analyze(root, req, req["source"])
+    states = dict(req["states"])
+    states = {"small": states.pop("small", a.empty_scenario), **states}
+    for k, v in states.items():
+        try:
+            a.state_model.model_validate(v)
+        except ValidationError as exc:
+            raise ImporterError(f"initial state {k!r} does not validate with {a.state_model.__name__}: "
+                                f"{exc.error_count()} error(s): {exc.errors()[0]['msg']}") from None
+    env_name = req.get("name") or _default_env_name(a)
+    return {"env_name": env_name, "state_model": a.state_model.__name__, "api_class": a.api_class.__name__,
+            "module_doc": a.module_doc, "states": states, "tools_py": generate_tools_py(a, env_name),
+            "tools": {t.name: t.read_only for t in a.tools}}
+
+
+def _load(root: Path, req: Mapping[str, Any]) -> Any:
+    from gym_envfactory.environment.package import load_environment
+
+    from ..packages import purge_modules
+
+    purge_modules(req["env_name"])
+    return load_environment(root / "pkg" / req["env_name"])
+
+
+def _probe(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
+    from ..packages import purge_modules
+    from .probe import probe_scenarios
+
+    try:
+        return {"scenarios": probe_scenarios(_load(root, req), set(req["taken"]))}
+    finally:
+        purge_modules(req["env_name"])
+
+
+def _summary(report: Any) -> dict[str, Any]:
+    return {"scenarios": len(report.scenarios), "scenarios_passed": sum(s.passed for s in report.scenarios),
+            "tools": len(report.coverage), "tools_covered": sum(len(v) == 2 for v in report.coverage.values()),
+            "tasks": report.n_tasks, "task_failures": len(report.task_failures),
+            "lint_failures": len(report.lint_failures), "failures": list(report.failures()),
+            "coverage_failures": list(report.coverage_failures)}
+
+
+def _check(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
+    from ..checks import split_coverage_gaps
+    from ..packages import purge_modules
+    from .isolation import check_session_isolation
+
+    try:
+        spec = _load(root, req)
+        if req["check_isolation"]:
+            check_session_isolation(_analyze(root, req, f"pkg/{req['env_name']}/_source.py"), spec)
+        if not req["validate"]:
+            return {"hard": [], "gaps": [], "summary": None}
+        from gym_envfactory.validation import validate_environment
+
+        report = validate_environment(spec)
+        hard, gaps = split_coverage_gaps(report)
+        return {"hard": hard, "gaps": gaps, "summary": _summary(report)}
+    finally:
+        purge_modules(req["env_name"])
+
+
+_STAGES = {"build": _build, "probe": _probe, "check": _check}
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[list[str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append([record.name, record.getMessage()])
+
+
+def run_stage_here(stage: str, root: str | Path, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one stage in this process: ``{"result": ...}`` or ``{"error": message}`` (an
+    :class:`ImporterError` or any exception the imported code raised), plus ``"warnings"``: the
+    ``[logger, message]`` warnings logged meanwhile.  Only a fault of this code itself propagates."""
+    handler = _Collect()
+    logger = logging.getLogger("gym_envfactory")
+    logger.addHandler(handler)
+    try:
+        try:
+            out: dict[str, Any] = {"result": _STAGES[stage](Path(root), request)}
+        except ImporterError as exc:
+            out = {"error": str(exc.args[0]) if exc.args else str(exc)}
+        except Exception as exc:  # noqa: BLE001 - whatever the imported code raised is its answer
+            out = {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        logger.removeHandler(handler)
+    out["warnings"] = handler.records
+    return out
+
+
+def child_main() -> None:
+    """The entry point of a stage child: ``sys.argv[1:5]`` are ``STAGE ROOT REQUEST_JSON OUT_JSON``."""
+    stage, root, req, out = sys.argv[1:5]
+    answer = run_stage_here(stage, root, json.loads(Path(req).read_text(encoding="utf-8")))
+    Path(out).write_text(json.dumps(answer, default=str), encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------ the runner (parent side)
+
+
+def _ended(mode: str, stage: str, timed_out: bool, code: int | None, tail: str, memory: bool,
+           out: Path, timeout_s: float) -> dict[str, Any]:
+    if timed_out:
+        raise ImporterError(f"the imported code did not finish the {stage} stage in {timeout_s:.0f} s "
+                            "(an endless loop at import or in a tool?)")
+    if memory:
+        raise ImporterError(f"the imported code hit the sandbox memory limit in the {stage} stage")
+    if code != 0 or not out.is_file() or out.is_symlink():
+        stale = mode == "docker" and ("ModuleNotFoundError" in tail or "ImportError" in tail)
+        hint = " (a stale runtime image? rebuild it: `envfactory image runtime`)" if stale else ""
+        raise ImporterError(f"the {stage} stage's {mode} sandbox exited with {code}{hint}: {tail[-800:]}")
+    try:
+        answer = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ImporterError(f"the {stage} stage wrote no readable answer: {exc}") from None
+    if not isinstance(answer, dict):
+        raise ImporterError(f"the {stage} stage wrote {type(answer).__name__}, not an object")
+    return answer
+
+
+def _answer_file(root: Path, stage: str) -> Path:
+    out = root / "answers" / f"{stage}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.unlink(missing_ok=True)
+    return out
+
+
+def _run_sync(coro: Any) -> Any:
+    """``asyncio.run(coro)``, in a worker thread when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _in_docker(stage: str, root: Path, request_file: Path, timeout_s: float, image: str | None) -> dict[str, Any]:
+    from ..envgen.sandbox import container_stage, run_container
+    from ..errors import EnvGenError
+
+    stage_dir, outdir = container_stage({"in": root})
+    try:
+        volumes = {str((stage_dir / "in").resolve()): {"bind": "/in", "mode": "ro"},
+                   str(outdir.resolve()): {"bind": "/out", "mode": "rw"}}
+        try:
+            timed_out, code, tail = run_container(
+                CHILD_PROGRAM, [stage, "/in", f"/in/{request_file.relative_to(root).as_posix()}", "/out/answer.json"],
+                volumes, timeout_s=timeout_s, image=image, role="import-validation")
+        except EnvGenError as exc:
+            raise ImporterError(str(exc)) from None
+        keep = _answer_file(root, stage)
+        answer = outdir / "answer.json"
+        if answer.is_file() and not answer.is_symlink():
+            shutil.copyfile(answer, keep)
+        return _ended("docker", stage, timed_out, code, tail, "MemoryError" in tail or code == 137, keep, timeout_s)
+    finally:
+        shutil.rmtree(stage_dir, ignore_errors=True)
+
+
+def run_stage(stage: str, root: Path, request: Mapping[str, Any], *, sandbox: str, timeout_s: float = STAGE_TIMEOUT_S,
+              limits: ChildLimits | None = None, image: str | None = None) -> dict[str, Any]:
+    """Run ``stage`` on the folder ``root`` in ``sandbox`` (``"docker"``, ``"process"`` or
+    ``"inline"``, as :func:`resolve_sandbox` gives), re-log its warnings here and return its result.
+
+    The request is written to ``root/request-<stage>.json``; in docker ``root`` is a read-only copy.
+    Raises :class:`ImporterError` with the imported code's error, or when the child timed out, hit a
+    limit, crashed or wrote no answer."""
+    req_file = root / f"request-{stage}.json"
+    req_file.write_text(json.dumps(request), encoding="utf-8")
+    if sandbox == "inline":
+        answer = run_stage_here(stage, root, request)
+    elif sandbox == "docker":
+        answer = _in_docker(stage, root, req_file, timeout_s, image)
+    elif sandbox == "process":
+        out = _answer_file(root, stage)
+        run = _run_sync(run_in_child(__name__, "child_main", [stage, str(root), str(req_file), str(out)],
+                                     timeout_s=timeout_s, limits=limits))
+        answer = _ended("process", stage, run.timed_out, run.returncode, run.stderr_tail, run.memory_exceeded,
+                        out, timeout_s)
+    else:
+        raise ImporterError(f"run_stage: sandbox must be 'docker', 'process' or 'inline', not {sandbox!r}")
+    for entry in answer.get("warnings") or []:
+        name, msg = (entry + ["", ""])[:2] if isinstance(entry, list) else ("", str(entry))
+        logging.getLogger(str(name) or __name__).warning("%s", msg)
+    if answer.get("error") is not None:
+        raise ImporterError(str(answer["error"]))
+    result = answer.get("result")
+    if not isinstance(result, dict):
+        raise ImporterError(f"the {stage} stage gave no result")
+    return result
