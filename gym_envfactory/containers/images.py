@@ -291,14 +291,17 @@ def default_base(client: Any) -> str:
 
 
 def runtime_source_hash(root: Path, base_id: str) -> str:
-    """What the runtime image is made of: the Dockerfile, pyproject.toml, the package sources and the
-    base image id (not env_images/: images serve only the catalog layered on top)."""
+    """What the runtime image is made of: the Dockerfile, pyproject.toml, the package sources (the
+    runtime and the generators, whose sandbox stages run inside the image) and the base image id (not
+    env_images/: images serve only the catalog layered on top)."""
     h = hashlib.sha256()
     for name in ("Dockerfile", ".dockerignore", "pyproject.toml"):
         p = root / name
         if p.is_file():
             h.update(name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
     _hash_tree(h, root / "gym_envfactory", root)
+    if (root / "generators").is_dir():
+        _hash_tree(h, root / "generators", root)
     h.update(base_id.encode())
     return h.hexdigest()
 
