@@ -493,9 +493,64 @@ def load_graph(path: str | Path) -> nx.DiGraph:
         raise GraphError(f"{p} is not a node-link tool graph (expected 'nodes' and 'edges')")
     try:
         G = nx.node_link_graph(data, directed=True, multigraph=False, edges="edges")
-    except (KeyError, TypeError, nx.NetworkXError) as exc:
+    except (KeyError, TypeError, AttributeError, nx.NetworkXError) as exc:
         raise GraphError(f"{p} is not a node-link tool graph: {exc}") from None
+    problem = _contract_problem(G)
+    if problem is not None:
+        raise GraphError(f"{p} is not a tool graph (docs/synthesis.md): {problem}")
     return G
+
+
+def _contract_problem(G: nx.DiGraph) -> str | None:
+    """The first way ``G`` breaks the node/edge attribute contract the sampler and ``graph show`` read
+    (docs/synthesis.md, "Tool graph"), or ``None``."""
+    def is_str(x: Any) -> bool:
+        return isinstance(x, str) and bool(x)
+
+    def is_num(x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool)
+
+    envs = G.graph.get("envs", [])
+    if not isinstance(envs, list) or not all(isinstance(e, str) for e in envs):
+        return "graph attribute 'envs' must be a list of environment names"
+    for n, a in G.nodes(data=True):
+        if not isinstance(n, str):
+            return f"node id {n!r} is not a string"
+        kind = a.get("kind")
+        if kind == "tool":
+            if not (is_str(a.get("env")) and is_str(a.get("name"))):
+                return f"tool node {n!r} needs string 'env' and 'name'"
+        elif kind in ("input", "output"):
+            key = "param" if kind == "input" else "path"
+            tool = a.get("tool")
+            if not (isinstance(tool, str) and G.nodes.get(tool, {}).get("kind") == "tool"):
+                return f"{kind} node {n!r}: 'tool' must name a tool node"
+            if not isinstance(a.get(key), str) or (kind == "input" and not a[key]):
+                return f"{kind} node {n!r} needs a string {key!r}"
+            if kind == "input" and not isinstance(a.get("required", False), bool):
+                return f"input node {n!r}: 'required' must be a bool"
+            if kind == "input" and a.get("user_providable") is not None and not isinstance(a["user_providable"], bool):
+                return f"input node {n!r}: 'user_providable' must be a bool or null"
+        else:
+            return f"node {n!r} has kind {kind!r} (tool, input or output)"
+    for u, v, a in G.edges(data=True):
+        if a.get("kind") == "match" and not is_num(a.get("score")):
+            return f"match edge {u!r} -> {v!r} needs a numeric 'score'"
+        if a.get("kind") != "depends":
+            continue
+        if G.nodes[u].get("kind") != "tool" or G.nodes[v].get("kind") != "tool":
+            return f"depends edge {u!r} -> {v!r} must join two tool nodes"
+        via = a.get("via")
+        if not isinstance(via, list) or not via:
+            return f"depends edge {u!r} -> {v!r} needs a non-empty list 'via'"
+        for item in via:
+            if not (isinstance(item, dict) and isinstance(item.get("output"), str) and is_str(item.get("input"))
+                    and is_num(item.get("score")) and isinstance(item.get("origin"), str)):
+                return (f"depends edge {u!r} -> {v!r}: each 'via' item needs string 'output' and 'input', "
+                        "a numeric 'score' and a string 'origin'")
+        if not is_num(a.get("score")):
+            return f"depends edge {u!r} -> {v!r} needs a numeric 'score'"
+    return None
 
 
 # ------------------------------------------------------------------------------------------ refinement
