@@ -23,7 +23,8 @@ Kept tasks are deduplicated (same environments, initial state and ground truth),
 preset, chain_id, seed, date, ...}``, and summarised in a statistics JSON (:func:`task_statistics`).
 
 Resuming: with ``checkpoint_dir`` every finished chain (kept or dropped) is written to
-``<checkpoint_dir>/<chain_id>.json`` and a re-run loads it without any request; chains interrupted
+``<checkpoint_dir>/<chain_id>.json`` and a re-run with the same chain, model and options
+(:meth:`QueryGen.run_key`) loads it without any request; chains interrupted
 mid-way replay their answered requests from the LLM cache (``LLMConfig.cache_dir``).  Chains that failed
 on the endpoint (``llm_request_failed``) are not checkpointed, so a re-run retries them.
 """
@@ -252,25 +253,38 @@ class QueryGen:
         d = self.options.checkpoint_dir
         return Path(d) / f"{_safe_name(chain_id)}.json" if d is not None else None
 
-    def _load_checkpoint(self, chain_id: str) -> ChainOutcome | None:
+    def run_key(self, chain: Mapping[str, Any]) -> str:
+        """What a checkpoint of ``chain`` (its JSON form) is only valid for: sha256 of the chain, the model
+        and sampling settings, the preset and the options that change the outcome.  A checkpoint written
+        under another key (another preset, model, k, seed, or other steps under the same chain id) is
+        not resumed."""
+        c, o = self.config, self.options
+        key = {"chain": chain, "model": c.model, "temperature": c.temperature, "seed": c.seed,
+               "max_tokens": c.max_tokens, "preset": self.preset.to_dict(), "k": o.k, "run_seed": o.seed,
+               "state_retries": o.state_retries, "turn_retries": o.turn_retries,
+               "user_max_turns": o.user_max_turns, "max_state_chars": o.max_state_chars}
+        return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+    def _load_checkpoint(self, chain_id: str, run_key: str) -> ChainOutcome | None:
         path = self._checkpoint_path(chain_id)
         if path is None or not path.is_file():
             return None
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("format") == "querygen-checkpoint/1" and data.get("chain_id") == chain_id:
+            if data.get("format") == "querygen-checkpoint/1" and data.get("chain_id") == chain_id \
+                    and data.get("run") == run_key:
                 return ChainOutcome.from_dict(data)
         except (OSError, ValueError, KeyError):
             pass
         return None
 
-    def _save_checkpoint(self, outcome: ChainOutcome) -> None:
+    def _save_checkpoint(self, outcome: ChainOutcome, run_key: str) -> None:
         path = self._checkpoint_path(outcome.chain_id)
         if path is None:
             return
         fd, tmp = tempfile.mkstemp(prefix=".qg-", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(outcome.to_dict(), fh, ensure_ascii=False, sort_keys=True)
+            json.dump({**outcome.to_dict(), "run": run_key}, fh, ensure_ascii=False, sort_keys=True)
         os.replace(tmp, path)
 
     # ------------------------------------------------------------------------------------ one chain
@@ -289,14 +303,15 @@ class QueryGen:
         a ``llm_request_failed`` drop."""
         cj = chain_json(chain)
         chain_id = str(cj.get("chain_id") or f"chain-{index}")
-        cached = self._load_checkpoint(chain_id)
+        run_key = self.run_key(cj)
+        cached = self._load_checkpoint(chain_id, run_key)
         if cached is not None:
             return cached
         try:
             outcome = await self._run_chain(chain, cj, chain_id, index)
         except LLMRequestError as exc:
             return _drop(chain_id, "llm_request_failed", str(exc))
-        self._save_checkpoint(outcome)
+        self._save_checkpoint(outcome, run_key)
         return outcome
 
     async def _run_chain(self, chain: Any, cj: dict[str, Any], chain_id: str, index: int) -> ChainOutcome:

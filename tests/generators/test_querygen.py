@@ -207,3 +207,26 @@ def test_replay_failure_drops_a_task_before_writing(tmp_path: Path) -> None:
     task["turns"][-1]["ground_truth"][-1]["arguments"]["payment_method_id"] = "PM-0003"  # not Ada's card
     stats = write_tasks(outcomes, tmp_path / "t.jsonl")
     assert stats["tasks"] == 0 and stats["drop_reasons"] == {"replay_failed": 1}
+
+
+def test_checkpoints_of_another_preset_or_chain_are_not_resumed(tmp_path: Path) -> None:
+    # review: the default checkpoint dir is shared; a run with another preset must not return old tasks
+    chains = [make_chain("ada", ADA_CALLS)]
+    with ScriptedChatServer(Script(CALLS)) as server:
+        _, first = run_qg(server, chains, tmp_path, preset="sft-conv")
+    assert first[0].status == "kept" and any(t.get("clarification") for t in first[0].task["turns"])
+    with ScriptedChatServer(Script(CALLS, conversational=False)) as server2:
+        _, second = run_qg(server2, chains, tmp_path, preset="sft-non-conv")
+        assert server2.requests  # not resumed from the sft-conv checkpoint
+    assert not second[0].resumed and second[0].task["provenance"]["preset"] == "sft-non-conv"
+    assert not any(t.get("clarification") for t in second[0].task["turns"])
+    # same chain id, other steps: not resumed either
+    other = make_chain("ada", ADA_CALLS[:2])
+    with ScriptedChatServer(Script(CALLS, conversational=False)) as server3:
+        _, third = run_qg(server3, [other], tmp_path, preset="sft-non-conv")
+    assert not third[0].resumed
+    # the same run again: resumed, no request
+    with ScriptedChatServer(Script(CALLS, conversational=False)) as server4:
+        _, again = run_qg(server4, [other], tmp_path, preset="sft-non-conv")
+        assert server4.requests == []
+    assert again[0].resumed and again[0].task == third[0].task
