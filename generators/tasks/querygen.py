@@ -132,7 +132,7 @@ class QueryGenOptions:
 
     Args:
         preset: a preset name or :class:`Preset` (see ``PRESETS``).
-        k: pass@k attempts per task (>= 1).
+        k: pass@k attempts per task (>= 1; >= 2 for a preset that drops tasks every attempt solves).
         seed: run seed: prompts carry ``seed + chain index``; attempt ``i`` samples with seed ``seed + i``.
         state_retries: extra ``state`` rounds after a state that does not validate.
         turn_retries: extra ``turns`` rounds after an invalid split.
@@ -141,6 +141,9 @@ class QueryGenOptions:
         concurrency: chains processed at once.
         date: the provenance date (ISO); default today (UTC).
         max_state_chars: how much of the default state the ``state`` prompt shows.
+
+    Raises:
+        ValueError: ``k < 1``, an unknown preset, or ``k < 2`` with ``rl-non-conv`` (``drop_all_solved``).
     """
 
     preset: str | Preset = "sft-conv"
@@ -157,6 +160,10 @@ class QueryGenOptions:
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
+        preset = get_preset(self.preset)
+        if preset.drop_all_solved and self.k < 2:
+            raise ValueError(f"preset {preset.name} drops tasks every attempt solves: with k={self.k} it would "
+                             "drop every solved task; use k >= 2")
 
 
 @dataclass

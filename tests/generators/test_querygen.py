@@ -230,3 +230,12 @@ def test_checkpoints_of_another_preset_or_chain_are_not_resumed(tmp_path: Path) 
         _, again = run_qg(server4, [other], tmp_path, preset="sft-non-conv")
         assert server4.requests == []
     assert again[0].resumed and again[0].task == third[0].task
+
+
+def test_rl_preset_with_k_1_is_refused_not_silently_empty() -> None:
+    # review: with k=1 every solved task is "too_easy", so rl-non-conv would write nothing
+    with pytest.raises(ValueError, match="k >= 2"):
+        QueryGenOptions(preset="rl-non-conv", k=1)
+    with pytest.raises(ValueError, match="unknown preset"):
+        QueryGenOptions(preset="nope")
+    assert QueryGenOptions(preset="sft-non-conv", k=1).k == 1
