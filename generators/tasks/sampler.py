@@ -170,34 +170,37 @@ def read_chains(path: str | Path) -> list[Chain]:
     """Read a chains file written by :func:`write_chains` (blank lines are skipped).
 
     Raises:
-        ChainError: a line that is not JSON, does not fit :class:`Chain`, fails :func:`chain_errors` or
-            repeats a ``chain_id``; the message names the file, the line and the field.
+        ChainError: a file that is not UTF-8, a line that is not JSON, does not fit :class:`Chain`, fails
+            :func:`chain_errors` or repeats a ``chain_id``; the message names the file, the line and the field.
         OSError: the file cannot be read.
     """
     path = Path(path)
     chains: list[Chain] = []
     seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = parse_json_text(line, file=path, line=lineno, error=DatasetError)
-            except DatasetError as exc:
-                raise ChainError(exc.message, file=path, line=lineno) from None
-            try:
-                chain = Chain.model_validate(obj)
-            except ValidationError as exc:
-                d = format_validation_error(exc)[0]
-                raise ChainError(d["message"], file=path, line=lineno, field=d["field"]) from None
-            problems = chain_errors(chain)
-            if problems:
-                raise ChainError(problems[0][1], file=path, line=lineno, field=problems[0][0])
-            if chain.chain_id in seen:
-                raise ChainError(f"duplicate chain_id {chain.chain_id!r} (first on line {seen[chain.chain_id]})",
-                                 file=path, line=lineno, field="chain_id")
-            seen[chain.chain_id] = lineno
-            chains.append(chain)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ChainError(f"not UTF-8 text (byte {exc.start}): {exc.reason}", file=path) from None
+    for lineno, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit in a string
+        if not line.strip():
+            continue
+        try:
+            obj = parse_json_text(line, file=path, line=lineno, error=DatasetError)
+        except DatasetError as exc:
+            raise ChainError(exc.message, file=path, line=lineno) from None
+        try:
+            chain = Chain.model_validate(obj)
+        except ValidationError as exc:
+            d = format_validation_error(exc)[0]
+            raise ChainError(d["message"], file=path, line=lineno, field=d["field"]) from None
+        problems = chain_errors(chain)
+        if problems:
+            raise ChainError(problems[0][1], file=path, line=lineno, field=problems[0][0])
+        if chain.chain_id in seen:
+            raise ChainError(f"duplicate chain_id {chain.chain_id!r} (first on line {seen[chain.chain_id]})",
+                             file=path, line=lineno, field="chain_id")
+        seen[chain.chain_id] = lineno
+        chains.append(chain)
     return chains
 
 

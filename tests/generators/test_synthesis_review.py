@@ -77,3 +77,19 @@ def test_well_formed_graphs_still_load(tmp_path: Path) -> None:
     for G in (built, hotel_calendar_graph()):
         back = load_graph(save_graph(G, tmp_path / "g.json"))
         assert sorted(back.nodes) == sorted(G.nodes) and back.number_of_edges() == G.number_of_edges()
+
+
+def test_read_chains_non_utf8_names_the_file_and_keeps_u2028(tmp_path: Path) -> None:
+    from gym_envfactory.generators.errors import ChainError
+    from gym_envfactory.generators.tasks.sampler import Chain, read_chains, write_chains
+
+    bad = tmp_path / "bin.jsonl"
+    bad.write_bytes(b"\xff\xfe\n")
+    with pytest.raises(ChainError, match="bin.jsonl"):
+        read_chains(bad)
+    chain = Chain.model_validate({"chain_id": "c\u2028x", "seed": 0, "envs": ["HotelBooking"], "steps": [
+        {"tool": "HotelBooking.search_hotels", "env": "HotelBooking", "name": "search_hotels", "inputs": {}}]})
+    p = write_chains([chain], tmp_path / "c.jsonl")
+    p.write_text(p.read_text(encoding="utf-8").replace("\\u2028", "\u2028"), encoding="utf-8")
+    assert "\u2028" in p.read_text(encoding="utf-8")
+    assert read_chains(p) == [chain]
