@@ -32,6 +32,7 @@ on the endpoint (``llm_request_failed``) are not checkpointed, so a re-run retri
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import hashlib
 import json
@@ -354,7 +355,7 @@ class QueryGen:
         except StageError as exc:
             notes.append(f"state_fallback:{exc.reason}")
         notes.append("state:generated" if patches else "state:default")
-        calls = [dict(c) for c in _get(check, "calls", [])]
+        calls = copy.deepcopy([dict(c) for c in _get(check, "calls", [])])  # the task must not share the checker's dicts
         if not calls:
             return _drop(chain_id, "unsolvable_chain", "the check executed no calls", notes)
         results = list(_get(check, "results", None) or [None] * len(calls))

@@ -214,7 +214,8 @@ def test_checkpoints_of_another_preset_or_chain_are_not_resumed(tmp_path: Path) 
     chains = [make_chain("ada", ADA_CALLS)]
     with ScriptedChatServer(Script(CALLS)) as server:
         _, first = run_qg(server, chains, tmp_path, preset="sft-conv")
-    assert first[0].status == "kept" and any(t.get("clarification") for t in first[0].task["turns"])
+    assert first[0].status == "kept", (first[0].reason, first[0].detail)
+    assert any(t.get("clarification") for t in first[0].task["turns"])
     with ScriptedChatServer(Script(CALLS, conversational=False)) as server2:
         _, second = run_qg(server2, chains, tmp_path, preset="sft-non-conv")
         assert server2.requests  # not resumed from the sft-conv checkpoint
