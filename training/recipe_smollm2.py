@@ -65,6 +65,11 @@ def load_smollm2(with_model: bool = True) -> tuple[Any, Any]:
     gguf = os.path.basename(glob.glob(os.path.join(folder, "*.gguf"))[0])
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf) if with_model else None
+    if model is not None:  # the GGUF weights are dequantised to float32: a plain model, trainable as such
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if getattr(model.config, "quantization_config", None) is not None:
+            del model.config.quantization_config
     return model, ensure_tool_template(tokenizer)
 
 
@@ -185,7 +190,7 @@ def _n_calls(row: dict[str, Any]) -> int:
 
 def run(out: Path, *, tiny: bool = False, env: str = "HotelBooking", sft_epochs: float = 3.0, sft_batch: int = 4,
         sft_lr: float = 1e-4, sft_minutes: float = 25.0, grpo_steps: int = 30, grpo_prompts: int = 2,
-        grpo_generations: int = 4, grpo_lr: float = 2e-6, grpo_minutes: float = 25.0, max_length: int = 1024,
+        grpo_generations: int = 4, grpo_lr: float = 2e-6, grpo_minutes: float = 25.0, max_length: int = 1536,
         max_steps: int = 3, max_new_tokens: int = 72, freeze: float = 0.5, seed: int = 0) -> dict[str, Any]:
     """The whole recipe; returns what it writes to ``out/recipe-smollm2.json`` (see the module)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -240,7 +245,7 @@ def run(out: Path, *, tiny: bool = False, env: str = "HotelBooking", sft_epochs:
     grpo_ds = Dataset.from_list([{"prompt": [_message(m) for m in r["prompt"]]} for r in curriculum])
     grpo_args = GRPOConfig(output_dir=str(out / "_grpo"), per_device_train_batch_size=grpo_prompts * grpo_generations,
                            num_generations=grpo_generations, max_steps=2 if tiny else grpo_steps, learning_rate=grpo_lr,
-                           beta=0.0, temperature=1.0, max_completion_length=max_length, logging_steps=1,
+                           beta=0.0, temperature=1.0, max_completion_length=1024, logging_steps=1,
                            save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=seed, shuffle_dataset=False)
     grpo = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=environment_reward, train_dataset=grpo_ds,
                        args=grpo_args, callbacks=[_Budget(grpo_minutes)],
