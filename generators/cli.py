@@ -298,6 +298,10 @@ def gen_tasks(
     chains_file: Annotated[Path | None, typer.Option("--chains", help="chains JSONL to use instead of sampling")] = None,
     checkpoint_dir: Annotated[Path, typer.Option("--checkpoint-dir", help="per-chain checkpoints and the LLM cache")] = Path("build/querygen"),
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="chains in flight at once")] = 2,
+    structured_output: Annotated[str, typer.Option(
+        "--structured-output",
+        help="send each stage's JSON schema as response_format: none, json_schema (vLLM, SGLang, hosted APIs) "
+             "or json_object (llama-cpp-python's server)")] = "none",
 ) -> None:
     """QueryGen (arXiv 2605.18703 §3.4): sample tool chains and turn them into verified multi-turn tasks
     (scenario, initial state, turns, refinement, pass@k solving); writes tasks.jsonl and statistics."""
@@ -310,13 +314,16 @@ def gen_tasks(
 
     if not model:
         _fail_line("give --model (or set ENVFACTORY_MODEL)")
+    if structured_output not in ("none", "json_schema", "json_object"):
+        _fail_line(f"--structured-output must be none, json_schema or json_object, not {structured_output!r}")
     try:
         chosen = get_preset(preset)
         names = [get_environment(strip_gym_id(e)).name for e in envs]
         options = QueryGenOptions(preset=chosen, k=k, seed=seed, checkpoint_dir=checkpoint_dir / "chains",
                                   concurrency=concurrency)
         config = LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env, seed=seed,  # type: ignore[arg-type]
-                           cache_dir=checkpoint_dir / "cache")
+                           cache_dir=checkpoint_dir / "cache",
+                           structured_output=False if structured_output == "none" else structured_output)
     except (EnvFactoryError, ValueError) as exc:
         _fail_line(str(exc))
     try:

@@ -90,8 +90,11 @@ class LLMConfig:
         timeout_s: per HTTP request, seconds.
         max_retries: retries after the first attempt on retryable failures.
         cache_dir: folder of the response cache; ``None`` disables caching.
-        structured_output: also send ``response_format={"type": "json_schema", ...}`` when a schema is
-            given (only for servers that support it; part of the cache key when on).
+        structured_output: also send the stage's JSON schema as ``response_format`` when a schema is given
+            (only for servers that support it; part of the cache key when on): ``True`` or
+            ``"json_schema"`` sends the OpenAI form ``{"type": "json_schema", "json_schema": {...}}`` (vLLM,
+            SGLang, hosted APIs); ``"json_object"`` sends ``{"type": "json_object", "schema": {...}}``, the
+            form llama-cpp-python's server turns into a grammar.
     """
 
     model: str
@@ -104,7 +107,7 @@ class LLMConfig:
     max_retries: int = 4
     cache_dir: str | Path | None = None
     max_tokens: int | None = None
-    structured_output: bool = False
+    structured_output: bool | str = False
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -217,7 +220,7 @@ def cache_key(config: LLMConfig, messages: list[dict], *, json_schema: dict | No
         "repair_round": repair_round,
     }
     if config.structured_output:
-        payload["structured_output"] = True
+        payload["structured_output"] = config.structured_output if config.structured_output == "json_object" else True
     return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
 
 
@@ -389,9 +392,12 @@ class LLMClient:
         if tools:
             kw["tools"] = tools
         if json_schema is not None and self.config.structured_output:
-            name = re.sub(r"[^A-Za-z0-9_-]", "_", stage)[:64] or "answer"
-            kw["response_format"] = {"type": "json_schema",
-                                     "json_schema": {"name": name, "schema": json_schema}}
+            if self.config.structured_output == "json_object":
+                kw["response_format"] = {"type": "json_object", "schema": json_schema}
+            else:
+                name = re.sub(r"[^A-Za-z0-9_-]", "_", stage)[:64] or "answer"
+                kw["response_format"] = {"type": "json_schema",
+                                         "json_schema": {"name": name, "schema": json_schema}}
         return kw
 
     async def _post(self, kw: dict[str, Any], stage: str) -> dict[str, Any]:

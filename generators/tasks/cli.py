@@ -14,6 +14,7 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gym_envfactory.errors import EnvFactoryError
 
@@ -26,8 +27,17 @@ _err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(exc: BaseException, code: int = 1) -> NoReturn:
-    _err.print(f"[red]error:[/red] {exc}", highlight=False)
+    _err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
     raise typer.Exit(code)
+
+
+def _need_synthesis_extra() -> None:
+    """One line instead of a traceback when the ``synthesis`` extra is not installed."""
+    try:
+        import networkx  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError as exc:
+        _fail(RuntimeError(f"the tool graph needs the 'synthesis' extra (pip install '.[synthesis]'): {exc}"))
 
 
 @graph_app.command("build")
@@ -48,6 +58,7 @@ def build_cmd(
 ) -> None:
     """Build the tool graph of ENVS (or --all) and write it as node-link JSON."""
     from gym_envfactory.environment.catalog import list_environments
+    _need_synthesis_extra()
     from gym_envfactory.generators.tasks.graph import build_graph, depends_edges, refine_graph, save_graph
 
     names = list(envs or [])
@@ -92,6 +103,7 @@ def show_cmd(
     from rich.table import Table
 
     from gym_envfactory.generators.tasks.draw import edge_rows, write_picture
+    _need_synthesis_extra()
     from gym_envfactory.generators.tasks.graph import depends_edges, load_graph, tool_nodes
 
     try:
@@ -128,6 +140,7 @@ def sample_cmd(
     (sampler.check_chain), and write them as JSONL (sampler.write_chains)."""
     from rich.progress import Progress
 
+    _need_synthesis_extra()
     from gym_envfactory.generators.tasks.graph import load_graph
 
     try:

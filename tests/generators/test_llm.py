@@ -94,6 +94,14 @@ def test_structured_output_option_sends_response_format() -> None:
     assert reply.data == {"name": "a", "count": 1}
 
 
+def test_structured_output_json_object_is_the_llama_cpp_form() -> None:
+    # llama-cpp-python's server refuses type "json_schema" (HTTP 500) and takes {"type": "json_object", "schema"}
+    with ScriptedChatServer([{"content": '{"name": "a", "count": 1}'}]) as server:
+        reply = run(_client(server, structured_output="json_object").chat(_user("x"), stage="plan", json_schema=SCHEMA))
+    assert server.requests[0]["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    assert reply.data == {"name": "a", "count": 1}
+
+
 def test_api_key_comes_from_the_named_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[str] = []
     with ScriptedChatServer([{"content": "a"}, {"content": "b"}]) as server:

@@ -93,3 +93,29 @@ def test_read_chains_non_utf8_names_the_file_and_keeps_u2028(tmp_path: Path) -> 
     p.write_text(p.read_text(encoding="utf-8").replace("\\u2028", "\u2028"), encoding="utf-8")
     assert "\u2028" in p.read_text(encoding="utf-8")
     assert read_chains(p) == [chain]
+
+
+def test_graph_cli_errors_keep_brackets_and_name_the_extra(tmp_path, monkeypatch):
+    """Error text went through rich markup, which swallowed ``[synthesis]`` in "pip install '.[synthesis]'";
+    and a missing extra was a traceback."""
+    import builtins
+
+    from typer.testing import CliRunner
+
+    from gym_envfactory.generators.tasks.cli import graph_app
+
+    missing = tmp_path / "g[abc].json"
+    r = CliRunner().invoke(graph_app, ["show", str(missing), "--out", str(tmp_path / "p.html")])
+    assert r.exit_code == 1 and "g[abc].json" in r.output and "Traceback" not in r.output, r.output
+
+    real_import = builtins.__import__
+
+    def no_networkx(name, *args, **kwargs):
+        if name == "networkx":
+            raise ImportError("No module named 'networkx'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_networkx)
+    r = CliRunner().invoke(graph_app, ["build", "HotelBooking", "--out", str(tmp_path / "G.json")])
+    assert r.exit_code == 1 and "pip install '.[synthesis]'" in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
