@@ -47,7 +47,8 @@ from gym_envfactory.containers.images import (
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.errors import BackendError, ImageError
 
-__all__ = ["start_container", "ContainerHandle", "HARDENING", "TOKEN_PATH", "wait_healthy", "remove_containers"]
+__all__ = ["start_container", "ContainerHandle", "HARDENING", "TOKEN_PATH", "wait_healthy", "remove_containers",
+           "write_token_file"]
 
 #: Defaults of every container started here (and of the compose services of ``envfactory catalog``).
 HARDENING: dict[str, Any] = {
@@ -235,7 +236,7 @@ def start_container(envs: Sequence[str], token: str | None = None, timeout: floa
     if catalog_dir is not None:
         volumes[str(Path(catalog_dir).resolve())] = {"bind": "/catalog", "mode": "ro"}
     secret_dir = Path(tempfile.mkdtemp(prefix="envfactory-token-"))  # 0700: no other host user reaches the file
-    volumes[str(_token_file(secret_dir, token))] = {"bind": TOKEN_PATH, "mode": "ro"}
+    volumes[str(write_token_file(secret_dir, token))] = {"bind": TOKEN_PATH, "mode": "ro"}
     all_labels = {f"{LABEL}.backend": "docker", f"{LABEL}.envs": ",".join(envs), f"{LABEL}.owner-pid": str(os.getpid()),
                   **(labels or {})}
     import docker
@@ -282,8 +283,8 @@ def start_container(envs: Sequence[str], token: str | None = None, timeout: floa
     return url, handle, token
 
 
-def _token_file(folder: Path, token: str) -> Path:
-    """``folder/token`` holding ``token``, readable by the container user only where this process can give
+def write_token_file(folder: Path, token: str) -> Path:
+    """``folder/token`` holding ``token`` (to mount read-only at :data:`TOKEN_PATH`), readable by the container user only where this process can give
     it away (root), else by everyone (the 0700 ``folder`` keeps other host users out; the container sees
     the file through its mount, not through the folder)."""
     path = folder / "token"

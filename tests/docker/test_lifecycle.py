@@ -146,6 +146,14 @@ def test_catalog_up_ps_down(docker_images, tmp_path, monkeypatch):
         for svc in compose["services"].values():
             assert svc["read_only"] is True and svc["cap_drop"] == ["ALL"] and svc["user"] == "10001:10001"
             assert "no-new-privileges:true" in svc["security_opt"]
+            assert "ENVFACTORY_TOKEN" not in svc["environment"]  # a mounted file, not a variable
+        assert (d / "secrets" / "token").read_text().strip() == token
+        assert oct((d / "secrets").stat().st_mode & 0o777) == "0o700"
+        import docker as docker_sdk
+
+        for c in docker_sdk.from_env().containers.list(filters={"label": "org.envfactory.catalog=1"}):
+            attrs = c.attrs
+            assert token not in json.dumps(attrs["Config"]["Env"]) and token not in json.dumps(attrs["Config"]["Cmd"])
         rows = {r["env"]: r for r in catalog_containers()}
         assert sorted(rows) == names and all(r["health"] == "healthy" for r in rows.values()), rows
         ps = runner.invoke(app, ["catalog", "ps", "--json"])
