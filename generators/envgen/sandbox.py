@@ -159,27 +159,15 @@ async def validate_in_container(pkg: Path, metadata_file: Path, out: Path, attem
     :func:`~.validator.validate_in_child`).  Raises :class:`EnvGenError` when no engine or no runtime
     image is there.
     """
-    from gym_envfactory.containers.images import CONTAINER_UID
-
     from .validator import outcome_of_child
 
     pkg, out = Path(pkg), Path(out)
     if not await asyncio.to_thread(docker_available, image):
         raise EnvGenError(f"sandbox='docker': no Docker engine with the runtime image {image or 'envfactory/runtime'}; "
                           "build it with `envfactory image base && envfactory image runtime`")
-    stage = Path(tempfile.mkdtemp(prefix="envgen-container-"))
+    # a world-readable copy (the container user is not this user), mounted read-only
+    stage, outdir = container_stage({f"pkg/{pkg.name}": pkg, "metadata.json": Path(metadata_file)})
     try:
-        # a world-readable copy (the container user is not this user), mounted read-only
-        shutil.copytree(pkg, stage / "pkg" / pkg.name, ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copyfile(metadata_file, stage / "metadata.json")
-        for p in [stage, *stage.rglob("*")]:
-            p.chmod(0o755 if p.is_dir() else 0o644)
-        outdir = stage / "out"
-        outdir.mkdir()
-        try:
-            os.chown(outdir, CONTAINER_UID, CONTAINER_UID)
-        except PermissionError:
-            outdir.chmod(0o777)  # not root: the container user must still be able to write its report
         timed_out, code, tail = await asyncio.to_thread(_run_container, stage / "pkg" / pkg.name,
                                                         stage / "metadata.json", outdir, attempt, timeout_s, image)
         report = outdir / "report.json"
