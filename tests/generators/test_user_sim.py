@@ -113,6 +113,7 @@ runner = CliRunner()
     (["HotelBooking", "--model", "m", "--preset", "sft"], "unknown preset"),
     (["NoSuchEnv", "--model", "m"], "NoSuchEnv"),
     (["HotelBooking"], "--model"),
+    (["HotelBooking", "--model", "m", "--structured-output", "grammar"], "--structured-output must be"),
 ])
 def test_cli_bad_input_is_one_line_without_traceback(args: list[str], needle: str, monkeypatch) -> None:
     monkeypatch.delenv("ENVFACTORY_MODEL", raising=False)
