@@ -135,3 +135,25 @@ def test_large_state_sessions_fork_and_stay_isolated(name):
         for c in turn.ground_truth:
             assert f.call(c.name, c.arguments).ok
     assert all(x.state_bytes() == s.state_bytes() for x in forks)
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_system_prompt_states_the_date_of_the_episode_clock(name):
+    """Issue 14: dated tasks rarely give the year ("December 10 to 13"); the system prompt gives the date
+    of the episode's own clock (the state's ``now``), for every task and for a turn window."""
+    from datetime import datetime
+
+    env = EnvFactoryEnv(name)
+    try:
+        for task in env.tasks:
+            obs, _ = env.reset(options={"task_id": task.task_id})
+            state = env.session.state()
+            clock = state["now"] if "now" in state else state[name]["now"]  # a task spanning environments
+            now = datetime.fromisoformat(clock)
+            assert f"Today is {now:%A} {now.date().isoformat()}; the time is {now:%H:%M}" in obs[0]["content"], \
+                (task.task_id, obs[0]["content"])
+        multi = next(t for t in env.tasks if len(t.turns) > 1)
+        obs, _ = env.reset(options={"task_id": multi.task_id, "start_turn": 1})
+        assert "Today is " in obs[0]["content"] and obs[0]["role"] == "system"
+    finally:
+        env.close()

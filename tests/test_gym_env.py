@@ -294,3 +294,62 @@ def test_turn_window_starts_from_the_ground_truth_state_and_scores_only_its_turn
                 {"start_turn": "1"}):
         with pytest.raises(ValueError, match="start_turn"):
             env.reset(options={"task_id": task.task_id, **bad})
+
+
+class Counter(BaseModel):
+    value: int = 0
+
+
+@tool
+def add_to_counter(state: Counter, *, amount: int) -> int:
+    """Add `amount` to the counter."""
+    state.value += amount
+    return state.value
+
+
+def test_system_prompt_of_an_environment_without_description_or_clock():
+    """Issue 14: a code-defined environment without a description read "Environment: Counter: Counter"."""
+    define_environment("Counter", Counter, [add_to_counter], tasks=[
+        {"task_id": "add-2", "turns": [{"user": "Add two.", "ground_truth": [{"name": "add_to_counter", "arguments": {"amount": 2}}]}]}])
+    env = gym.make("envfactory/Counter-v0")
+    obs, _ = env.reset()
+    system = obs[0]["content"]
+    assert system.startswith("You are an assistant that acts for the user through tools. Environment: Counter\nCall tools")
+    assert "Counter: Counter" not in system and "Today is" not in system  # no clock in the state: no date line
+    env.close()
+
+
+class Diary(BaseModel):
+    """A diary with a clock."""
+
+    now: str = "2026-12-01T09:00:00"
+    entries: list[str] = []
+
+
+@tool
+def write_entry(state: Diary, *, text: str) -> int:
+    """Write an entry."""
+    state.entries.append(text)
+    return len(state.entries)
+
+
+def test_system_prompt_date_comes_from_each_episode_initial_state():
+    """The date is the episode's clock, read at each reset from the task's initial state (not the
+    environment's default state), and a custom prompt gets it through ``{clock}``."""
+    define_environment("Diary", Diary, [write_entry], initial_states={
+        "small": Diary(), "leap": Diary(now="2028-02-29T17:45:00"), "day": Diary(now="2027-03-01")}, tasks=[
+        {"task_id": f"t-{s}", "initial_state": s,
+         "turns": [{"user": "Write hi.", "ground_truth": [{"name": "write_entry", "arguments": {"text": "hi"}}]}]}
+        for s in ("small", "leap", "day")])
+    env = gym.make("envfactory/Diary-v0")
+    want = {"t-small": "Today is Tuesday 2026-12-01; the time is 09:00.\n",
+            "t-leap": "Today is Tuesday 2028-02-29; the time is 17:45.\n", "t-day": "Today is Monday 2027-03-01.\n"}
+    for tid, line in want.items():
+        obs, _ = env.reset(options={"task_id": tid})
+        assert obs[0]["content"].startswith(f"You are an assistant that acts for the user through tools. "
+                                            f"Environment: Diary: A diary with a clock.\n{line}Call tools"), obs[0]["content"]
+    env.close()
+    custom = gym.make("envfactory/Diary-v0", system_prompt="{description} | {clock}")
+    obs, _ = custom.reset(options={"task_id": "t-leap"})
+    assert obs[0]["content"] == "Diary: A diary with a clock. | Today is Tuesday 2028-02-29; the time is 17:45.\n"
+    custom.close()

@@ -18,6 +18,7 @@ import json
 import numbers
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime
 from types import FrameType
 from typing import Any
 
@@ -33,7 +34,7 @@ from gym_envfactory.environment.states import task_environments
 from gym_envfactory.environment.tasks import Task, Turn
 from gym_envfactory.envs.parsing import ParseError, ToolCall, parse_action
 from gym_envfactory.envs.spaces import AssistantActionSpace, MessagesSpace
-from gym_envfactory.errors import UnknownTaskError
+from gym_envfactory.errors import BackendError, UnknownTaskError
 from gym_envfactory.replay import TaskReference, task_reference
 from gym_envfactory.reward import (
     EpisodeScore,
@@ -98,10 +99,79 @@ def ground_truth_reply(turn: Turn) -> str:
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an assistant that acts for the user through tools. Environment: {description}\n"
+    "{clock}"
     "Call tools to look things up and make changes; never invent ids or results. If a required detail "
     "is missing or ambiguous, ask the user instead of guessing. When the request is handled, reply to the "
     "user without calling a tool."
 )
+
+
+#: The root field of an environment's state that holds its fixed clock (docs/authoring.md, "The state").
+CLOCK_FIELD = "now"
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")  # not locale-dependent
+
+
+def _canonical_states(states: Mapping[str, bytes]) -> Any:
+    """Validated state bytes per environment → the form of ``Session.state()`` (one environment: its dict)."""
+    parsed = {name: json.loads(raw) for name, raw in states.items()}
+    return next(iter(parsed.values())) if len(parsed) == 1 else parsed
+
+
+def clock_line(environments: Sequence[EnvironmentSpec], initial: Any) -> str:
+    """The system prompt's date line for an episode starting from ``initial`` (the canonical state: one
+    environment's dict, or ``{env_name: dict}`` for several): the first environment (primary first) whose
+    state has a :data:`CLOCK_FIELD` holding an ISO date or datetime gives ``"Today is Tuesday 2026-12-01;
+    the time is 09:00 (Europe/Berlin).\n"`` (its ``timezone`` field, when a string, in brackets).  Empty
+    when no environment of the episode has a clock.  Tasks rarely state the year, so a policy needs it
+    to turn "December 10" into a tool argument."""
+    for env in environments:
+        state = initial if len(environments) == 1 else (initial or {}).get(env.name)
+        value = state.get(CLOCK_FIELD) if isinstance(state, Mapping) else None
+        if not isinstance(value, str):
+            continue
+        try:
+            day = date.fromisoformat(value)  # a date alone (datetime.fromisoformat would read it as midnight)
+        except ValueError:
+            pass
+        else:
+            return f"Today is {_WEEKDAYS[day.weekday()]} {day.isoformat()}.\n"
+        try:
+            now = datetime.fromisoformat(value)
+        except ValueError:
+            continue
+        tz = state.get("timezone") if isinstance(state, Mapping) else None
+        where = f" ({tz})" if isinstance(tz, str) and tz else ""
+        return f"Today is {_WEEKDAYS[now.weekday()]} {now.date().isoformat()}; the time is {now:%H:%M}{where}.\n"
+    return ""
+
+
+def no_tasks_message(spec: EnvironmentSpec) -> str:
+    """What ``reset()`` says for an environment without tasks: where tasks come from for its kind."""
+    if spec.path is None:
+        where = "define_environment(..., tasks=[...]) gives a code-defined environment its tasks"
+    else:
+        where = (f"add a tasks.jsonl to {spec.path} (docs/authoring.md, \"Tasks\"); for an imported environment, "
+                 f"`envfactory import FILE --tasks tasks.jsonl --overwrite` copies one in")
+    return (f"{spec.name} has no tasks, so reset() has no episode to start: {where}; "
+            f"its tools still run in a Session (gym_envfactory.Session)")
+
+
+def check_backend_serves(backend: Any, specs: Sequence[EnvironmentSpec]) -> None:
+    """Refuse a code-defined environment (``define_environment``: no package folder) on a backend whose
+    server process loads environments from the catalog folders (``subprocess``, ``docker``): it would
+    not know it (docs/architecture.md, "Backends").
+
+    Raises:
+        BackendError: one of ``specs`` is defined in code and ``backend`` is ``"subprocess"`` or ``"docker"``.
+    """
+    if backend not in ("subprocess", "docker"):
+        return
+    for spec in specs:
+        if spec.path is None:
+            raise BackendError(f"{spec.name} is defined in code (define_environment), which a {backend} server cannot "
+                               f"load (it reads environments from package folders); use backend='inprocess' (the default), "
+                               f"a server you start in the process that defines it, or make it a package folder on "
+                               f"$ENVFACTORY_CATALOG (docs/authoring.md)")
 
 
 class StepInfo(dict[str, Any]):
@@ -166,7 +236,9 @@ class EnvFactoryEnv(gym.Env):
         max_steps_per_turn: assistant actions per user turn before truncation.
         max_calls_per_step: parallel calls executed per action; more are invalid calls.
         user: a :data:`UserSource` (default :func:`scripted_user`).
-        system_prompt: overrides the default; ``{description}`` is filled in.
+        system_prompt: overrides the default; ``{description}`` (each environment's name and
+            description) and ``{clock}`` (the date line of the episode's clock, :func:`clock_line`;
+            empty for an environment without one) are filled in.
         render_mode: ``None`` or ``"ansi"``.
         backend: where sessions live: ``"inprocess"`` (default), ``"subprocess"`` (a local server
             process), ``"docker"`` (the environment's container), ``"url"`` (a running server at ``url``),
@@ -246,6 +318,7 @@ class EnvFactoryEnv(gym.Env):
             if "timeout" in options and options["timeout"] != timeout:
                 raise ValueError("give timeout= or backend_options={'timeout': ...}, not both")
             options["timeout"] = timeout
+        check_backend_serves(backend, [self.environment])
         self.backend = acquire_backend(backend, envs=served, url=url, token=token, **options)
         self.observation_space = MessagesSpace()
         self.action_space = AssistantActionSpace(list(self.environment.tools))
@@ -276,6 +349,8 @@ class EnvFactoryEnv(gym.Env):
             return self.tasks.get(tid)
         split = options.get("split", self.split)
         pool = [t for t in self.tasks.ids(split) if self.task_ids is None or t in self.task_ids]
+        if not len(self.tasks):
+            raise UnknownTaskError(no_tasks_message(self.environment))
         if not pool:
             raise UnknownTaskError(f"{self.environment.name}: no task to sample (split={split!r}, task_ids={self.task_ids})")
         return self.tasks.get(pool[int(self.np_random.integers(len(pool)))])
@@ -287,11 +362,16 @@ class EnvFactoryEnv(gym.Env):
             return self.environment.openai_tools()
         return [t.openai_schema() for t in self.session.tools.values()]
 
-    def _system_message(self, task: Task, environments: Sequence[EnvironmentSpec]) -> str:
+    def _system_message(self, task: Task, environments: Sequence[EnvironmentSpec], initial: Any) -> str:
+        """The episode's system prompt: the task's own ``system``, else the prompt with ``{description}``
+        (each environment's name and description) and ``{clock}`` (the date line of the episode's
+        initial state, :func:`clock_line`) filled in."""
         if task.system:
             return task.system
-        desc = " / ".join(f"{e.name}: {e.description}" for e in environments)
-        return (self.system_prompt or DEFAULT_SYSTEM_PROMPT).format(description=desc)
+        desc = " / ".join(e.name if e.description.strip() in ("", e.name) else f"{e.name}: {e.description}"
+                          for e in environments)
+        return (self.system_prompt or DEFAULT_SYSTEM_PROMPT).format(description=desc,
+                                                                    clock=clock_line(environments, initial))
 
     def _ground_truth_history(self, task: Task, reference: TaskReference, start: int) -> list[dict[str, Any]]:
         """The messages of turns before ``start`` as a correct agent would have produced them: the user
@@ -356,7 +436,8 @@ class EnvFactoryEnv(gym.Env):
             self._scored_turns = sum(1 for i in range(end - start) if turn_has_criteria(reference, i, self.reward_config))
         limit = _outer_time_limit(self)  # gym.make(max_episode_steps=N) wraps the env in a TimeLimit
         self._step_limit = min(self.max_steps, limit) if limit else self.max_steps
-        self.messages = [{"role": "system", "content": self._system_message(task, environments)}]
+        initial = reference.initial if reference.initial is not None else _canonical_states(reference.initial_state)
+        self.messages = [{"role": "system", "content": self._system_message(task, environments, initial)}]
         self.messages += self._ground_truth_history(task, full, start)
         first = self.user([] if start == 0 else list(self.messages), task, start) or task.turns[start].user
         self.messages.append({"role": "user", "content": first})
