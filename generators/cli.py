@@ -20,6 +20,8 @@ from rich.table import Table
 
 from gym_envfactory.errors import EnvFactoryError
 
+from .errors import PackageExistsError
+
 __all__ = ["gen_app", "import_cmd", "print_results", "print_task_stats"]
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,29 @@ def _progress_printer(name: str, event: str, detail: str) -> None:
     err_console.print(f"[dim]{name}[/dim] {event}: {escape(detail)}", soft_wrap=True)
 
 
+#: Where ``gen env`` and ``import`` write environments by default: a folder of the user's, beside the
+#: shipped catalog rather than inside it (find it with ``ENVFACTORY_CATALOG``; README, "Your own environment").
+DEFAULT_OUT = Path("envfactory_envs")
+
+
+def catalog_hint(out: Path) -> str | None:
+    """How to make the environments written to ``out`` findable (``gym.make``, ``envfactory list``): an
+    ``export ENVFACTORY_CATALOG=...`` line, or ``None`` when ``out`` is already searched."""
+    from gym_envfactory.environment.catalog import catalog_dirs
+
+    target = out.resolve()
+    if any(d.resolve() == target for d in catalog_dirs()):
+        return None
+    return (f"to use them (gym.make, envfactory list): export ENVFACTORY_CATALOG={target}"
+            + "${ENVFACTORY_CATALOG:+:$ENVFACTORY_CATALOG}")
+
+
+def _print_catalog_hint(out: Path) -> None:
+    hint = catalog_hint(out)
+    if hint:
+        console.print(hint, markup=False, highlight=False, soft_wrap=True)
+
+
 def _exit(results: list[Any]) -> None:
     raise typer.Exit(0 if results and all(r.passed for r in results) else 1)
 
@@ -105,7 +130,7 @@ def gen_env(
     api_key_env: Annotated[str, typer.Option("--api-key-env", help="environment variable holding the API key")] = "OPENAI_API_KEY",
     resources: Annotated[Path | None, typer.Option("--resources", help="folder of notes / API docs given to the Code Agent")] = None,
     max_revisions: Annotated[int, typer.Option("--max-revisions", help="Reviser rounds after the first attempt")] = 3,
-    out: Annotated[Path, typer.Option("--out", help="output catalog folder")] = Path("env_images"),
+    out: Annotated[Path, typer.Option("--out", help="output catalog folder (add it to $ENVFACTORY_CATALOG to use its environments)")] = DEFAULT_OUT,
     quarantine: Annotated[Path, typer.Option("--quarantine", help="folder for environments that never pass")] = Path("build/quarantine"),
     checkpoint_dir: Annotated[Path, typer.Option("--checkpoint-dir", help="checkpoints and the LLM cache")] = Path("build/envgen"),
     concurrency: Annotated[int, typer.Option("--concurrency", help="LLM requests in flight at once")] = 4,
@@ -151,6 +176,8 @@ def gen_env(
         err_console.print(f"[red]{escape(str(exc))}[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
     print_results(results, gen.client.usage_by_stage)
+    if any(r.passed for r in results):
+        _print_catalog_hint(out)
     _exit(results)
 
 
@@ -199,7 +226,7 @@ def gen_resume(
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="a single-file tool server (FastMCP wrappers over an API class) or a plain Python class")],
     name: Annotated[str | None, typer.Option("--name", help="environment name (CamelCase)")] = None,
-    out: Annotated[Path, typer.Option("--out", help="output catalog folder")] = Path("env_images"),
+    out: Annotated[Path, typer.Option("--out", help="output catalog folder (add it to $ENVFACTORY_CATALOG to use its environments)")] = DEFAULT_OUT,
     domain: Annotated[str | None, typer.Option("--domain", help="environment domain")] = None,
     initial_state: Annotated[Path | None, typer.Option("--initial-state", help="scenario JSON used as the small initial state")] = None,
     tasks: Annotated[Path | None, typer.Option("--tasks", help="tasks.jsonl to copy in")] = None,
@@ -220,6 +247,10 @@ def import_cmd(
     try:
         done = import_server_package(file, overwrite=overwrite, validate=validate, sandbox=sandbox,
                                      **{k: v for k, v in kwargs.items() if v is not None})
+    except PackageExistsError as exc:
+        err_console.print(f"[red]import failed: {escape(str(exc.file))} exists; pass --overwrite to replace it[/red]",
+                          soft_wrap=True)
+        raise typer.Exit(1) from None
     except (EnvFactoryError, ValueError, OSError, ImportError) as exc:
         err_console.print(f"[red]import failed: {escape(str(exc))}[/red]", soft_wrap=True)
         raise typer.Exit(1) from None
@@ -229,6 +260,10 @@ def import_cmd(
     writes = sum(not ro for ro in done.tools.values())
     table.add_row(done.name, f"{len(done.tools)} ({writes})", ", ".join(done.initial_states), str(done.path))
     console.print(table)
+    if not (done.path / "tasks.jsonl").is_file():
+        console.print(f"{done.name} has no tasks: its tools run in a Session, but gym.make(...).reset() needs tasks; "
+                      f"import again with --tasks tasks.jsonl --overwrite", style="yellow", markup=False, soft_wrap=True)
+    _print_catalog_hint(out)
     report = done.validation
     if not validate or report is None:
         raise typer.Exit(0)

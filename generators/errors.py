@@ -6,7 +6,7 @@ from __future__ import annotations
 from gym_envfactory.errors import DatasetError, EnvFactoryError, SpecError
 
 __all__ = ["LLMError", "LLMRequestError", "LLMOutputError", "EnvGenError", "MetadataError", "OpenAPIError",
-           "MCPImportError", "ImporterError", "ChainError"]
+           "MCPImportError", "ImporterError", "PackageExistsError", "ChainError"]
 
 
 class LLMError(EnvFactoryError, RuntimeError):
@@ -67,6 +67,11 @@ class MCPImportError(EnvFactoryError, RuntimeError):
 
 class ImporterError(SpecError):
     """The source does not fit the importable layout, or the imported environment failed validation."""
+
+
+class PackageExistsError(ImporterError):
+    """The import's destination folder exists and ``overwrite`` was not given (``file`` is the folder).
+    The message says ``overwrite=True`` (the Python API); the CLI says ``--overwrite`` instead."""
 
 
 class ChainError(DatasetError, ValueError):

@@ -27,6 +27,7 @@ from gym_envfactory.environment.manifest import Manifest, Provenance
 from gym_envfactory.environment.package import load_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 
+from ..errors import PackageExistsError
 from ..packages import jsonl_text, purge_modules, write_environment_package
 from .analysis import ImporterError
 from .sandbox import STAGE_TIMEOUT_S, resolve_sandbox, run_stage
@@ -115,7 +116,7 @@ def _publish(pkg: Path, dest: Path, digest: str, *, overwrite: bool) -> None:
                                 "its own package", file=dest)
         if dest.exists():
             if not overwrite:
-                raise ImporterError(f"{dest} exists; pass overwrite=True to replace it", file=dest)
+                raise PackageExistsError(f"{dest.name} exists; pass overwrite=True to replace it", file=dest)
             os.replace(dest, tmp / "old")
         os.replace(tmp / dest.name, dest)
     finally:
@@ -202,7 +203,7 @@ def import_server_package(
         env_name = str(built["env_name"])
         folder = out / env_name
         if folder.exists() and not overwrite:
-            raise ImporterError(f"{folder} exists; pass overwrite=True to replace it", file=folder)
+            raise PackageExistsError(f"{folder.name} exists; pass overwrite=True to replace it", file=folder)
         model = str(built["state_model"])
         desc = description or (str(built["module_doc"]).splitlines()[0] if built["module_doc"]
                                else f"Imported from {src.name}")

@@ -420,3 +420,53 @@ def test_isolation_check_can_be_switched_off(tmp_path):
     spec = import_tool_server(COUNTER_SERVER, name="TicketsUnchecked", out_dir=tmp_path, check_isolation=False,
                               register=False)
     assert set(spec.tools) == {"open_ticket", "list_tickets"}
+
+
+def _import_app():
+    import typer
+
+    from gym_envfactory.generators.cli import import_cmd
+
+    app = typer.Typer()
+    app.command("import")(import_cmd)
+    app.command("noop")(lambda: None)  # two commands: typer keeps "import" as a subcommand
+    return app
+
+
+def test_cli_reimport_says_overwrite_flag_and_tasks_are_pointed_to(tmp_path):
+    """Issue 14: from the CLI, an existing folder says to pass ``--overwrite`` (not the Python API's
+    ``overwrite=True``); an import without tasks says so, and ``reset()`` then points to ``--tasks``."""
+    from typer.testing import CliRunner
+
+    from gym_envfactory.envs.env import EnvFactoryEnv
+    from gym_envfactory.errors import UnknownTaskError
+
+    app, runner = _import_app(), CliRunner()
+    args = ["import", str(SERVER), "--name", "NoTaskShop", "--out", str(tmp_path), "--sandbox", "process", "--no-validate"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "NoTaskShop has no tasks" in first.output and "--tasks" in first.output
+    assert f"export ENVFACTORY_CATALOG={tmp_path.resolve()}" in first.output
+    with pytest.raises(UnknownTaskError, match=r"NoTaskShop has no tasks.*--tasks tasks\.jsonl"):
+        EnvFactoryEnv(load_environment(tmp_path / "NoTaskShop")).reset()
+    again = runner.invoke(app, args)
+    assert again.exit_code == 1
+    assert "NoTaskShop exists; pass --overwrite to replace it" in again.output
+    assert "overwrite=True" not in again.output
+    with pytest.raises(ImporterError, match="overwrite=True"):  # the Python API keeps its own wording
+        import_tool_server(SERVER, name="NoTaskShop", out_dir=tmp_path, register=False)
+
+
+def test_gen_env_and_import_write_to_a_user_folder_by_default():
+    """Issue 14: ``gen env`` (and ``import``) wrote into the checkout's ``env_images/`` by default."""
+    import typer
+
+    from gym_envfactory.generators.cli import DEFAULT_OUT, catalog_hint, gen_app
+
+    assert DEFAULT_OUT == Path("envfactory_envs")
+    for cmd in (typer.main.get_command(gen_app).commands["env"], typer.main.get_command(_import_app()).commands["import"]):
+        out = next(p for p in cmd.params if p.name == "out")
+        assert Path(out.default) == DEFAULT_OUT
+    from gym_envfactory.environment.catalog import catalog_dirs
+
+    assert catalog_hint(catalog_dirs()[-1]) is None  # already searched: nothing to say
