@@ -13,7 +13,7 @@ import json
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -67,6 +67,10 @@ class TaskReference:
     excluded_fields: tuple[str, ...] = ()
     set_fields: tuple[str, ...] = ()
     initial: Any = None
+    #: what the reward derives from this reference alone, memoised (a pure function of the reference,
+    #: asked several times per episode and by every episode of the task): verdicts of comparisons
+    #: between its own states, and the JSON text of each turn state.
+    memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def n_turns(self) -> int:

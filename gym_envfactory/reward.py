@@ -23,6 +23,7 @@ vacuous the task score is 0.0.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +36,7 @@ __all__ = [
     "RewardConfig",
     "StateDiff",
     "state_diff",
+    "state_text",
     "values_equal",
     "canonical_number",
     "match_calls",
@@ -105,11 +107,16 @@ class StateDiff:
 
 
 def _compile(patterns: Iterable[str]) -> list[re.Pattern[str]]:
+    return list(_compile_cached(tuple(patterns)))
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_cached(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
     out = []
     for p in patterns:
         rx = "^" + r"\.".join("[^.]+" if seg == "*" else re.escape(seg) for seg in p.split(".")) + "$"
         out.append(re.compile(rx))
-    return out
+    return tuple(out)
 
 
 def _short(v: Any) -> str:
@@ -158,6 +165,32 @@ def values_equal(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _identical(a: Any, e: Any) -> bool:
+    """True only if ``a`` and ``e`` are surely equal under :func:`values_equal` — decided in C, not node
+    by node: Python's ``==`` (numbers by value, but ``True == 1``) confirmed by equal JSON text (which
+    tells ``true`` from ``1`` and refuses NaN).  ``False`` means "walk it" (``5`` vs ``5.0``, keys in
+    another order, a bookkeeping-only difference), never "different".  Costs about one serialisation
+    of the subtree, so the reward's state comparison pays Python-level work only where states differ."""
+    if a != e:
+        return False
+    try:
+        return _DUMPS(a) == _DUMPS(e)
+    except (TypeError, ValueError):  # not JSON (NaN, foreign objects): the walk decides
+        return False
+
+
+_DUMPS = json.JSONEncoder(allow_nan=False, ensure_ascii=False, check_circular=False).encode
+
+
+def state_text(state: Any) -> str | None:
+    """``state`` as compact JSON text in its own key order (what :func:`state_diff` takes as
+    ``expected_text``), or ``None`` when it is not JSON (NaN, foreign objects)."""
+    try:
+        return _DUMPS(state)
+    except (TypeError, ValueError):
+        return None
+
+
 def state_diff(
     actual: Any,
     expected: Any,
@@ -165,14 +198,27 @@ def state_diff(
     bookkeeping: Sequence[str] = (),
     set_fields: Sequence[str] = (),
     limit: int = 50,
+    expected_text: str | None = None,
 ) -> list[StateDiff]:
     """Differences between two canonical states (docs/reward.md).  Empty list ⇔ equivalent.
+
+    Work is proportional to what differs: equal subtrees are recognised in C (equality confirmed by
+    their JSON text) and never walked node by node.
 
     Args:
         bookkeeping: dotted path patterns (``*`` = any key) excluded from the comparison (docs/cases.md C07).
         set_fields: path patterns of lists compared as multisets.
         limit: at most this many differences are reported.
+        expected_text: ``expected`` as compact JSON (:func:`state_text`), when the caller keeps it
+            (the reward does, per ground-truth state): equal text means equal states, in one
+            serialisation of ``actual``.
     """
+    if expected_text is not None:
+        try:
+            if _DUMPS(actual) == expected_text:
+                return []
+        except (TypeError, ValueError):
+            pass
     skip = _compile(bookkeeping)
     sets = _compile(set_fields)
     out: list[StateDiff] = []
@@ -182,6 +228,8 @@ def state_diff(
             return
         if path and any(p.match(path) for p in skip):
             return
+        if (isinstance(a, dict) or isinstance(a, list)) and type(a) is type(e) and _identical(a, e):
+            return  # equal subtree: nothing to report, nothing to walk (in C, not node by node)
         if isinstance(a, dict) and isinstance(e, dict):
             for k in e:
                 walk(a.get(k, _ABSENT), e[k], f"{path}.{k}" if path else str(k))
@@ -370,18 +418,27 @@ def _clip(x: float) -> float:
     return min(1.0, max(0.0, x))
 
 
-def _state_score(actual: Any, expected: Any, before: Any, bookkeeping: Sequence[str], set_fields: Sequence[str],
-                 limit: int = 50) -> tuple[float | None, list[StateDiff]]:
+def _turn_text(reference: TaskReference, turn: int) -> str | None:
+    """The JSON text of the ground-truth state after ``turn`` (memoised on the reference)."""
+    key = ("text", turn)
+    if key not in reference.memo:
+        reference.memo[key] = state_text(reference.turn_states[turn])
+    return reference.memo[key]
+
+
+def _state_score(actual: Any, expected: Any, changed: bool, bookkeeping: Sequence[str], set_fields: Sequence[str],
+                 limit: int = 50, expected_text: str | None = None) -> tuple[float | None, list[StateDiff]]:
     """``R_state`` and the difference report.
 
-    When the ground truth leaves the state unchanged (``expected`` equals ``before``: a read-only task
-    or turn), an unchanged final state is no evidence of success — doing nothing would earn it — so
-    ``R_state`` is vacuous; a changed state still scores 0.  Otherwise 1.0 iff equivalent.
+    When the ground truth leaves the state unchanged (``changed`` is False: a read-only task or turn),
+    an unchanged final state is no evidence of success — doing nothing would earn it — so ``R_state``
+    is vacuous; a changed state still scores 0.  Otherwise 1.0 iff equivalent.
     """
-    diff = state_diff(actual, expected, bookkeeping=bookkeeping, set_fields=set_fields, limit=limit)
+    diff = state_diff(actual, expected, bookkeeping=bookkeeping, set_fields=set_fields, limit=limit,
+                      expected_text=expected_text)
     if diff:
         return 0.0, diff
-    if before is not _ABSENT and not state_diff(expected, before, bookkeeping=bookkeeping, set_fields=set_fields, limit=1):
+    if not changed:
         return None, diff
     return 1.0, diff
 
@@ -396,12 +453,19 @@ def _turn_counts(rec: TurnRecord, gt: Sequence[ReferenceCall]) -> tuple[int, int
     return matched, surplus, invalid, missed
 
 
-def _before(reference: TaskReference, turn: int) -> Any:
-    """The ground-truth state before ``turn``; unknown (no no-change rule) for a reference built
-    without an initial state."""
-    if turn == 0 and reference.initial is None:
-        return _ABSENT
-    return reference.state_before(turn)
+def _ground_truth_changes(reference: TaskReference, first: int, last: int) -> bool:
+    """Whether the ground truth changes the state from before turn ``first`` to after turn ``last``
+    (memoised on the reference: a pure function of it).  True when the state before ``first`` is
+    unknown (turn 0 of a reference built without an initial state: no no-change rule)."""
+    if first == 0 and reference.initial is None:
+        return True
+    key = ("changes", first, last)
+    hit = reference.memo.get(key)
+    if hit is None:
+        hit = reference.memo[key] = bool(state_diff(
+            reference.turn_states[last], reference.state_before(first), bookkeeping=reference.excluded_fields,
+            set_fields=reference.set_fields, limit=1))
+    return hit
 
 
 def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cfg: RewardConfig) -> TurnScore:
@@ -423,8 +487,10 @@ def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cf
     r_traj = matched / len(gt) if gt else None
     r_state = None
     if record.state is not None:
-        r_state = _state_score(record.state, reference.turn_states[turn_index], _before(reference, turn_index),
-                               reference.excluded_fields, reference.set_fields, limit=1)[0]
+        r_state = _state_score(record.state, reference.turn_states[turn_index],
+                               _ground_truth_changes(reference, turn_index, turn_index),
+                               reference.excluded_fields, reference.set_fields, limit=1,
+                               expected_text=_turn_text(reference, turn_index))[0]
     outputs = reference.expected_outputs[turn_index]
     r_output = sum(contains_output(record.text, o) for o in outputs) / len(outputs) if outputs else None
     task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)
@@ -435,11 +501,7 @@ def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cf
 
 def _changes_state(reference: TaskReference, turn: int) -> bool:
     """Whether the ground truth changes the state in ``turn`` (so the turn has a state criterion)."""
-    before = _before(reference, turn)
-    if before is _ABSENT:
-        return True
-    return bool(state_diff(reference.turn_states[turn], before, bookkeeping=reference.excluded_fields,
-                           set_fields=reference.set_fields, limit=1))
+    return _ground_truth_changes(reference, turn, turn)
 
 
 def turn_has_criteria(reference: TaskReference, turn: int, cfg: RewardConfig) -> bool:
@@ -470,7 +532,7 @@ def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, r
 
 
 def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final_state: Any,
-                  cfg: RewardConfig) -> EpisodeScore:
+                  cfg: RewardConfig, *, turn_scores: Sequence[TurnScore] = ()) -> EpisodeScore:
     """Score an episode: ``R = α·R_traj + (1−α)·R_state − γ·P_len`` (paper §3.5) and every component.
 
     Args:
@@ -480,6 +542,8 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
         reference: the task's :class:`~gym_envfactory.replay.TaskReference`.
         final_state: the episode's canonical final state (:meth:`Session.state` form).
         cfg: reward weights.
+        turn_scores: :func:`score_turn` results already computed for the first turns of ``records``
+            under ``cfg`` (the env keeps them as turns end); reused instead of scoring those turns again.
 
     A pure function of its inputs: scoring never touches a session (docs/cases.md C05).
     """
@@ -491,7 +555,7 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
     n_out = sum(len(o) for o in reference.expected_outputs)
     for t, gt in enumerate(reference.turn_calls):
         if t < len(records):
-            ts = score_turn(t, records[t], reference, cfg)
+            ts = turn_scores[t] if t < len(turn_scores) else score_turn(t, records[t], reference, cfg)
             turns.append(ts)
             missed += [f"t{t}:{m}" for m in ts.missed]
             matched += ts.matched
@@ -510,8 +574,10 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
         if state is not None and state_diff(state, reference.final_state, bookkeeping=reference.excluded_fields,
                                             set_fields=reference.set_fields, limit=1):
             extra_verdicts.append(0.0)
-    final_verdict, diff = _state_score(final_state, reference.final_state, _before(reference, 0),
-                                       reference.excluded_fields, reference.set_fields)
+    final_verdict, diff = _state_score(final_state, reference.final_state,
+                                       _ground_truth_changes(reference, 0, reference.n_turns - 1),
+                                       reference.excluded_fields, reference.set_fields,
+                                       expected_text=_turn_text(reference, reference.n_turns - 1))
     r_state = _episode_state_score(turns, reference, len(records), final_verdict, extra_verdicts)
     r_traj = matched / n_gt if n_gt else None
     r_output = found / n_out if n_out else None

@@ -119,7 +119,8 @@ def _env_factory(env_id: str) -> Any:
 
 def sft_examples(rows: list[dict[str, Any]], tokenizer: Any, *, max_length: int) -> list[dict[str, Any]]:
     """Token sequences of the ground truth played through the gym (``input_ids``, ``assistant_masks``:
-    1 on the agent's tokens); only episodes that earn 1.0 and fit ``max_length`` are kept."""
+    1 on the agent's tokens); only episodes that earn 1.0 are kept, and one longer than ``max_length``
+    is cut after its last whole generated action that fits (its first actions are still taught)."""
     examples = []
     eos = tokenizer.eos_token_id
     for row in rows:
@@ -138,8 +139,15 @@ def sft_examples(rows: list[dict[str, Any]], tokenizer: Any, *, max_length: int)
         (ep,) = play_episodes(generate, tokenizer, _env_factory(env_id), [row["extra_info"]["reset_options"]],
                               max_steps=len(actions) + 1, max_completion_tokens=max_length, tools=signatures)
         ids = ep.prompt_ids + ep.completion_ids
-        if ep.reward >= 1.0 and len(ids) <= max_length:
-            examples.append({"input_ids": ids, "assistant_masks": [0] * len(ep.prompt_ids) + ep.completion_mask})
+        mask = [0] * len(ep.prompt_ids) + ep.completion_mask
+        if ep.reward < 1.0:
+            continue
+        if len(ids) > max_length:  # keep the actions that fit: cut after the last whole generated action
+            ends = [i + 1 for i in range(min(len(ids), max_length)) if mask[i] and (i + 1 == len(ids) or not mask[i + 1])]
+            if not ends:
+                continue
+            ids, mask = ids[:ends[-1]], mask[:ends[-1]]
+        examples.append({"input_ids": ids, "assistant_masks": mask})
     return examples
 
 
@@ -330,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grpo-prompts", type=int, default=2)
     p.add_argument("--grpo-lr", type=float, default=2e-6)
     p.add_argument("--sft-lr", type=float, default=1e-4)
-    p.add_argument("--max-length", type=int, default=1024, help="SFT sequence cap (longer examples are left out)")
+    p.add_argument("--max-length", type=int, default=1024, help="SFT sequence cap (longer episodes are cut after the last action that fits)")
     p.add_argument("--max-new-tokens", type=int, default=96, help="tokens per action")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import inspect
 import json
 import numbers
@@ -40,6 +41,7 @@ from gym_envfactory.reward import (
     EpisodeScore,
     RewardConfig,
     TurnRecord,
+    TurnScore,
     score_episode,
     score_turn,
     turn_has_criteria,
@@ -327,6 +329,7 @@ class EnvFactoryEnv(gym.Env):
         self.reference: TaskReference | None = None
         self.messages: list[dict[str, Any]] = []
         self.records: list[TurnRecord] = []
+        self._turn_scores: list[TurnScore] = []  # scores of the turns that ended, reused by the episode score
         self.turn = 0
         self.steps = 0
         self.steps_in_turn = 0
@@ -442,6 +445,7 @@ class EnvFactoryEnv(gym.Env):
         first = self.user([] if start == 0 else list(self.messages), task, start) or task.turns[start].user
         self.messages.append({"role": "user", "content": first})
         self.records = [TurnRecord()]
+        self._turn_scores = []
         self.turn, self.steps, self.steps_in_turn = start, 0, 0
         self.done = False
         self.last_score = None
@@ -560,6 +564,7 @@ class EnvFactoryEnv(gym.Env):
         reward = 0.0
         if self.turn < self.end_turn:
             ts = score_turn(self.turn - self.start_turn, rec, self.reference, self.reward_config)
+            self._turn_scores.append(dataclasses.replace(ts))  # the episode score reuses it (a finished turn)
             ts.turn = self.turn  # the task's turn index, whatever turn the episode started at
             info["turn_score"] = ts.to_dict()
             if self.reward_mode == "turn":
@@ -578,7 +583,7 @@ class EnvFactoryEnv(gym.Env):
         if records and records[-1].state is None and self.turn < self.end_turn:
             # scored mid-turn: judge the unfinished turn on the state as it stands (as if it ended now)
             records = [*records[:-1], TurnRecord(calls=records[-1].calls, text=records[-1].text, state=final)]
-        return score_episode(records, self.reference, final, self.reward_config)
+        return score_episode(records, self.reference, final, self.reward_config, turn_scores=self._turn_scores)
 
     async def areset(self, *, seed: int | None = None,
                      options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -658,6 +663,7 @@ class EnvFactoryEnv(gym.Env):
             clone.session = s
             clone.messages = copy.deepcopy(self.messages)
             clone.records = copy.deepcopy(self.records)
+            clone._turn_scores = list(self._turn_scores)  # finished turns' scores: never mutated, shared
             clone._np_random = copy.deepcopy(self._np_random)
             clone._forked = True  # the backend stays owned by the env it was forked from
             out.append(clone)

@@ -1,0 +1,114 @@
+"""Reward cost (docs/performance.md, T4): whole oracle episodes through the Gymnasium env (parsing,
+execution, per-turn and episode scoring) against replaying the same ground-truth calls in a bare
+session with no reward, per catalog environment and initial-state size, side by side in one run.
+
+Also times one state comparison (``reward.state_diff``) of equal large states, and the same episodes
+with the comparison stubbed out (what the reward's state walk costs).
+
+    python bench/bench_reward.py [--quick]      # prints ratios first, writes bench/results/reward.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+from gym_envfactory import Session, get_environment
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.replay import task_reference
+from gym_envfactory.rollout.policies import OraclePolicy
+from gym_envfactory.rollout.runner import run_episode
+
+ENVS = ["HotelBooking", "TeamCalendar", "PersonalFinance"]
+
+
+def groups() -> dict[tuple[str, str], list[str]]:
+    out: dict[tuple[str, str], list[str]] = {}
+    for name in ENVS:
+        for task in get_environment(name).tasks:
+            if len(task.envs) > 1:
+                continue
+            size = task.initial_state if isinstance(task.initial_state, str) else "inline"
+            out.setdefault((name, size), []).append(task.task_id)
+    return out
+
+
+def replay_seconds(env_name: str, task_ids: list[str]) -> float:
+    """Ground-truth calls in a fresh session per task, no reward, no parsing."""
+    spec = get_environment(env_name)
+    refs = [task_reference(spec, t) for t in task_ids]
+    specs = {n: get_environment(n) for n in ENVS}
+    t0 = time.perf_counter()
+    for ref in refs:
+        s = Session.from_states([specs[e] for e in ref.envs], ref.initial_state)
+        for turn in ref.turn_calls:
+            for c in turn:
+                s.call(c.name, dict(c.arguments))
+        s.close()
+    return time.perf_counter() - t0
+
+
+def episode_seconds(env_name: str, task_ids: list[str]) -> float:
+    """Oracle episodes through the env, every reward component computed."""
+    env = EnvFactoryEnv(env_name)
+    policy = OraclePolicy()
+    t0 = time.perf_counter()
+    for t in task_ids:
+        r = run_episode(env, policy, task_id=t)
+        assert r.reward == 1.0, (t, r.components)
+    elapsed = time.perf_counter() - t0
+    env.close()
+    return elapsed
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--repeats", type=int, default=None)
+    a = p.parse_args()
+    repeats = a.repeats or (1 if a.quick else 3)
+    rows = []
+    for (env_name, size), ids in sorted(groups().items()):
+        if size not in ("small", "large"):
+            continue
+        episode_seconds(env_name, ids[:2])  # warm: replay cache, imports
+        ep = [episode_seconds(env_name, ids) for _ in range(repeats)]
+        rp = [replay_seconds(env_name, ids) for _ in range(repeats)]
+        with mock.patch("gym_envfactory.reward.state_diff", lambda *x, **k: []):
+            stub = [episode_seconds(env_name, ids[:1]) / 1 for _ in range(1)]
+        n = len(ids)
+        rows.append({"env": env_name, "state": size, "tasks": n,
+                     "episodes_per_s": n / statistics.median(ep), "replay_per_s": n / statistics.median(rp),
+                     "ratio_episode_over_replay": statistics.median(ep) / statistics.median(rp),
+                     "episode_s_min_med_max": [min(ep), statistics.median(ep), max(ep)],
+                     "replay_s_min_med_max": [min(rp), statistics.median(rp), max(rp)],
+                     "stub_first_task_s": stub[0]})
+    print(f"{'env':16} {'state':6} {'tasks':>5} {'episode/replay':>15} {'episodes/s':>11} {'replays/s':>10}")
+    for r in rows:
+        print(f"{r['env']:16} {r['state']:6} {r['tasks']:5d} {r['ratio_episode_over_replay']:14.2f}x "
+              f"{r['episodes_per_s']:11.1f} {r['replay_per_s']:10.1f}")
+    # one comparison of two equal large states
+    from gym_envfactory.reward import state_diff
+    spec = get_environment("HotelBooking")
+    s = Session.from_states([spec], {"HotelBooking": spec.initial_state_json("large")})
+    cmp_ms = None
+    if s is not None:
+        x, y = s.state(), s.state()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            state_diff(x, y)
+        cmp_ms = (time.perf_counter() - t0) / 10 * 1e3
+        print(f"state_diff of two equal HotelBooking large states: {cmp_ms:.2f} ms")
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "reward.json").write_text(json.dumps({"rows": rows, "state_diff_equal_large_ms": cmp_ms,
+                                                 "repeats": repeats, "python": sys.version.split()[0]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
