@@ -1,9 +1,8 @@
 """Reward cost (docs/performance.md, T4): whole oracle episodes through the Gymnasium env (parsing,
-execution, per-turn and episode scoring) against replaying the same ground-truth calls in a bare
-session with no reward, per catalog environment and initial-state size, side by side in one run.
-
-Also times one state comparison (``reward.state_diff``) of equal large states, and the same episodes
-with the comparison stubbed out (what the reward's state walk costs).
+execution, per-turn and episode scoring) against the same episodes with no reward at all (the scoring
+functions replaced by constants: T4's ratio, target <= 2x), and against replaying the same ground-truth
+calls in a bare session (no env, no parsing, no reward: the floor), per catalog environment and
+initial-state size, side by side in one run.  Also times one comparison of two equal large states.
 
     python bench/bench_reward.py [--quick]      # prints ratios first, writes bench/results/reward.json
 """
@@ -21,6 +20,7 @@ from unittest import mock
 from gym_envfactory import Session, get_environment
 from gym_envfactory.envs.env import EnvFactoryEnv
 from gym_envfactory.replay import task_reference
+from gym_envfactory.reward import EpisodeScore, TurnScore
 from gym_envfactory.rollout.policies import OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
 
@@ -66,6 +66,23 @@ def episode_seconds(env_name: str, task_ids: list[str]) -> float:
     return elapsed
 
 
+def _no_turn_score(i, record, reference, cfg):
+    return TurnScore(i, None, None, None, 0, 0, 0, 0, 0.0, 0.0)
+
+
+def _no_episode_score(records, reference, final, cfg, **kwargs):
+    return EpisodeScore(reward=1.0, r_traj=None, r_state=None, r_output=None, p_len=0, penalty=0.0, matched=0,
+                        n_ground_truth=0, surplus=0, invalid=0, vacuous=[], missed=[], state_diff=[], turns=[],
+                        config=cfg)
+
+
+def unscored_episode_seconds(env_name: str, task_ids: list[str]) -> float:
+    """The same oracle episodes through the env with the reward replaced by constants."""
+    with mock.patch("gym_envfactory.envs.env.score_turn", _no_turn_score), \
+            mock.patch("gym_envfactory.envs.env.score_episode", _no_episode_score):
+        return episode_seconds(env_name, task_ids)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
@@ -78,20 +95,25 @@ def main() -> None:
             continue
         episode_seconds(env_name, ids[:2])  # warm: replay cache, imports
         ep = [episode_seconds(env_name, ids) for _ in range(repeats)]
+        un = [unscored_episode_seconds(env_name, ids) for _ in range(repeats)]
         rp = [replay_seconds(env_name, ids) for _ in range(repeats)]
-        with mock.patch("gym_envfactory.reward.state_diff", lambda *x, **k: []):
-            stub = [episode_seconds(env_name, ids[:1]) / 1 for _ in range(1)]
         n = len(ids)
+        med = statistics.median
         rows.append({"env": env_name, "state": size, "tasks": n,
-                     "episodes_per_s": n / statistics.median(ep), "replay_per_s": n / statistics.median(rp),
-                     "ratio_episode_over_replay": statistics.median(ep) / statistics.median(rp),
-                     "episode_s_min_med_max": [min(ep), statistics.median(ep), max(ep)],
-                     "replay_s_min_med_max": [min(rp), statistics.median(rp), max(rp)],
-                     "stub_first_task_s": stub[0]})
-    print(f"{'env':16} {'state':6} {'tasks':>5} {'episode/replay':>15} {'episodes/s':>11} {'replays/s':>10}")
+                     "ratio_scored_over_unscored": med(ep) / med(un),
+                     "ratio_scored_over_bare_replay": med(ep) / med(rp),
+                     "episodes_per_s": n / med(ep), "unscored_episodes_per_s": n / med(un),
+                     "bare_replays_per_s": n / med(rp),
+                     "episode_s_min_med_max": [min(ep), med(ep), max(ep)],
+                     "unscored_s_min_med_max": [min(un), med(un), max(un)],
+                     "replay_s_min_med_max": [min(rp), med(rp), max(rp)]})
+    print(f"{'env':16} {'state':6} {'tasks':>5} {'scored/unscored':>16} {'scored/bare':>12} {'episodes/s':>11} "
+          f"{'unscored/s':>11} {'bare/s':>8}")
     for r in rows:
-        print(f"{r['env']:16} {r['state']:6} {r['tasks']:5d} {r['ratio_episode_over_replay']:14.2f}x "
-              f"{r['episodes_per_s']:11.1f} {r['replay_per_s']:10.1f}")
+        print(f"{r['env']:16} {r['state']:6} {r['tasks']:5d} {r['ratio_scored_over_unscored']:15.2f}x "
+              f"{r['ratio_scored_over_bare_replay']:11.2f}x {r['episodes_per_s']:11.1f} "
+              f"{r['unscored_episodes_per_s']:11.1f} {r['bare_replays_per_s']:8.1f}")
+    print("T4 target: scored/unscored <= 2x (the reward costs at most as much as the episode itself)")
     # one comparison of two equal large states
     from gym_envfactory.reward import state_diff
     spec = get_environment("HotelBooking")
