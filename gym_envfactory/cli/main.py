@@ -6,12 +6,14 @@ environment on the in-process backend and prints a per-episode reward table and 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import sys
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console, JustifyMethod
@@ -28,10 +30,29 @@ from gym_envfactory.environment.catalog import get_environment, list_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import EnvFactoryError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from gym_envfactory.rollout.runner import EpisodeResult
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="gym_envfactory: stateful, verifiable tool-use environments for RL (EnvFactory).")
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from gym_envfactory import __version__
+
+        console.print(f"envfactory {__version__}", markup=False, highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _app_options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                  help="print the package version and exit")] = False,
+) -> None:
+    """gym_envfactory: stateful, verifiable tool-use environments for RL (EnvFactory)."""
 
 
 class PolicyKind(StrEnum):
@@ -144,7 +165,8 @@ def validate_cmd(
     for name in names:
         try:
             spec = get_environment(name)
-            report = validate_environment(spec)
+            with _validation_progress(spec.name) as progress:
+                report = validate_environment(spec, progress=progress)
         except Exception as exc:  # noqa: BLE001 - one broken package never stops the others' validation
             console.print(f"✗ {name}: {exc if isinstance(exc, EnvFactoryError) else repr(exc)[:500]}", style="red",
                           markup=False, highlight=False)
@@ -161,11 +183,39 @@ def validate_cmd(
     raise typer.Exit(0 if ok else 1)
 
 
+@contextlib.contextmanager
+def _validation_progress(env_name: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A rich progress bar on stderr for one environment's validation (scenarios, then task replays),
+    removed when done so stdout keeps only the result lines; yields the ``progress(stage, done, total)``
+    callback of :func:`gym_envfactory.validation.validate_environment`."""
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as bar:
+        tid = bar.add_task(f"{env_name} · scenarios", total=None)
+
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.update(tid, description=f"{env_name} · {stage}", completed=done, total=total)
+
+        yield progress
+
+
+class ToolFormat(StrEnum):
+    """The ``--tool-format`` choices of ``envfactory rollout`` (openai policy): ``native`` sends the
+    endpoint ``tools``; ``prompt`` renders them into the system message, for endpoints without tool support."""
+
+    native = "native"
+    prompt = "prompt"
+
+
+#: ``envfactory rollout`` stops after this many episodes in a row failed on the policy (an endpoint down).
+MAX_CONSECUTIVE_POLICY_FAILURES = 3
+
+
 @app.command("rollout")
 def rollout_cmd(
+    ctx: typer.Context,
     env_id: Annotated[str, typer.Argument(help="gym id (envfactory/HotelBooking-v0) or environment name")],
     policy: Annotated[PolicyKind, typer.Option(help="oracle replays ground truth; noisy (default) perturbs it; random samples tools; openai calls an endpoint")] = PolicyKind.noisy,
-    episodes: Annotated[int | None, typer.Option(help="number of episodes (default: every task once)")] = None,
+    episodes: Annotated[int | None, typer.Option(help="number of episodes, >= 1 (default: every task once)")] = None,
     seed: Annotated[int, typer.Option(help="seed for task order and policy randomness")] = 0,
     split: Annotated[str | None, typer.Option(help="only tasks of this split (train/test)")] = None,
     out: Annotated[Path | None, typer.Option(help="write trajectories as JSON Lines")] = None,
@@ -173,15 +223,21 @@ def rollout_cmd(
     model: Annotated[str | None, typer.Option(help="model name (openai policy)")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")] = None,
     api_key_env: Annotated[str, typer.Option(help="environment variable holding the API key")] = "OPENAI_API_KEY",
+    tool_format: Annotated[ToolFormat, typer.Option(help="openai policy: native sends the endpoint tools (tool_choice auto); prompt writes them into the system message (Hermes/Qwen <tool_call> format) for endpoints without tool support")] = ToolFormat.native,
+    max_tokens: Annotated[int, typer.Option(help="openai policy: max_tokens of every request")] = 1024,
+    timeout: Annotated[float, typer.Option(help="openai policy: seconds per request")] = 60.0,
     alpha: Annotated[float, typer.Option(help="reward weight of R_traj (R_state gets 1-alpha)")] = 0.5,
     gamma: Annotated[float, typer.Option(help="penalty per surplus or invalid call")] = 0.05,
     max_steps: Annotated[int, typer.Option(help="assistant actions per episode before truncation")] = 32,
     backend: Annotated[Backend, typer.Option(help="where sessions run")] = Backend.inprocess,
     url: Annotated[str | None, typer.Option(help="server URL for --backend url")] = None,
+    token: Annotated[str | None, typer.Option(help="bearer token of the --backend url server (default $ENVFACTORY_TOKEN; visible in `ps` when given here)")] = None,
 ) -> None:
-    """Run a policy through episodes and print a per-episode reward table and a summary."""
+    """Run a policy through episodes and print a per-episode reward table and a summary.
+
+    An episode whose policy fails (an endpoint's failed request) is kept, marked with its error; the
+    run goes on (it stops after 3 such episodes in a row), writes --out, then exits 2."""
     from gym_envfactory.envs.env import EnvFactoryEnv
-    from gym_envfactory.errors import PolicyError
     from gym_envfactory.rollout.policies import make_policy
     from gym_envfactory.rollout.runner import (
         episode_task_ids,
@@ -189,39 +245,63 @@ def rollout_cmd(
         write_trajectories,
     )
 
+    if episodes is not None and episodes < 1:
+        err_console.print(f"--episodes must be >= 1 (got {episodes}); leave it out to run every task once",
+                          style="red", markup=False, highlight=False)
+        raise typer.Exit(2)
+    if token and _from_command_line(ctx, "token"):
+        err_console.print("warning: a --token on the command line is visible to every user in `ps`; "
+                          "prefer $ENVFACTORY_TOKEN", style="yellow", markup=False)
     spec = _load(env_id)
     try:
-        pol = make_policy(policy.value, seed=seed, noise=noise, model=model, base_url=base_url, api_key_env=api_key_env)
+        pol = make_policy(policy.value, seed=seed, noise=noise, model=model, base_url=base_url, api_key_env=api_key_env,
+                          tool_format=tool_format.value, max_tokens=max_tokens, timeout=timeout)
         env = EnvFactoryEnv(spec, reward={"alpha": alpha, "gamma": gamma}, max_steps=max_steps,
-                            backend=backend.value, url=url)
+                            backend=backend.value, url=url, token=token)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     except EnvFactoryError as exc:
-        err_console.print(f"[red]backend {backend.value}: {exc}[/red]")
+        err_console.print(f"backend {backend.value}: {exc}", style="red", markup=False, highlight=False)
         raise typer.Exit(1) from None
     ids = episode_task_ids(env, episodes, seed, split)
     if not ids:
+        env.close()
         err_console.print(f"[red]{spec.name} has no tasks{' in split ' + split if split else ''}[/red]")
         raise typer.Exit(1)
     results = []
+    code = 0
+    in_a_row = 0
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as progress:
         bar = progress.add_task(f"{spec.name} · {pol.name} · {backend.value}", total=len(ids))
         for i, tid in enumerate(ids):
             try:
-                results.append(run_episode(env, pol, task_id=tid, seed=seed + i))
-            except PolicyError as exc:
-                err_console.print(f"[red]policy failed on {tid}: {exc}[/red]")
-                raise typer.Exit(2) from None
-            except EnvFactoryError as exc:
-                err_console.print(f"[red]{tid}: {exc}[/red]")
-                raise typer.Exit(1) from None
+                r = run_episode(env, pol, task_id=tid, seed=seed + i, keep_policy_errors=True)
+            except EnvFactoryError as exc:  # the backend failed: the episodes so far are still reported
+                err_console.print(f"{tid}: {exc}", style="red", markup=False, highlight=False)
+                code = 1
+                break
+            results.append(r)
             progress.advance(bar)
+            if r.error is None:
+                in_a_row = 0
+                continue
+            code = code or 2
+            in_a_row += 1
+            err_console.print(f"policy failed on {tid}: {r.error}", style="red", markup=False, highlight=False)
+            if in_a_row >= MAX_CONSECUTIVE_POLICY_FAILURES and i + 1 < len(ids):
+                err_console.print(f"stopping: {in_a_row} episodes in a row failed on the policy; "
+                                  f"{len(ids) - i - 1} not run", style="red", markup=False, highlight=False)
+                break
     env.close()
-    _print_results(spec.gym_id, pol.name, results)
+    if results:
+        _print_results(spec.gym_id, pol.name, results)
     if out:
         n = write_trajectories(out, results)
-        console.print(f"wrote {n} trajectories to {out}")
+        failed = sum(r.error is not None for r in results)
+        console.print(f"wrote {n} trajectories to {out}" + (f" ({failed} failed, marked with an error)" if failed else ""))
+    if code:
+        raise typer.Exit(code)
 
 
 def _from_command_line(ctx: typer.Context, param: str) -> bool:
@@ -289,7 +369,8 @@ def serve_cmd(
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout carries only MCP frames
         run_stdio(spec.name)
         return
-    names = None if (all_ or not envs) else [_load(e).name for e in envs]
+    given = [_load(e).name for e in envs or []]  # an unknown name is one line, even beside --all
+    names = None if (all_ or not given) else given
     try:
         serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions, announce=announce)
     except InsecureBindError as exc:
@@ -303,7 +384,7 @@ def serve_cmd(
         raise typer.Exit(1) from None
 
 
-def _print_results(gym_id: str, policy: str, results: list) -> None:
+def _print_results(gym_id: str, policy: str, results: list[EpisodeResult]) -> None:
     table = Table(title=f"{gym_id} · policy={policy} · {len(results)} episodes")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("task", "left"), ("turns", "right"), ("steps", "right"), ("matched/gt", "right"), ("R_traj", "right"),
@@ -311,6 +392,10 @@ def _print_results(gym_id: str, policy: str, results: list) -> None:
     for col, just in columns:
         table.add_column(col, justify=just)
     for r in results:
+        if r.error is not None:
+            table.add_row(r.task_id, "-", str(r.steps), "-", "-", "-", "-", "[red]failed[/red]",
+                          f"policy error: {r.error}"[:300])
+            continue
         c = r.components
         why = list(r.perturbations)
         if c.get("missed"):
@@ -330,18 +415,22 @@ def _print_results(gym_id: str, policy: str, results: list) -> None:
                       _fmt(c.get("r_traj")), _fmt(c.get("r_state")), str(c.get("p_len", 0)),
                       f"[{style}]{r.reward:.2f}[/{style}]", "; ".join(why))
     console.print(table)
-    rewards = [r.reward for r in results]
+    scored = [r for r in results if r.error is None]
+    rewards = [r.reward for r in scored]
 
     def mean(key: str) -> str:
-        vals = [r.components.get(key) for r in results if r.components.get(key) is not None]
+        vals = [float(r.components[key]) for r in scored if r.components.get(key) is not None]
         return f"{statistics.fmean(vals):.3f}" if vals else "vacuous"
 
     summary = Table(title="summary", show_header=True)
-    for col in ("episodes", "mean reward", "reward = 1.0", "mean R_traj", "mean R_state", "mean P_len", "mean penalty", "truncated"):
+    heads = ["episodes", "mean reward", "reward = 1.0", "mean R_traj", "mean R_state", "mean P_len", "mean penalty", "truncated"]
+    failed = len(results) - len(scored)
+    for col in heads + (["failed"] if failed else []):
         summary.add_column(col, justify="right")
-    summary.add_row(str(len(results)), f"{statistics.fmean(rewards):.3f}",
-                    f"{sum(x >= 0.999 for x in rewards)}/{len(rewards)}", mean("r_traj"), mean("r_state"),
-                    mean("p_len"), mean("penalty"), str(sum(r.truncated for r in results)))
+    row = [str(len(results)), f"{statistics.fmean(rewards):.3f}" if rewards else "-",
+           f"{sum(x >= 0.999 for x in rewards)}/{len(rewards)}", mean("r_traj"), mean("r_state"),
+           mean("p_len"), mean("penalty"), str(sum(r.truncated for r in scored))]
+    summary.add_row(*row, *([f"[red]{failed}[/red]"] if failed else []))
     console.print(summary)
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Iterator, Sequence
+from typing import Any, cast, overload
 
 import gymnasium as gym
 
@@ -12,7 +12,12 @@ from gym_envfactory.envs.env import EnvFactoryEnv
 
 class RolloutGroup:
     """``k`` rollouts of one task from one reset (GRPO, DeepSeekMath §4.1): every member starts from a
-    fork of the same session.  ``step(actions)`` steps every unfinished member."""
+    fork of the same session.  ``step(actions)`` steps every unfinished member.
+
+    A sequence of its member envs: ``len(group)``, ``group[i]`` (member 0 is the env that was reset, the
+    others its forks), ``for env in group``.  Close the group rather than its members one by one: the
+    first member owns the backend its forks share (docs/architecture.md, "Backends").
+    """
 
     def __init__(self, envs: list[EnvFactoryEnv], observation: list[dict[str, Any]], info: dict[str, Any]) -> None:
         self.envs = envs
@@ -23,6 +28,21 @@ class RolloutGroup:
 
     def __len__(self) -> int:
         return len(self.envs)
+
+    @overload
+    def __getitem__(self, index: int) -> EnvFactoryEnv: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[EnvFactoryEnv]: ...
+
+    def __getitem__(self, index: int | slice) -> EnvFactoryEnv | list[EnvFactoryEnv]:
+        """Member ``index`` (an int, negative counts from the end) or a list of members (a slice).
+        Raises IndexError."""
+        return self.envs[index]
+
+    def __iter__(self) -> Iterator[EnvFactoryEnv]:
+        """The member envs in order (member 0 first)."""
+        return iter(self.envs)
 
     def step(self, actions: Sequence[Any]) -> list[tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]] | None]:
         """Step member ``i`` with ``actions[i]`` (``None`` for finished members)."""
@@ -45,8 +65,16 @@ class RolloutGroup:
         return all(self.finished)
 
     def close(self) -> None:
-        """Close every member (the original env releases the backend; forks never do)."""
+        """Close every member: the forks first, then member 0, which releases the backend they share.
+
+        A member whose remote connection is already gone (member 0 was closed, by the caller who passed
+        it to :func:`make_group`, before the group) is closed locally only: asking a closed client to
+        close its session would hand a request to a stopped event loop, leaving the coroutine never
+        awaited and the call waiting for the client's timeout.  Idempotent."""
         for e in reversed(self.envs):  # forks first: the base env owns the backend they share
+            client = getattr(e.session, "client", None)  # RemoteSession: the connection it talks over
+            if client is not None and not getattr(client, "alive", True):
+                e.session = None  # the server side went with the connection: nothing left to close there
             e.close()
 
 

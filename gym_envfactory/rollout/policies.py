@@ -11,8 +11,9 @@ A policy maps the episode so far to the next assistant action::
   argument, malformed JSON, or an early write (a write from a later turn, or a guessed write on a
   clarification turn).  Every perturbation is recorded in ``policy.perturbations`` for the report.
 - :class:`RandomPolicy` samples tools and schema-valid arguments (values drawn from the state).
-- :class:`OpenAIPolicy` asks any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, hosted)
-  with the episode's messages and tool schemas; the key comes from an environment variable.
+- :class:`OpenAIPolicy` asks any OpenAI-compatible chat-completions endpoint (vLLM, SGLang,
+  llama-cpp-python, hosted) with the episode's messages and tool schemas, natively (``tools``) or
+  rendered into the system prompt (``tool_format="prompt"``); the key comes from an environment variable.
 
 All randomness comes from a ``random.Random(seed)`` owned by the policy.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import json
 import logging
 import os
 import random
@@ -33,7 +35,8 @@ from gym_envfactory.errors import PolicyError
 if TYPE_CHECKING:  # pragma: no cover
     from gym_envfactory.envs.env import EnvFactoryEnv
 
-__all__ = ["Policy", "OraclePolicy", "NoisyPolicy", "RandomPolicy", "OpenAIPolicy", "make_policy", "PolicyError"]
+__all__ = ["Policy", "OraclePolicy", "NoisyPolicy", "RandomPolicy", "OpenAIPolicy", "make_policy", "PolicyError",
+           "TOOL_FORMATS", "native_messages", "prompt_messages"]
 
 log = logging.getLogger(__name__)
 
@@ -262,26 +265,151 @@ class RandomPolicy(Policy):
         return ToolCall(t.name, args)
 
 
+#: The tool formats of :class:`OpenAIPolicy`: ``native`` sends ``tools`` (the endpoint's own function
+#: calling); ``prompt`` renders them into the system message and lets the gym parse the model's text.
+TOOL_FORMATS = ("native", "prompt")
+
+#: The tools block ``tool_format="prompt"`` appends to the system message (the Hermes / Qwen2.5 chat
+#: template's wording; ``{tools}`` is one JSON tool schema per line).
+PROMPT_TOOLS_TEMPLATE = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)
+
+_WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    """One OpenAI tool call as a Hermes ``<tool_call>`` block (arguments decoded when they are JSON)."""
+    fn = call.get("function", {})
+    args: Any = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass  # a malformed call stays as the model wrote it
+    return "<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False) + "\n</tool_call>"
+
+
+def prompt_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The episode's messages for an endpoint without native tool support (Hermes / Qwen style).
+
+    ``tools`` (OpenAI schemas) go into the system message (:data:`PROMPT_TOOLS_TEMPLATE`; a system
+    message is added when there is none); an assistant message becomes its text as generated (its
+    ``raw`` field when the env kept one, else its content followed by a ``<tool_call>`` block per call);
+    consecutive tool results become one user message of ``<tool_response>`` blocks.  Only ``role`` and
+    ``content`` (a string) are sent.
+    """
+    out: list[dict[str, Any]] = []
+    block = PROMPT_TOOLS_TEMPLATE.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools)) if tools else ""
+    rest = messages
+    if messages and messages[0]["role"] == "system":
+        system = str(messages[0].get("content") or "")
+        rest = messages[1:]
+    else:
+        system = ""
+    if system or block:
+        out.append({"role": "system", "content": "\n\n".join(x for x in (system, block) if x)})
+    after_tool = False
+    for m in rest:
+        role = m["role"]
+        if role == "tool":
+            text = f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"
+            if after_tool:
+                out[-1]["content"] += "\n" + text
+            else:
+                out.append({"role": "user", "content": text})
+            after_tool = True
+            continue
+        after_tool = False
+        if role == "assistant":
+            if isinstance(m.get("raw"), str):
+                text = m["raw"]
+            else:
+                calls = m.get("tool_calls") or []
+                text = "\n".join(x for x in [str(m.get("content") or "")] + [_call_text(c) for c in calls] if x)
+            out.append({"role": "assistant", "content": text})
+            continue
+        out.append({"role": role, "content": str(m.get("content") or "")})
+    return out
+
+
+def native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The episode's messages in the chat-completions wire format (OpenAI API "Chat Completions").
+
+    Only the standard keys are sent (the env's ``raw`` / ``parsed_tool_calls`` stay local; with
+    ``history="raw"`` the parsed calls are sent as ``tool_calls`` so the tool results have their call);
+    a tool message carries no ``name``; an assistant message with tool calls carries ``"content": ""``,
+    never ``null`` (llama-cpp-python answers HTTP 500 to a null content).
+    """
+    out = []
+    for m in messages:
+        w = {k: m[k] for k in _WIRE_KEYS if k in m and not (m["role"] == "tool" and k == "name")}
+        if m["role"] == "assistant":
+            if "tool_calls" not in w and m.get("parsed_tool_calls"):
+                w["tool_calls"] = m["parsed_tool_calls"]
+            if w.get("content") is None:
+                w["content"] = ""
+        out.append(w)
+    return out
+
+
+def _endpoint_message(exc: Any) -> str:
+    """The error message an endpoint put in its answer (OpenAI ``{"error": {"message"}}``, FastAPI
+    ``{"detail"}``, or the raw body), else the client's message."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        for key in ("message", "detail", "error"):
+            if body.get(key):
+                v = body[key]
+                return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        return json.dumps(body, ensure_ascii=False)
+    if isinstance(body, str) and body.strip():
+        return body.strip()
+    return str(getattr(exc, "message", exc))
+
+
 class OpenAIPolicy(Policy):
-    """Any OpenAI-compatible chat-completions endpoint with tools (OpenAI API "Chat Completions").
+    """Any OpenAI-compatible chat-completions endpoint (OpenAI API "Chat Completions"): vLLM, SGLang,
+    llama-cpp-python, hosted APIs.
+
+    Every request sends ``max_tokens`` and, with tools, ``tool_choice: "auto"`` (llama.cpp's
+    function-calling chat formats ignore the tools without it); assistant messages with tool calls go
+    out with ``"content": ""`` (see :func:`native_messages`).  With ``tool_format="prompt"`` no ``tools``
+    are sent: they are rendered into the system message Hermes / Qwen style (:func:`prompt_messages`)
+    and the model's text is returned as the action, parsed by the gym
+    (:mod:`gym_envfactory.envs.parsing`), for endpoints without native tool support.
 
     Args:
         model: model name served by the endpoint.
         base_url: e.g. ``http://localhost:8000/v1`` (vLLM/SGLang) or a hosted API.
         api_key_env: environment variable holding the key (default ``OPENAI_API_KEY``; a placeholder
             is used when unset, as local servers ignore it).
-        temperature, seed, max_tokens, timeout (s), max_retries: passed to the client/request.
+        temperature, seed: sampling settings sent with each request (``seed=None``: not sent).
+        max_tokens: completion tokens per request (≥ 1), always sent.
+        timeout: seconds per request attempt (connect and read).
+        max_retries: the client's retries of a failed request (connection errors, 408/409/429/5xx).
+        tool_format: ``"native"`` (default) or ``"prompt"`` (see above).
 
     Raises:
-        PolicyError: the request failed after the client's retries.
+        ValueError: a bad option, or the ``openai`` extra is missing.
     """
 
     name = "openai"
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 temperature: float = 0.0, seed: int | None = 0, max_tokens: int | None = 1024,
-                 timeout: float = 60.0, max_retries: int = 3) -> None:
+                 temperature: float = 0.0, seed: int | None = 0, max_tokens: int = 1024,
+                 timeout: float = 60.0, max_retries: int = 3, tool_format: str = "native") -> None:
         super().__init__()
+        if tool_format not in TOOL_FORMATS:
+            raise ValueError(f"tool_format must be native or prompt, not {tool_format!r}")
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, not {max_tokens!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
         try:
             import openai
         except ImportError as exc:  # the optional extra
@@ -290,9 +418,13 @@ class OpenAIPolicy(Policy):
 
         self.model = model
         self.base_url = base_url or "the OpenAI default endpoint"
+        self.api_key_env = api_key_env
         self.temperature = temperature
         self.seed = seed
         self.max_tokens = max_tokens
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.tool_format = tool_format
         self._openai = openai
         self.client = openai.OpenAI(base_url=base_url, api_key=os.environ.get(api_key_env) or "EMPTY",
                                     timeout=timeout, max_retries=max_retries)
@@ -300,40 +432,65 @@ class OpenAIPolicy(Policy):
 
     @staticmethod
     def _wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        out = []
-        for m in messages:
-            m = {k: v for k, v in m.items() if not (m["role"] == "tool" and k == "name")}
-            if m["role"] == "assistant" and not m.get("content") and m.get("tool_calls"):
-                m["content"] = None
-            out.append(m)
-        return out
+        return native_messages(messages)
 
-    def act(self, env: EnvFactoryEnv) -> Any:
-        """One chat completion over the episode's messages and tools (OpenAI API "Chat Completions",
-        ``tools``); returns the assistant message as a dict (``content``, ``tool_calls``) and adds its
-        token counts to ``usage``.
-
-        Raises:
-            PolicyError: the request failed after the client's retries, or returned no choices.
-        """
-        kwargs: dict[str, Any] = {"model": self.model, "messages": self._wire_messages(env.messages),
-                                  "tools": env.tools, "temperature": self.temperature}
+    def request(self, env: EnvFactoryEnv) -> dict[str, Any]:
+        """The keyword arguments of the chat-completions request for ``env``'s episode so far."""
+        tools = env.tools
+        kwargs: dict[str, Any] = {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.tool_format == "prompt":
+            kwargs["messages"] = prompt_messages(env.messages, tools)
+        else:
+            kwargs["messages"] = native_messages(env.messages)
+            if tools:
+                kwargs["tools"] = tools
+                kwargs["tool_choice"] = "auto"
         if self.seed is not None:
             kwargs["seed"] = self.seed
-        if self.max_tokens:
-            kwargs["max_tokens"] = self.max_tokens
+        return kwargs
+
+    def _failure(self, exc: Exception) -> PolicyError:
+        o = self._openai
+        where = f"chat completion at {self.base_url}"
+        if isinstance(exc, o.APITimeoutError):
+            msg = (f"{where}: no answer within {self.timeout:g} s ({self.max_retries} retries); raise the "
+                   "timeout or lower max_tokens")
+        elif isinstance(exc, o.APIConnectionError):
+            cause = exc.__cause__ or exc
+            msg = f"{where} failed: cannot connect: {cause} (is the server running?)"
+        elif isinstance(exc, o.APIStatusError):
+            msg = f"{where} failed: the endpoint answered HTTP {exc.status_code}: {_endpoint_message(exc)}"
+            if exc.status_code == 404:
+                msg += f" (does it serve the model {self.model!r}?)"
+            elif exc.status_code in (401, 403):
+                msg += f" (check the key in ${self.api_key_env})"
+        else:
+            msg = f"{where} failed: {type(exc).__name__}: {exc}"
+        return PolicyError(msg)
+
+    def act(self, env: EnvFactoryEnv) -> Any:
+        """One chat completion over the episode's messages and tools (see :meth:`request`); adds its
+        token counts to ``usage``.  Returns the assistant message as a dict (``content``,
+        ``tool_calls``), or with ``tool_format="prompt"`` the model's text (a raw string the env parses).
+
+        Raises:
+            PolicyError: the request failed after the client's retries (the message is the endpoint's
+                own for an HTTP error; a connection failure asks whether the server runs), or the answer
+                had no choices.
+        """
         try:
-            resp = self.client.chat.completions.create(**kwargs)
+            resp = self.client.chat.completions.create(**self.request(env), timeout=self.timeout)
         except self._openai.OpenAIError as exc:
-            raise PolicyError(f"chat completion at {self.base_url} failed: {type(exc).__name__}: {exc} "
-                              "(is the server running and serving this model?)") from exc
+            raise self._failure(exc) from exc
         self.usage["requests"] += 1
         if resp.usage is not None:
             self.usage["prompt_tokens"] += resp.usage.prompt_tokens or 0
             self.usage["completion_tokens"] += resp.usage.completion_tokens or 0
         if not resp.choices:
-            raise PolicyError("chat completion returned no choices")
+            raise PolicyError(f"chat completion at {self.base_url} returned no choices")
         msg = resp.choices[0].message
+        if self.tool_format == "prompt" and not msg.tool_calls:
+            return msg.content or ""
         out: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
         if msg.tool_calls:
             out["tool_calls"] = [
@@ -344,8 +501,11 @@ class OpenAIPolicy(Policy):
 
 
 def make_policy(kind: str, *, seed: int = 0, noise: float = 0.3, model: str | None = None,
-                base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY") -> Policy:
-    """Build a policy by name (``oracle``, ``noisy``, ``random``, ``openai``).  Raises ValueError."""
+                base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY", tool_format: str = "native",
+                max_tokens: int = 1024, timeout: float = 60.0) -> Policy:
+    """Build a policy by name (``oracle``, ``noisy``, ``random``, ``openai``); ``model``, ``base_url``,
+    ``api_key_env``, ``tool_format``, ``max_tokens`` and ``timeout`` (seconds per request) configure
+    :class:`OpenAIPolicy`.  Raises ValueError."""
     if kind == "oracle":
         return OraclePolicy()
     if kind == "noisy":
@@ -355,5 +515,6 @@ def make_policy(kind: str, *, seed: int = 0, noise: float = 0.3, model: str | No
     if kind == "openai":
         if not model:
             raise ValueError("--policy openai needs --model")
-        return OpenAIPolicy(model=model, base_url=base_url, api_key_env=api_key_env, seed=seed)
+        return OpenAIPolicy(model=model, base_url=base_url, api_key_env=api_key_env, seed=seed,
+                            tool_format=tool_format, max_tokens=max_tokens, timeout=timeout)
     raise ValueError(f"unknown policy {kind!r}; choose oracle, noisy, random or openai")

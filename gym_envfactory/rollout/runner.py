@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.errors import PolicyError
 from gym_envfactory.rollout.policies import Policy
 
 __all__ = ["EpisodeResult", "run_episode", "episode_task_ids", "write_trajectories"]
@@ -20,7 +21,11 @@ __all__ = ["EpisodeResult", "run_episode", "episode_task_ids", "write_trajectori
 
 @dataclass
 class EpisodeResult:
-    """One finished episode: its task, messages (the trajectory), reward components and notes."""
+    """One finished episode: its task, messages (the trajectory), reward components and notes.
+
+    ``error`` is set when the policy failed mid-episode (an endpoint's failed request): the episode was
+    not finished and not scored (``reward`` 0.0, ``components`` empty), ``messages`` hold it so far.
+    """
 
     task_id: str
     env: str
@@ -35,10 +40,12 @@ class EpisodeResult:
     perturbations: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field (one line of ``envfactory rollout --out``), messages last."""
-        return {
+        """A JSON-ready dict of every field (one line of ``envfactory rollout --out``), messages last;
+        ``error`` only on a failed episode."""
+        out: dict[str, Any] = {
             "task_id": self.task_id,
             "env": self.env,
             "policy": self.policy,
@@ -51,21 +58,39 @@ class EpisodeResult:
             "perturbations": self.perturbations,
             "errors": self.errors,
             "tools": self.tools,
-            "messages": self.messages,
         }
+        if self.error is not None:
+            out["error"] = self.error
+        out["messages"] = self.messages
+        return out
 
 
-def run_episode(env: EnvFactoryEnv, policy: Policy, *, task_id: str | None = None, seed: int | None = None) -> EpisodeResult:
+def run_episode(env: EnvFactoryEnv, policy: Policy, *, task_id: str | None = None, seed: int | None = None,
+                keep_policy_errors: bool = False) -> EpisodeResult:
     """Reset ``env`` (to ``task_id`` if given), let ``policy`` act until the episode ends, return the
-    result.  Errors the model caused (tool errors, parse errors) are collected, not raised."""
+    result.  Errors the model caused (tool errors, parse errors) are collected, not raised.
+
+    Raises:
+        PolicyError: the policy failed (an endpoint's request), unless ``keep_policy_errors``: then the
+            episode so far comes back unscored with ``error`` set (see :class:`EpisodeResult`).
+    """
     obs, info = env.reset(seed=seed, options={"task_id": task_id} if task_id else None)
     policy.begin(env)
     errors: list[str] = []
     terminated = truncated = False
     reward = 0.0
     step_info: dict[str, Any] = {}
+    failure: str | None = None
     while not (terminated or truncated):
-        action = policy.act(env)
+        try:
+            action = policy.act(env)
+        except PolicyError as exc:
+            if not keep_policy_errors:
+                raise
+            failure = str(exc)
+            reward = 0.0
+            step_info = {}
+            break
         obs, r, terminated, truncated, step_info = env.step(action)
         reward += r
         errors += [f"{e['type']}: {e['name']}" for e in step_info.get("errors", [])]
@@ -84,6 +109,7 @@ def run_episode(env: EnvFactoryEnv, policy: Policy, *, task_id: str | None = Non
         perturbations=list(policy.perturbations),
         errors=errors,
         tools=env.tools,
+        error=failure,
     )
 
 
