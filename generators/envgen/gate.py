@@ -60,6 +60,10 @@ _ALLOWED_DUNDERS = frozenset({"__name__", "__doc__", "__init__", "__post_init__"
 _SUPER_DUNDERS = frozenset({"__init__", "__post_init__", "__init_subclass__", "__eq__", "__ne__", "__lt__", "__le__",
                             "__gt__", "__ge__", "__hash__", "__repr__", "__str__"})
 _FORMAT_FIELD_RE = re.compile(r"\{([^{}!:]*)")
+#: ``str`` methods that resolve ``{0.attr}``/``{0[key]}`` fields of a template (a getattr by string): only
+#: ``"literal".format(...)`` called directly on a string constant whose fields read no attribute or index
+#: is allowed; any other reference (``str.format``, ``m = s.format``, ``map(str.format, ...)``) is refused.
+_FORMAT_METHODS = frozenset({"format", "format_map"})
 _DUNDER_RE = re.compile(r"__\w+__")
 #: Names refused wherever they appear (a name, an attribute, an imported name): library routes from a
 #: string to an attribute (``string.Formatter().get_field("0.__globals__", ...)``) or from a string to
@@ -71,7 +75,7 @@ _EVAL_SINKS = frozenset({
     "get_type_hints", "get_annotations", "evaluate_forward_ref", "eval_type", "eval_type_backport",
     "eval_type_lenient", "_eval_type", "make_dataclass", "FieldInfo", "parse_obj_as", "parse_raw_as",
     "update_forward_refs", "annotation", "rebuild_annotation", "from_annotation", "from_annotated_attribute",
-    "TypeAliasType", "literal_eval", "format",
+    "TypeAliasType", "literal_eval", "format", "format_map",
 })
 #: Called with arguments, these turn strings into forward references that Pydantic later evaluates
 #: (use the class syntax, whose annotations the gate checks).
@@ -99,6 +103,23 @@ def _evaluates_strings(name: str) -> bool:
     """A library name that (by its name) evaluates strings or makes forward references."""
     low = name.lower()
     return name in _EVAL_SINKS or "eval" in low or "forward" in low
+
+
+def _format_reads_attributes(template: str, depth: int = 0) -> bool:
+    """Whether ``template.format(...)`` would read an attribute or an index of an argument (``{0.x}``,
+    ``{a[k]}``, nested in a format spec too), or the template is malformed (fields before the error run)."""
+    import string
+
+    try:
+        fields = list(string.Formatter().parse(template))
+    except (ValueError, TypeError):
+        return True
+    for _, name, spec, _ in fields:
+        if name is not None and ("." in name or "[" in name):
+            return True
+        if spec and "{" in spec and (depth > 2 or _format_reads_attributes(spec, depth + 1)):
+            return True
+    return False
 
 
 def _terminal(ast: Any, node: Any) -> str:
@@ -217,6 +238,7 @@ class _Gate:
         self.type_heads: set[str] = set(_GENERIC_BUILTINS)  # subscripting these is a type expression
         self.pkg_unsafe: frozenset[str] = frozenset()  # package-level names that may hold strings
         self.local_unsafe: list[frozenset[str]] = []  # per enclosing function: parameters, non-type locals
+        self.literal_formats: set[int] = set()  # ids of `.format` attributes of allowed `"literal".format(...)` calls
 
     def bad(self, node: Any, msg: str) -> None:
         self.problems.append((getattr(node, "lineno", 0), msg))
@@ -374,7 +396,12 @@ class _Gate:
         if isinstance(node, ast.Name) and node.id in _EVAL_SINKS and node.id not in params:
             self.bad(node, f"{node.id} is not allowed in an environment (it reaches attributes or code through "
                            "strings; use an f-string or a class)")
-        elif isinstance(node, ast.Attribute) and node.attr != "format" and (
+        elif isinstance(node, ast.Attribute) and node.attr in _FORMAT_METHODS:
+            if id(node) not in self.literal_formats:
+                self.bad(node, f".{node.attr} is only allowed called directly on a string literal "
+                               f"(`'{{}} items'.{node.attr}(...)`), not as a value or on a computed string "
+                               "(it reads attributes named in the template); use an f-string")
+        elif isinstance(node, ast.Attribute) and (
                 node.attr in _EVAL_SINKS or (_evaluates_strings(node.attr) and _root_name(ast, node) in self.module_aliases)):
             self.bad(node, f"attribute .{node.attr} is not allowed in an environment (it evaluates strings or "
                            "reaches attributes through them)")
@@ -390,6 +417,13 @@ class _Gate:
                 self.bad(node, "a bytes constant containing a dunder name (`__x__`) is not allowed in an environment")
         elif isinstance(node, ast.Call):
             head = _terminal(ast, node.func)
+            if isinstance(node.func, ast.Attribute) and head in _FORMAT_METHODS \
+                    and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str):
+                self.literal_formats.add(id(node.func))  # the call is judged here, not its attribute
+                if _format_reads_attributes(node.func.value.value):
+                    self.bad(node, f"'...'.{head}() with a field that reads an attribute or an index ({{0.x}}, "
+                                   "{0[x]}), or a malformed template, is not allowed; pass the value itself or use "
+                                   "an f-string")
             if head in _FUNCTIONAL_TYPES and (node.args or node.keywords):
                 self.bad(node, f"the functional form {head}(...) is not allowed (its field types become evaluated "
                                f"forward references); use the class syntax `class X({head}): ...`")
@@ -457,10 +491,6 @@ class _Gate:
                     self.bad(node, f"attribute .{node.attr} of something from an imported module is not allowed")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             self.check_string(node, node.value)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in ("format", "format_map", "vformat") \
-                and not (isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str)):
-            self.bad(node, f".{node.func.attr}() on a computed format string is not allowed; use an f-string")
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             pass  # the determinism lint reports `global`
 
@@ -475,7 +505,9 @@ def check_imports(folder: str | Path) -> list[Finding]:
     (``uuid.os``, ``random._os``, ``x.gi_frame``, ``operator.attrgetter`` ...); private attributes of
     imported modules; dunder names and attributes other than ``__name__``/``__doc__``/``__init__``
     (``__builtins__['__import__']``, ``x.__class__.__subclasses__``); string annotations that hide such
-    code (Pydantic evaluates them); format strings that read private attributes.
+    code (Pydantic evaluates them); format strings that read private attributes; ``.format`` and
+    ``.format_map`` anywhere but called directly on a string literal whose fields read no attribute or
+    index (``m = str.format; m(t, x)`` is a getattr by string).
 
     Python cannot be made safe by inspecting its source: code that passes here can still misbehave,
     so :class:`EnvGen` also validates in a child process with an allow-listed environment, never

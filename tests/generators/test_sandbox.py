@@ -35,6 +35,17 @@ FORMATTER_PAYLOAD = ("import string\n\ndef f():\n    return 1\n\n"
 CREATE_MODEL_PAYLOAD = ("from pydantic import create_model\n\n"
                         "M = create_model('M', x=(\"open('/proc/self/environ').read()\", ...))\n")
 
+#: The audit's reproductions: each reads os.environ when run (see the test below) and passed the old gate,
+#: which refused `.format()` only when called directly on a computed string.
+_LEAK_TEMPLATE = "import random\nu = '_' * 2\nt = '{0.seed.' + u + 'globals' + u + '[_os].environ}'\n"
+ALIAS_FORMAT_PAYLOADS = {
+    "str_format": _LEAK_TEMPLATE + "m = str.format\nLEAK = m(t, random.Random)\n",
+    "str_format_map": (_LEAK_TEMPLATE.replace("{0.", "{r.") + "m = str.format_map\nLEAK = m(t, {'r': random.Random})\n"),
+    "map_str_format": _LEAK_TEMPLATE + "LEAK = list(map(str.format, [t], [random.Random]))[0]\n",
+    "dict_of_methods": _LEAK_TEMPLATE + "F = {'f': str.format}\nLEAK = F['f'](t, random.Random)\n",
+    "str_format_called": _LEAK_TEMPLATE.replace("'_' * 2", "chr(95) + chr(95)") + "LEAK = str.format(t, random.Random)\n",
+}
+
 ESCAPES = {
     "review_formatter_get_field": FORMATTER_PAYLOAD,
     "review_create_model_string_type": CREATE_MODEL_PAYLOAD,
@@ -54,6 +65,18 @@ ESCAPES = {
     "formatter_import": "from string import Formatter\n",
     "formatter_vformat": "import string\nx = string.Formatter().vformat('{0}', (1,), {})\n",
     "computed_format": "f = '{0' + '.real}'\nx = f.format(1)\n",
+    # str.format / format_map reached as a value (the audit of issue 11): a getattr by string with a
+    # template computed from constants that hold no dunder (ALIAS_FORMAT_PAYLOADS really leak, below)
+    **{f"alias_{k}": v for k, v in ALIAS_FORMAT_PAYLOADS.items()},
+    "format_bound_to_literal": "m = '{}'.format\nx = m(1)\n",
+    "format_partial": "import functools\nf = functools.partial(str.format, '{0' + '.real}')\n",
+    "format_methodcaller": "import operator\nf = operator.methodcaller('format', 1)\n",
+    "attrgetter_alias": "import operator as op\ng = op.attrgetter('real')\n",
+    "format_literal_attribute_field": "x = '{0.real}'.format(1)\n",
+    "format_literal_index_field": "x = '{0[a]}'.format({'a': 1})\n",
+    "format_literal_nested_spec_field": "x = '{0:{1.real}}'.format(1, 2)\n",
+    "format_map_literal_attribute_field": "x = '{a.real}'.format_map({'a': 1})\n",
+    "format_on_own_object": "class A:\n    def f(self, t):\n        return t.format(self)\n",
     # evaluation of strings as types or code through libraries
     "create_model_import": "from pydantic import create_model\n",
     "pydantic_create_model_attr": "import pydantic\nM = pydantic.create_model('M')\n",
@@ -97,6 +120,20 @@ def test_the_review_payloads_really_escape_without_the_gate():
     ns: dict = {}
     exec(compile(FORMATTER_PAYLOAD, "<payload>", "exec"), ns)  # noqa: S102 - the point of the test
     assert "open" in (ns["b"] if isinstance(ns["b"], dict) else vars(ns["b"]))
+
+
+@pytest.mark.parametrize("name", sorted(ALIAS_FORMAT_PAYLOADS))
+def test_the_alias_format_payloads_really_leak_without_the_gate(monkeypatch, name):
+    monkeypatch.setenv("ENVFACTORY_TEST_SECRET", SECRET)
+    ns: dict = {}
+    exec(compile(ALIAS_FORMAT_PAYLOADS[name], "<payload>", "exec"), ns)  # noqa: S102 - the point of the test
+    assert SECRET in ns["LEAK"]
+
+
+def test_gate_accepts_format_on_a_literal_without_attribute_fields(tmp_path):
+    (tmp_path / "tools.py").write_text("n = 3\nx = '{} items, {n:>4}'.format(n, n=n)\ny = '{a}'.format_map({'a': 1})\n"
+                                       "z = '{0:{1}}'.format(1.5, '>8')\n")
+    assert check_imports(tmp_path) == []
 
 
 def test_gate_still_accepts_ordinary_typed_code(tmp_path):
