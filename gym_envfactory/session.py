@@ -13,7 +13,8 @@ Calls are atomic: a call that fails (a ``ToolError`` after a partial write, any 
 result that fails the tool's return type, a write that leaves the state invalid) leaves the state
 exactly as it was before the call.  The successful path pays nothing for this: a live state keeps the
 JSON bytes it was parsed from and the write calls applied since (``_LiveState``); a failed write call
-rebuilds the state from those bytes by replaying them (tools are deterministic, docs/authoring.md).
+rebuilds the state from those bytes by replaying them (tools are deterministic, docs/authoring.md;
+a replayed write whose result differs from the logged one is reported in the failed call's error).
 """
 
 from __future__ import annotations
@@ -63,13 +64,14 @@ REDO_LIMIT = 1024
 @dataclass(slots=True)
 class _LiveState:
     """One environment's materialised state: the model, the bytes it was parsed from (``base``), and the
-    successful write calls applied since (``redo``: ``(tool, canonical arguments)``).  ``exposed``: the
+    successful write calls applied since (``redo``: ``(tool, canonical arguments, result content)``, the
+    content a reference to the logged result's, so a rollback can tell a replay that diverges).  ``exposed``: the
     model was handed out by :meth:`Session.state_model`, so it may change outside calls; the next write
     call re-serialises it first."""
 
     model: BaseModel
     base: bytes
-    redo: list[tuple[ToolSpec, dict[str, Any]]]
+    redo: list[tuple[ToolSpec, dict[str, Any], Any]]
     exposed: bool = False
 
 
@@ -154,6 +156,16 @@ class ActionRecord:
             "result": self.result.to_dict(),
             "tag": self.tag,
         }
+
+
+def _same_content(a: Any, b: Any) -> bool:
+    """Whether a replayed result equals the logged one (NaN equals NaN here)."""
+    if a == b:
+        return True
+    try:
+        return json.dumps(a, sort_keys=True, default=repr) == json.dumps(b, sort_keys=True, default=repr)
+    except (TypeError, ValueError):
+        return False
 
 
 def _loggable(raw: Any) -> Any:
@@ -457,7 +469,7 @@ class Session:
         elif after is not None:
             live.base, live.redo = after.encode(), []  # validation mode serialised it anyway
         elif not tool.read_only:
-            live.redo.append((tool, normalized))
+            live.redo.append((tool, normalized, result.content))
             if len(live.redo) > REDO_LIMIT:
                 self._rebase(live)
         return result
@@ -537,13 +549,17 @@ class Session:
 
     def _roll_back(self, tool: ToolSpec, live: _LiveState, before: str | None) -> str | None:
         """Put ``tool.env``'s state back as it was before the failed call; returns ``None``, or a note
-        saying why it could not (a tool that is not deterministic: the replay itself failed).
+        saying why it could not (a tool that is not deterministic: the replay raised, or a replayed write
+        returned something else than it did the first time).
 
         With ``before`` (validation mode) the state is parsed from it.  Otherwise a read-only tool has
         nothing to undo, and a write tool's state is rebuilt from ``live.base`` by replaying
         ``live.redo`` (the successful write calls since): the failure path pays, never the success path.
         With nothing to replay, one serialisation first tells whether the tool wrote at all (the common
-        case of a domain error raised before any write then costs no parse).
+        case of a domain error raised before any write then costs no parse).  Each replayed write's result
+        is compared with the logged one; on a mismatch see :meth:`_keep_after_divergence` (a replayed write
+        that returns the same result but writes something else goes unnoticed: no state fingerprints are
+        kept, so successful calls pay nothing).
         """
         model_cls = self.envs[tool.env].state_model
         if before is not None:
@@ -560,16 +576,47 @@ class Session:
                 pass
         try:
             model = model_cls.model_validate_json(live.base)
-            for t, args in live.redo:
-                t.fn(model, **t.input_model.model_validate(args).__dict__)
+            diverged = ""
+            for t, args, content in live.redo:
+                raw = t.fn(model, **t.input_model.model_validate(args).__dict__)
+                if not diverged and not _same_content(
+                        t.output_adapter.dump_python(t.output_adapter.validate_python(raw), mode="json"), content):
+                    diverged = t.name
         except Exception as exc:  # noqa: BLE001 - a non-deterministic tool: keep what we have, say so
             log.error("rolling back %s failed: replaying the session's writes raised %s: %s",
                       tool.env, type(exc).__name__, exc)
             return f"its partial changes could not be rolled back: {type(exc).__name__} while replaying"
+        if diverged:
+            return self._keep_after_divergence(tool, live, model, diverged)
         live.model = model
         if live.redo:
             self._rebase(live)  # the next failure compares with fresh bytes instead of parsing
         return None
+
+    def _keep_after_divergence(self, tool: ToolSpec, live: _LiveState, replayed: BaseModel, diverged: str) -> str:
+        """The replay did not reproduce the state (``diverged`` returned something else the second time).
+        Kept: the live state, i.e. the state before the failed call *plus its partial changes*: the only one
+        that matches every result the caller has seen (the replayed one holds other ids, counters ...), when
+        it still serialises and validates; otherwise the replayed state (the successful writes only, run
+        again).  Either way it becomes the new rollback point, so later rollbacks do not replay the
+        non-deterministic writes again.  Returns the note for the failed call's error."""
+        model_cls = self.envs[tool.env].state_model
+        try:
+            current = live.model.model_dump_json()
+            model_cls.model_validate_json(current)
+        except Exception:  # noqa: BLE001 - the failed write broke the live state: the replayed one it is
+            live.model = replayed
+            self._rebase(live)
+            kept = ("the state was rebuilt by the replay instead, so it differs from the one earlier results "
+                    "describe")
+        else:
+            live.base, live.redo, live.exposed = current.encode(), [], False
+            kept = "the state is kept as this call left it, with any partial changes it made"
+        log.warning("rolling back %s could not reproduce the state: replaying %s returned a different result "
+                    "(a tool that is not deterministic); %s", tool.env, diverged, kept)
+        return (f"its partial changes could not be rolled back: replaying the earlier {diverged} call gave a "
+                f"different result, so the tool is not deterministic and the state before this call cannot be "
+                f"rebuilt; {kept}")
 
     # ------------------------------------------------------------------ lifecycle
     def reset(self, initial_state: Any = None) -> None:

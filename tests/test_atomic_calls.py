@@ -274,6 +274,78 @@ def test_a_rollback_that_cannot_replay_says_so():
     assert r.error_type == "tool_error" and "could not be rolled back" in r.error
 
 
+class Ids(BaseModel):
+    ids: list[int] = Field(default_factory=list)
+    n: int = 0
+
+
+_next_id = {"n": 0}
+
+
+@tool
+def new_id(state: Ids) -> int:
+    """Appends a fresh id from a process-wide counter (does not raise, but is not deterministic)."""
+    _next_id["n"] += 1
+    state.ids.append(_next_id["n"])
+    return _next_id["n"]
+
+
+@tool
+def refuse_after_write(state: Ids) -> int:
+    """Writes, then refuses."""
+    state.n += 1
+    raise ToolError("no", code="no")
+
+
+@tool
+def break_then_refuse(state: Ids) -> int:
+    """Leaves the state invalid (no validate_assignment), then refuses."""
+    state.n = "broken"  # type: ignore[assignment]
+    raise ToolError("no", code="no")
+
+
+@pytest.fixture
+def nondet():
+    return define_environment("AtomicNondet", Ids, [new_id, refuse_after_write, break_then_refuse], register=False)
+
+
+def test_a_rollback_whose_replay_returns_other_results_says_so_and_keeps_the_observed_state(nondet, caplog):
+    """The audit of issue 11: replaying a non-deterministic tool silently gave ids [3, 4] for [1, 2]."""
+    s = Session(nondet)
+    first = [s.call("new_id", {}).content for _ in range(2)]
+    with caplog.at_level("WARNING", logger="gym_envfactory.session"):
+        r = s.call("refuse_after_write", {})
+    assert r.error_code == "no" and r.error.startswith("no (")
+    assert "could not be rolled back" in r.error and "not deterministic" in r.error
+    assert "replaying the earlier new_id call gave a different result" in r.error
+    assert "kept as this call left it" in r.error
+    assert s.state() == {"ids": first, "n": 1}  # the ids every earlier result named, plus the partial write
+    assert any("could not reproduce the state" in m for m in caplog.messages)
+    # the kept state is the new rollback point: the next failure does not replay new_id again
+    assert not s.call("refuse_after_write", {}).ok
+    assert s.state() == {"ids": first, "n": 1}
+    assert s.call("new_id", {}).ok
+
+
+def test_a_diverging_replay_with_a_broken_live_state_keeps_the_replayed_state(nondet):
+    s = Session(nondet)
+    assert s.call("new_id", {}).ok
+    r = s.call("break_then_refuse", {})
+    assert "not deterministic" in r.error and "rebuilt by the replay" in r.error
+    state = s.state()
+    assert state["n"] == 0 and len(state["ids"]) == 1  # valid: the successful write, run again
+    assert s.call("new_id", {}).ok
+
+
+def test_a_deterministic_replay_adds_no_note(shop):
+    s = Session(shop)
+    _prime(s)
+    want = s.state()
+    r = s.call("refuse_late", {"n": 1})
+    assert r.error == "refused after writing"
+    assert s.state() == want
+
+
 # ---------------------------------------------------------------------------------- low items of issue 11
 
 
