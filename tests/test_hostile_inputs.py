@@ -402,3 +402,43 @@ def test_serve_token_file(tmp_path):
                         str(tmp_path / "missing")], capture_output=True, text=True, timeout=120, env=cli_env())
     assert r.returncode == 2 and "token file" in r.stderr
 
+
+
+@pytest.mark.parametrize("via", ["command_line", "environment", "token_file"])
+def test_serve_warns_that_a_command_line_token_is_visible_in_ps(monkeypatch, tmp_path, via):
+    """Audit of issue 11, item (m): `serve --token X` still works but says the token shows in `ps`;
+    $ENVFACTORY_TOKEN and --token-file do not warn.  The server start is patched out."""
+    from typer.testing import CliRunner
+
+    import gym_envfactory.server as server_mod
+    from gym_envfactory.cli.main import app
+
+    started: list[str | None] = []
+    monkeypatch.setattr(server_mod, "serve", lambda names, **kw: started.append(kw["token"]))
+    monkeypatch.delenv("ENVFACTORY_TOKEN", raising=False)
+    monkeypatch.delenv("ENVFACTORY_TOKEN_FILE", raising=False)
+    args = ["serve", "PersonalFinance", "--port", "0"]
+    if via == "command_line":
+        args += ["--token", "cli-t0ken"]
+    elif via == "environment":
+        monkeypatch.setenv("ENVFACTORY_TOKEN", "cli-t0ken")
+    else:
+        (tmp_path / "token").write_text("cli-t0ken\n")
+        args += ["--token-file", str(tmp_path / "token")]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert started == ["cli-t0ken"]
+    warned = "visible to every user in `ps`" in r.stderr
+    assert warned == (via == "command_line"), r.stderr
+    if warned:
+        assert "--token-file" in r.stderr and "ENVFACTORY_TOKEN" in r.stderr
+
+
+def test_serve_refuses_both_token_and_token_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from gym_envfactory.cli.main import app
+
+    (tmp_path / "token").write_text("a\n")
+    r = CliRunner().invoke(app, ["serve", "PersonalFinance", "--token", "b", "--token-file", str(tmp_path / "token")])
+    assert r.exit_code == 2 and "not both" in r.stderr
