@@ -6,15 +6,18 @@ BIN := $(VENV)/bin
 .PHONY: demo test test-training recipe lint bench validate clean
 
 $(BIN)/python:
+	@echo "make: creating the virtual environment $(VENV) and upgrading its pip (quiet)..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # 1. Install and run the main job on the embedded default: in-process backend, shipped catalog.
 demo: $(BIN)/python
+	@echo "make demo: installing gym_envfactory and its dependencies into $(VENV) (pip, quiet; a minute or two on a fresh machine)..."
 	$(BIN)/python -m pip install --quiet .
 	$(BIN)/envfactory list
 	$(BIN)/envfactory rollout envfactory/HotelBooking-v0 --policy oracle
 	$(BIN)/envfactory rollout envfactory/HotelBooking-v0 --policy noisy --seed 0 --out trajectories.jsonl
+	@echo "make demo: done. The commands are in $(VENV): activate it (. $(VENV)/bin/activate) or run $(BIN)/envfactory"
 
 # 2. Install what the tests need and run them (Python packages; debootstrap for the Docker tests, which
 #    build their images offline): first the guard rails (docs/contributing.md), then pytest.  pytest's exit

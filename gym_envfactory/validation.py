@@ -24,6 +24,7 @@ a read-only tool that writes, or an error after a partial write fails the scenar
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gym_envfactory.environment.spec import EnvironmentSpec
 
 __all__ = ["ScenarioReport", "ValidationReport",
-           "run_scenarios", "validate_environment", "get_path"]
+           "run_scenarios", "validate_environment", "get_path", "Progress"]
 
 _MISSING = object()
 
@@ -116,16 +117,24 @@ def _subset_match(expected: Any, actual: Any, exact: bool = False) -> bool:
     return expected == actual
 
 
-def run_scenarios(spec: EnvironmentSpec, scenarios: list[Scenario] | None = None) -> tuple[list[ScenarioReport], dict[str, set[str]]]:
+#: ``progress(stage, done, total)``: ``stage`` is ``"scenarios"`` or ``"tasks"``; called after each item.
+Progress = Callable[[str, int, int], None]
+
+
+def run_scenarios(spec: EnvironmentSpec, scenarios: list[Scenario] | None = None, *,
+                  progress: Progress | None = None) -> tuple[list[ScenarioReport], dict[str, set[str]]]:
     """Execute scenarios in isolated sessions.  Returns reports and per-tool coverage
-    (``{"ok", "error"}`` outcomes observed per tool)."""
+    (``{"ok", "error"}`` outcomes observed per tool); ``progress("scenarios", done, total)`` is called
+    after each scenario."""
     from gym_envfactory.environment.states import resolve_state
     from gym_envfactory.session import Session
 
     scenarios = spec.scenarios if scenarios is None else scenarios
     coverage: dict[str, set[str]] = {t: set() for t in spec.tools}
-    reports = []
+    reports: list[ScenarioReport] = []
     for sc in scenarios:
+        if progress is not None and reports:
+            progress("scenarios", len(reports), len(scenarios))
         failures: list[str] = []
         try:
             initial = resolve_state(spec, sc.initial_state, task_form=True, where={"task_id": sc.scenario_id})
@@ -168,19 +177,24 @@ def run_scenarios(spec: EnvironmentSpec, scenarios: list[Scenario] | None = None
                         failures.append(f"{pre}: state {path} = {'<missing>' if have is _MISSING else json.dumps(have)[:200]}, expected {json.dumps(want)[:200]}")
         session.close()
         reports.append(ScenarioReport(sc.scenario_id, sc.level, not failures, failures))
+    if progress is not None:
+        progress("scenarios", len(reports), len(scenarios))
     return reports, coverage
 
 
 def validate_environment(spec: EnvironmentSpec, *, replay_tasks: bool = True,
-                         require_coverage: bool = True, lint: bool = True) -> ValidationReport:
+                         require_coverage: bool = True, lint: bool = True,
+                         progress: Progress | None = None) -> ValidationReport:
     """Run every validation scenario, check that each tool has a success and an error path covered,
     replay every task's ground truth, and lint the package for nondeterminism (docs/authoring.md).  Never
-    raises for environment faults: they are collected in the report."""
+    raises for environment faults: they are collected in the report.  ``progress(stage, done, total)``
+    (stage ``"scenarios"``, then ``"tasks"``) is called as scenarios run and tasks replay (the CLI's
+    progress bar)."""
     report = ValidationReport(env=spec.name)
     if lint:
         report.lint_failures = lint_environment(spec)
     try:
-        report.scenarios, report.coverage = run_scenarios(spec)
+        report.scenarios, report.coverage = run_scenarios(spec, progress=progress)
     except SpecError as exc:
         report.coverage_failures.append(f"scenarios: {exc}")
         return report
@@ -196,11 +210,13 @@ def validate_environment(spec: EnvironmentSpec, *, replay_tasks: bool = True,
             report.task_failures.append(str(exc))
             return report
         report.n_tasks = len(tasks)
-        for task in tasks:
+        for done, task in enumerate(tasks, 1):
             try:
                 task_reference(spec, task)
             except SpecError as exc:
                 report.task_failures.append(str(exc))
+            if progress is not None:
+                progress("tasks", done, report.n_tasks)
     return report
 
 

@@ -52,6 +52,18 @@ def ws_url(url: str) -> str:
     return u
 
 
+def refused_message(url: str, status: int, sent_token: bool) -> str:
+    """What to tell the user when the server at ``url`` refused the WebSocket handshake with HTTP
+    ``status``: for 401/403 (a server with a token refuses a missing or wrong one; docs/architecture.md,
+    "Backends"), that the server wants a bearer token and the three ways to give one."""
+    if status not in (401, 403):
+        return f"cannot connect to {url}: the server refused the connection with HTTP {status}"
+    which = "refused the bearer token sent" if sent_token else "wants a bearer token and none was sent"
+    return (f"cannot connect to {url} (HTTP {status}): the server {which}; pass the server's token as "
+            f"gym.make(..., token=...), set $ENVFACTORY_TOKEN, or start the server with --token-file PATH "
+            f"and give the client the token in that file (a loopback server also refuses a foreign Origin or Host)")
+
+
 class AsyncSessionClient:
     """Async JSON-RPC client over one WebSocket.  Use ``await client.connect()`` or ``async with``."""
 
@@ -83,6 +95,8 @@ class AsyncSessionClient:
                 websockets.connect(self.url, additional_headers=headers, max_size=self.max_size,
                                    open_timeout=self.timeout, ping_interval=20, ping_timeout=20),
                 self.timeout)
+        except websockets.exceptions.InvalidStatus as exc:
+            raise BackendUnavailableError(refused_message(self.url, exc.response.status_code, self.token is not None)) from None
         except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as exc:
             raise BackendUnavailableError(f"cannot connect to {self.url}: {type(exc).__name__}: {exc}") from None
         self._closed_reason = None

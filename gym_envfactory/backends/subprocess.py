@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import queue
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,8 +58,17 @@ class ServerProcess:
                 pass
             self.token_path = None
 
-    def __call__(self) -> None:
-        """Stop the server (terminate, then kill after 10 s) and remove its log and token files.  Idempotent."""
+    def last_error(self) -> str:
+        """The last line of the server's log that says what went wrong (:func:`last_error_line`)."""
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+                return last_error_line(fh.read())
+        except OSError:
+            return ""
+
+    def __call__(self, *, keep_log: bool = False) -> None:
+        """Stop the server (terminate, then kill after 10 s) and remove its token file and, unless
+        ``keep_log``, its log.  Idempotent."""
         self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
@@ -66,10 +76,32 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self.forget_token()
+        if keep_log:
+            return
         try:
             os.unlink(self.log_path)
         except OSError:
             pass
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: Characters rich draws tracebacks' boxes and rules with: such lines are frames, not the error.
+_BOX = set("│┃╭╮╰╯─━┌┐└┘├┤┬┴┼║═╔╗╚╝")
+
+
+def last_error_line(log: str) -> str:
+    """The line of a server log that says what went wrong: the last line that is neither blank, nor part
+    of a traceback (rich's boxed frames, Python's ``Traceback``/``File`` lines), nor an INFO/DEBUG log
+    line; ANSI codes removed, cut at 500 characters; ``""`` for an empty log.  A Python traceback ends
+    with its ``Error: message`` line, an ``envfactory`` command's error is its one printed line."""
+    last = ""
+    for raw in _ANSI.sub("", log).splitlines():
+        line = raw.strip()
+        if (not line or line[0] in _BOX or line[-1] in _BOX
+                or line.startswith(("Traceback (most recent", "File \"", "INFO", "DEBUG"))):
+            continue
+        last = line
+    return last[:500]
 
 
 def _pump_lines(stream: IO[str], lines: queue.Queue[str | None], done: threading.Event) -> None:
@@ -83,6 +115,12 @@ def _pump_lines(stream: IO[str], lines: queue.Queue[str | None], done: threading
     except (OSError, ValueError):
         pass
     lines.put(None)
+
+
+def _why(server: ServerProcess) -> str:
+    """``": <the log's last error line> (server log: PATH)"`` for a server that failed to start."""
+    error = server.last_error()
+    return f": {error} (server log: {server.log_path})" if error else f" (server log: {server.log_path})"
 
 
 def _write_token_file(token: str) -> str:
@@ -111,11 +149,14 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
         ``(url, stop)``: ``stop`` is a :class:`ServerProcess` (call it to stop the server; ``alive``).
 
     Raises:
-        BackendError: the server exited or did not announce itself within ``timeout`` (with the log's tail).
+        BackendError: the server exited or did not announce itself within ``timeout``: one line with the
+            log's last error line (:func:`last_error_line`) and the log's path (kept for reading).
     """
     deadline = time.monotonic() + timeout
     cmd = [sys.executable, "-m", "gym_envfactory.cli", "serve", *envs, "--host", "127.0.0.1", "--port", "0", "--announce"]
     environ = {k: v for k, v in os.environ.items() if k not in ("ENVFACTORY_TOKEN", "ENVFACTORY_TOKEN_FILE")}
+    # one error per line in the log (no rich wrapping at 80 columns, no boxed traceback): last_error_line reads it
+    environ.update({"COLUMNS": "400", "TYPER_USE_RICH": "0", "TYPER_STANDARD_TRACEBACK": "1"})
     token_path = _write_token_file(token) if token else None
     if token_path is not None:
         cmd += ["--token-file", token_path]
@@ -141,17 +182,16 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
         try:
             line = lines.get(timeout=max(0.0, left)) if left > 0 else lines.get_nowait()
         except queue.Empty:
-            tail = server.log_tail()
-            server()
-            raise BackendError(f"environment server did not start within {timeout} s: {tail}") from None
+            server(keep_log=True)
+            raise BackendError(f"environment server did not start within {timeout} s{_why(server)}") from None
         if line is None:  # stdout closed: the server exited
             try:
                 proc.wait(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 pass
-            code, tail = proc.poll(), server.log_tail()
-            server()
-            raise BackendError(f"environment server exited with {code}: {tail}")
+            code = proc.poll()
+            server(keep_log=True)
+            raise BackendError(f"environment server exited with {code}{_why(server)}")
         if line.startswith("{"):
             try:
                 url = json.loads(line)["listening"]
