@@ -5,8 +5,11 @@ catalog as one compose project (docs/containers.md).
 - ``envfactory image runtime [--base IMAGE] [--force]``
 - ``envfactory image build <Env>... | --all [--force]``
 - ``envfactory image ls``
-- ``envfactory catalog up [<Env>...] [--host 127.0.0.1] [--port 8765] [--dir build/catalog]``
-- ``envfactory catalog ps`` / ``envfactory catalog down``
+- ``envfactory catalog up [<Env>...] [--host 127.0.0.1] [--port 8765] [--dir build/catalog] [--project NAME]``
+- ``envfactory catalog ps [--dir D] [--project NAME]`` / ``envfactory catalog down [--dir D] [--project NAME]``
+
+Each catalog folder is its own compose project (:func:`gym_envfactory.containers.compose.project_of`):
+``envfactory`` for ``build/catalog``, derived from the folder otherwise, recorded in ``<dir>/.env``.
 
 The compose file (format 2.4, understood by docker-compose v1 and ``docker compose`` v2) has one service
 per environment image with the hardening of :data:`gym_envfactory.docker_backend.HARDENING`, the token in
@@ -27,8 +30,9 @@ from rich.console import Console
 from rich.table import Table
 
 from gym_envfactory.containers.compose import (
-    PROJECT,
+    DEFAULT_DIR,
     catalog_containers,
+    project_of,
     run_compose,
     write_compose,
 )
@@ -43,7 +47,9 @@ catalog_app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 
-DEFAULT_DIR = Path("build/catalog")
+DIR_HELP = "the catalog's folder (compose file, .env with the token and the project name)"
+PROJECT_HELP = ("compose project name (default: the one recorded in <dir>/.env; else envfactory for build/catalog, "
+                "envfactory-<folder>-<hash> for another --dir)")
 
 
 def _say(msg: str) -> None:
@@ -157,7 +163,8 @@ def catalog_up(
     envs: Annotated[list[str] | None, typer.Argument(help="environments (default: the whole catalog)")] = None,
     host: Annotated[str, typer.Option(help="host address the ports are published on (0.0.0.0: every interface)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="first host port; one port per environment")] = 8765,
-    directory: Annotated[Path, typer.Option("--dir", help="where the compose file and .env go")] = DEFAULT_DIR,
+    directory: Annotated[Path, typer.Option("--dir", help=DIR_HELP)] = DEFAULT_DIR,
+    project: Annotated[str | None, typer.Option("--project", help=PROJECT_HELP)] = None,
     build: Annotated[bool, typer.Option("--build/--no-build", help="build missing or stale environment images first")] = True,
     wait: Annotated[float, typer.Option(help="seconds to wait for every service to be healthy (0: do not wait)")] = 60.0,
     mem_limit: Annotated[str, typer.Option(help="memory limit per container")] = "512m",
@@ -167,60 +174,72 @@ def catalog_up(
     from gym_envfactory.containers.images import build_env_images
 
     try:
+        name = project_of(directory, project)
         if build:
             build_env_images(envs or None, say=_say)
         path, token = write_compose(directory, envs or None, token=os.environ.get("ENVFACTORY_TOKEN"), host=host,
-                                    port=port, mem_limit=mem_limit, cpus=cpus)
-        run_compose(directory, "up", "-d", "--remove-orphans")
+                                    port=port, mem_limit=mem_limit, cpus=cpus, project=name)
+        run_compose(directory, "up", "-d", "--remove-orphans", project=name)
         deadline = time.monotonic() + wait
-        rows = catalog_containers()
+        rows = catalog_containers(name)
         while wait > 0 and time.monotonic() < deadline and any(r["health"] != "healthy" for r in rows):
             if any(r["state"] in ("exited", "dead") or r["health"] == "unhealthy" for r in rows):
                 break
             time.sleep(0.5)
-            rows = catalog_containers()
+            rows = catalog_containers(name)
     except EnvFactoryError as exc:
         _fail(exc)
-    _print_ps(rows)
-    console.print(f"compose file: {path}; token in {directory / '.env'} "
+    _print_ps(rows, name)
+    console.print(f"compose project {name}, file {path}; token in {directory / '.env'} "
                   f"(export ENVFACTORY_TOKEN=$(sed -n 's/^ENVFACTORY_TOKEN=//p' {directory / '.env'}))")
     if wait > 0 and any(r["health"] != "healthy" for r in rows):
-        err_console.print("[red]not every service is healthy: see `docker-compose -p envfactory logs`[/red]")
+        err_console.print(f"[red]not every service is healthy: see `docker-compose -p {name} logs`[/red]")
         raise typer.Exit(1)
 
 
 @catalog_app.command("down")
 def catalog_down(
-    directory: Annotated[Path, typer.Option("--dir", help="where the compose file is")] = DEFAULT_DIR,
+    directory: Annotated[Path, typer.Option("--dir", help=DIR_HELP)] = DEFAULT_DIR,
+    project: Annotated[str | None, typer.Option("--project", help=PROJECT_HELP)] = None,
 ) -> None:
-    """Stop and remove the catalog's containers and network."""
+    """Stop and remove the catalog's containers and network; says which containers it stopped."""
     if not (directory / "docker-compose.yml").is_file():
         _fail(EnvFactoryError(f"no compose file in {directory}: nothing to take down (was it started with --dir?)"))
     try:
-        run_compose(directory, "down", "--remove-orphans", "--timeout", "10")
+        name = project_of(directory, project)
+        before = catalog_containers(name)
+        run_compose(directory, "down", "--remove-orphans", "--timeout", "10", project=name)
     except EnvFactoryError as exc:
         _fail(exc)
-    console.print("catalog down")
+    if before:
+        names = ", ".join(f"{r['name']} ({r['env'] or r['service']})" for r in before)
+        console.print(f"stopped and removed {len(before)} container(s) of compose project {name} ({directory}): {names}",
+                      highlight=False, soft_wrap=True)
+    else:
+        console.print(f"compose project {name} ({directory}) had no containers; its network is removed", highlight=False)
 
 
 @catalog_app.command("ps")
 def catalog_ps(
+    directory: Annotated[Path, typer.Option("--dir", help=DIR_HELP)] = DEFAULT_DIR,
+    project: Annotated[str | None, typer.Option("--project", help=PROJECT_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON lines")] = False,
 ) -> None:
     """The catalog's services with state, health and URL."""
     try:
-        rows = catalog_containers()
+        name = project_of(directory, project)
+        rows = catalog_containers(name)
     except EnvFactoryError as exc:
         _fail(exc)
     if as_json:
         for r in rows:
             print(json.dumps(r))
         return
-    _print_ps(rows)
+    _print_ps(rows, name)
 
 
-def _print_ps(rows: list[dict[str, Any]]) -> None:
-    table = Table(title=f"compose project {PROJECT}")
+def _print_ps(rows: list[dict[str, Any]], project: str) -> None:
+    table = Table(title=f"compose project {project}")
     for col in ("service", "gym id", "image", "state", "health", "url"):
         table.add_column(col)
     for r in rows:

@@ -4,8 +4,10 @@ environment image, and running ``docker-compose`` / ``docker compose`` on it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -14,10 +16,53 @@ from typing import Any
 
 from gym_envfactory.errors import EnvFactoryError
 
-__all__ = ["PROJECT", "compose_command", "compose_spec", "write_compose", "run_compose", "catalog_containers"]
+__all__ = ["PROJECT", "DEFAULT_DIR", "compose_command", "compose_spec", "write_compose", "run_compose",
+           "catalog_containers", "check_project", "project_of"]
 
-#: The compose project name every catalog container is labelled with.
+#: The compose project of the catalog in :data:`DEFAULT_DIR` (the compose label of its containers).
 PROJECT = "envfactory"
+#: Where ``envfactory catalog up`` writes the compose project by default (relative to the working directory).
+DEFAULT_DIR = Path("build/catalog")
+_PROJECT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
+
+
+def check_project(project: str) -> str:
+    """``project`` if it is a valid compose project name (lower-case letters, digits, ``-``, ``_``;
+    starting with a letter or digit).
+
+    Raises:
+        EnvFactoryError: it is not.
+    """
+    if not _PROJECT_NAME.fullmatch(project):
+        raise EnvFactoryError(f"invalid compose project name {project!r}: use lower-case letters, digits, '-' and '_', "
+                              f"starting with a letter or digit")
+    return project
+
+
+def project_of(directory: Path, project: str | None = None) -> str:
+    """The compose project of the catalog in ``directory`` (docs/containers.md, "The catalog"):
+    ``project`` when given; else the ``COMPOSE_PROJECT_NAME`` its ``.env`` records (written by
+    :func:`write_compose`); else :data:`PROJECT` for :data:`DEFAULT_DIR` and
+    ``envfactory-<folder name>-<6 hex of its absolute path>`` for any other folder, so two folders are
+    two projects (one ``up --remove-orphans`` never removes the other's containers).
+
+    Raises:
+        EnvFactoryError: ``project`` is not a valid compose project name.
+    """
+    if project is not None:
+        return check_project(project)
+    env_file = Path(directory) / ".env"
+    if env_file.is_file():
+        for line in env_file.read_text().splitlines():
+            if line.startswith("COMPOSE_PROJECT_NAME="):
+                recorded = line.split("=", 1)[1].strip()
+                if _PROJECT_NAME.fullmatch(recorded):
+                    return recorded
+    where = Path(directory).resolve()
+    if where == DEFAULT_DIR.resolve():
+        return PROJECT
+    slug = re.sub(r"[^a-z0-9_-]+", "-", where.name.lower()).strip("-_") or "catalog"
+    return f"{PROJECT}-{slug[:40]}-{hashlib.sha256(str(where).encode()).hexdigest()[:6]}"
 
 
 # ------------------------------------------------------------------------------------ catalog (compose)
@@ -72,12 +117,15 @@ def compose_spec(envs: list[str] | None = None, *, host: str = "127.0.0.1", port
     return {"version": "2.4", "services": services}
 
 
-def write_compose(directory: Path, envs: list[str] | None = None, *, token: str | None = None, **kw: Any) -> tuple[Path, str]:
-    """Write ``docker-compose.yml`` (JSON is valid YAML), ``.env`` (the token, mode 0600, for you to read)
-    and ``secrets/token`` (the token the services mount read-only; folder 0700) into ``directory``;
+def write_compose(directory: Path, envs: list[str] | None = None, *, token: str | None = None,
+                  project: str | None = None, **kw: Any) -> tuple[Path, str]:
+    """Write ``docker-compose.yml`` (JSON is valid YAML), ``.env`` (the token, mode 0600, for you to read,
+    and ``COMPOSE_PROJECT_NAME``: the project, :func:`project_of`, which compose and later ``ps``/``down``
+    read) and ``secrets/token`` (the token the services mount read-only; folder 0700) into ``directory``;
     reuses the token already in ``.env`` unless ``token`` is given.  Returns (file, token)."""
     from gym_envfactory.containers.run import write_token_file
 
+    project = project_of(directory, project)
     directory.mkdir(parents=True, exist_ok=True)
     env_file = directory / ".env"
     if token is None and env_file.is_file():
@@ -87,7 +135,7 @@ def write_compose(directory: Path, envs: list[str] | None = None, *, token: str 
     token = token or secrets.token_urlsafe(32)
     fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(f"ENVFACTORY_TOKEN={token}\n")
+        f.write(f"ENVFACTORY_TOKEN={token}\nCOMPOSE_PROJECT_NAME={project}\n")
     os.chmod(env_file, 0o600)
     secret_dir = directory / "secrets"
     secret_dir.mkdir(mode=0o700, exist_ok=True)
@@ -102,16 +150,18 @@ def write_compose(directory: Path, envs: list[str] | None = None, *, token: str 
     return path, token
 
 
-def run_compose(directory: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_compose(directory: Path, *args: str, check: bool = True, project: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``docker compose <args>`` on the catalog project written in ``directory`` (its
-    ``docker-compose.yml``), capturing output (docs/containers.md).
+    ``docker-compose.yml``; the project ``project``, default :func:`project_of` the directory),
+    capturing output (docs/containers.md).
 
     Raises:
-        EnvFactoryError: ``check`` and a non-zero exit (with the command and the output's tail), or no
-            compose command installed.
+        EnvFactoryError: ``check`` and a non-zero exit (with the command and the output's tail), no
+            compose command installed, or an invalid project name.
     """
+    project = project_of(directory, project)
     directory = Path(directory).resolve()  # compose runs with cwd=directory: relative paths would resolve twice
-    cmd = [*compose_command(), "--project-name", PROJECT, "--project-directory", str(directory),
+    cmd = [*compose_command(), "--project-name", project, "--project-directory", str(directory),
            "-f", str(directory / "docker-compose.yml"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=directory)
     if check and proc.returncode != 0:
@@ -120,13 +170,13 @@ def run_compose(directory: Path, *args: str, check: bool = True) -> subprocess.C
     return proc
 
 
-def catalog_containers() -> list[dict[str, Any]]:
-    """The compose project's containers: service, name, state, health, published URL."""
+def catalog_containers(project: str = PROJECT) -> list[dict[str, Any]]:
+    """The containers of compose project ``project``: service, name, state, health, published URL."""
     from gym_envfactory.containers.images import docker_client
 
     client = docker_client()
     rows = []
-    for c in client.containers.list(all=True, filters={"label": f"com.docker.compose.project={PROJECT}"}):
+    for c in client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"}):
         st = c.attrs.get("State", {})
         ports = (c.attrs.get("NetworkSettings", {}).get("Ports") or {}).get("8765/tcp") or []
         url = f"http://{ports[0]['HostIp'] or '127.0.0.1'}:{ports[0]['HostPort']}" if ports else ""
