@@ -113,7 +113,8 @@ tools.py
   globals, locals, vars, getattr, setattr, delattr, input, breakpoint; star imports; dunder names and
   attributes other than __name__, __doc__, __init__ (defining methods such as __eq__ is fine);
   private (_x) attributes of imported modules; attributes named os, sys, subprocess, builtins, shutil,
-  socket; operator.attrgetter/methodcaller; .format() on a computed string (use f-strings).
+  socket; operator.attrgetter/methodcaller; .format/.format_map anywhere except called directly on a
+  string literal whose fields read no attribute or index (prefer f-strings).
 """
 
 SCENARIO_RULES = """\

@@ -125,6 +125,15 @@ def test_trajectories_are_filtered_by_reward(tmp_path):
     assert isinstance(kept[0], Trajectory) and kept[0].tools
 
 
+def test_episodes_cut_short_by_a_failed_request_are_never_exported(tmp_path):
+    env = EnvFactoryEnv(ENV)
+    good = run_episode(env, OraclePolicy(), task_id=env.tasks.ids()[0]).to_json()
+    failed = {**good, "reward": 0.0, "components": {}, "error": "HTTP 500 from the endpoint"}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(failed) + "\n" + json.dumps(good) + "\n")
+    assert [t.reward for t in read_trajectories(path, min_reward=0.0)] == [1.0]
+
+
 def test_a_malformed_trajectory_line_names_file_and_line(tmp_path):
     from gym_envfactory.errors import DatasetError
 

@@ -111,6 +111,8 @@ def read_trajectories(path: str | Path, *, min_reward: float = 0.0) -> Iterator[
             except (ValueError, KeyError, TypeError) as exc:
                 raise DatasetError(f"not a trajectory record: {type(exc).__name__}: {exc}", file=path,
                                    line=lineno) from None
+            if obj.get("error"):  # an episode a failed request cut short (rollout --out): never training data
+                continue
             if float(reward) < min_reward:
                 continue
             spec = get_environment(env)
