@@ -8,8 +8,8 @@ Per environment the pipeline runs four stages::
     Reviser    (LLM, stage "revise") code + failures + metadata -> revised code (+ scenarios) -> Validator again
 
 The loop ends when the report has no blocking finding or the revision budget is spent (default 3).
-Only environments that pass are written to the output catalog (``env_images/<Name>/``, provenance
-``kind = "generated"``) and registered as ``envfactory/<Name>-v0``; the others go to the quarantine
+Only environments that pass are written to the output catalog (``out_dir/<Name>/``, default
+``envfactory_envs/``; provenance ``kind = "generated"``) and registered as ``envfactory/<Name>-v0``; the others go to the quarantine
 folder with their last code and ``report.json``.
 
 SECURITY -- generated code is untrusted code.  EnvGen never imports it in its own process: the

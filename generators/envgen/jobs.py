@@ -64,7 +64,7 @@ class EnvGenOptions:
         on_event: ``callback(env_name, event, detail)`` for progress reports.
     """
 
-    out_dir: Path = Path("env_images")
+    out_dir: Path = Path("envfactory_envs")
     quarantine_dir: Path = Path("build/quarantine")
     checkpoint_dir: Path = Path("build/envgen")
     max_revisions: int = 3

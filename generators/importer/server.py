@@ -37,16 +37,10 @@ __all__ = ["DEFAULT_OUT_DIR", "ImportedPackage", "bridge_source", "import_server
 log = logging.getLogger(__name__)
 
 
-def _default_out_dir() -> Path:
-    import gym_envfactory.environment.spec as _spec
-
-    checkout = Path(_spec.__file__).resolve().parent.parent / "env_images"
-    return checkout if checkout.is_dir() else Path.cwd() / "env_images"
-
-
-#: Where imported environments go by default: the checkout's catalog folder (``./env_images`` when
-#: the runtime is installed from a wheel; add it to ``ENVFACTORY_CATALOG`` to find it later).
-DEFAULT_OUT_DIR = _default_out_dir()
+#: Where imported environments go by default: ``./envfactory_envs``, a folder of the user's beside the
+#: shipped catalog, never inside it (``envfactory import`` prints the ``ENVFACTORY_CATALOG`` line that
+#: makes later processes find it; README, "Growing the catalog").
+DEFAULT_OUT_DIR = Path("envfactory_envs")
 
 
 def bridge_source() -> str:
@@ -292,7 +286,7 @@ def import_tool_server(
     Args:
         path: the server file; it is copied, never edited.
         name: environment name (CamelCase); default from the API class (``BookStoreAPI`` → ``BookStore``).
-        out_dir: parent folder (default: the checkout's ``env_images/``).
+        out_dir: parent folder (default: :data:`DEFAULT_OUT_DIR`, ``./envfactory_envs``).
         domain: one of :data:`gym_envfactory.environment.manifest.DOMAINS`.
         register: make ``gym.make("envfactory/<name>-v0")`` and ``get_environment(name)`` find it.
         initial_state: the ``small`` state: a scenario JSON file, a dict or a model; default the API's
