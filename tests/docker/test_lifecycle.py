@@ -140,7 +140,9 @@ def test_catalog_up_ps_down(docker_images, tmp_path, monkeypatch):
         compose = json.loads((d / "docker-compose.yml").read_text().split("\n", 1)[1])
         env_file = d / ".env"
         assert oct(env_file.stat().st_mode & 0o777) == "0o600"
-        token = env_file.read_text().strip().split("=", 1)[1]
+        env_lines = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+        token = env_lines["ENVFACTORY_TOKEN"]
+        assert env_lines["COMPOSE_PROJECT_NAME"] == "envfactory"  # build/catalog keeps the default project
         names = sorted(s.name for s in gym_envfactory.containers.images.catalog_environments())
         assert sorted(compose["services"]) == [n.lower() for n in names]
         for svc in compose["services"].values():
@@ -178,3 +180,38 @@ def test_catalog_up_ps_down(docker_images, tmp_path, monkeypatch):
         down = runner.invoke(app, ["catalog", "down", "--dir", str(d)])
     assert down.exit_code == 0, down.output
     assert catalog_containers() == []
+
+
+def test_two_catalog_folders_are_two_compose_projects(docker_images, docker_client, tmp_path, monkeypatch):
+    """Issue 14: every catalog was compose project `envfactory`, so `up --dir B` (with --remove-orphans)
+    took down the containers of `--dir A`.  Now each folder is its own project, and `down` says what it stopped."""
+    import typer
+
+    from gym_envfactory.cli.images import catalog_app
+    from gym_envfactory.containers.compose import project_of
+
+    monkeypatch.delenv("ENVFACTORY_TOKEN", raising=False)
+    app = typer.Typer()
+    app.add_typer(catalog_app, name="catalog")
+    app.command("noop")(lambda: None)
+    runner = CliRunner()
+    a, b = tmp_path / "a" / "catalog", tmp_path / "b" / "catalog"
+    port = _free_ports(2)
+
+    def project_containers(project: str) -> list:
+        return docker_client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"})
+
+    try:
+        for d, p in ((a, port), (b, port + 1)):
+            up = runner.invoke(app, ["catalog", "up", "HotelBooking", "--dir", str(d), "--port", str(p),
+                                     "--no-build", "--wait", "0"])
+            assert up.exit_code == 0, up.output
+        pa, pb = project_of(a), project_of(b)
+        assert pa != pb and len(project_containers(pa)) == 1 and len(project_containers(pb)) == 1
+        down = runner.invoke(app, ["catalog", "down", "--dir", str(a)])
+        assert down.exit_code == 0, down.output
+        assert f"stopped and removed 1 container(s) of compose project {pa}" in down.output
+        assert project_containers(pa) == [] and len(project_containers(pb)) == 1
+    finally:
+        for d in (a, b):
+            runner.invoke(app, ["catalog", "down", "--dir", str(d)])
