@@ -33,7 +33,7 @@ from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments
 from gym_envfactory.environment.tasks import Task, Turn
-from gym_envfactory.envs.parsing import ParseError, ToolCall, parse_action
+from gym_envfactory.envs.parsing import MAX_RAW_CHARS, ParseError, ToolCall, parse_action
 from gym_envfactory.envs.spaces import AssistantActionSpace, MessagesSpace
 from gym_envfactory.errors import BackendError, UnknownTaskError
 from gym_envfactory.replay import TaskReference, task_reference
@@ -237,6 +237,16 @@ class EnvFactoryEnv(gym.Env):
         max_steps: assistant actions per episode before truncation.
         max_steps_per_turn: assistant actions per user turn before truncation.
         max_calls_per_step: parallel calls executed per action; more are invalid calls.
+        max_invalid_calls_per_step, max_invalid_calls_per_episode: how many calls that are not executed
+            (malformed ones, and those beyond ``max_calls_per_step``) are recorded one by one, each with
+            its action-log record and tool message: at most 16 per action and 128 per episode by
+            default (0: none).  Those beyond either bound are summarised in one record and tool message
+            per action (``"N more invalid calls ... were not recorded"``, raw arguments
+            ``{"not_recorded": N}``) and each still counts as an invalid call in ``P_len``, whose
+            penalty is capped (docs/reward.md, "P_len").  So a message of 10,000 junk ``<tool_call>``
+            blocks costs time linear in its size, and the action log and the session snapshot stay
+            bounded (at most ``max_steps * (max_calls_per_step + 1) + max_invalid_calls_per_episode``
+            records, the text kept of each call not executed cut to 2,000 characters).
         user: a :data:`UserSource` (default :func:`scripted_user`).
         system_prompt: overrides the default; ``{description}`` (each environment's name and
             description) and ``{clock}`` (the date line of the episode's clock, :func:`clock_line`;
@@ -280,6 +290,8 @@ class EnvFactoryEnv(gym.Env):
         max_steps: int = 32,
         max_steps_per_turn: int = 16,
         max_calls_per_step: int = 16,
+        max_invalid_calls_per_step: int = 16,
+        max_invalid_calls_per_episode: int = 128,
         user: UserSource | None = None,
         system_prompt: str | None = None,
         render_mode: str | None = None,
@@ -300,6 +312,8 @@ class EnvFactoryEnv(gym.Env):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if max_steps < 1 or max_steps_per_turn < 1 or max_calls_per_step < 1:
             raise ValueError("step and call limits must be >= 1")
+        if max_invalid_calls_per_step < 0 or max_invalid_calls_per_episode < 0:
+            raise ValueError("max_invalid_calls_per_step and max_invalid_calls_per_episode must be >= 0")
         self.tasks = self.environment.tasks
         self.fixed_task_id = task_id
         if task_id is not None:
@@ -311,6 +325,9 @@ class EnvFactoryEnv(gym.Env):
         self.max_steps = max_steps
         self.max_steps_per_turn = max_steps_per_turn
         self.max_calls_per_step = max_calls_per_step
+        self.max_invalid_calls_per_step = max_invalid_calls_per_step
+        self.max_invalid_calls_per_episode = max_invalid_calls_per_episode
+        self._invalid_recorded = 0  # calls not executed but recorded one by one this episode
         self.user = user or scripted_user
         self.system_prompt = system_prompt
         self.render_mode = render_mode
@@ -447,6 +464,7 @@ class EnvFactoryEnv(gym.Env):
         self.records = [TurnRecord()]
         self._turn_scores = []
         self.turn, self.steps, self.steps_in_turn = start, 0, 0
+        self._invalid_recorded = 0
         self.done = False
         self.last_score = None
         self._rendered = 0
@@ -464,8 +482,9 @@ class EnvFactoryEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]]:
         """Run one assistant action (Gymnasium ``Env.step``): execute its tool calls (at most
-        ``max_calls_per_step``; malformed ones become invalid calls), or, with no call attempted, end the
-        user turn and bring the next user message.
+        ``max_calls_per_step``; malformed ones become invalid calls, recorded one by one up to
+        ``max_invalid_calls_per_step`` / ``max_invalid_calls_per_episode``, the rest in one summary
+        record), or, with no call attempted, end the user turn and bring the next user message.
 
         Returns ``(observation, reward, terminated, truncated, info)``: the new tool and user messages;
         the reward (``reward_mode="episode"``: the episode reward at the last step, 0 before; ``"turn"``:
@@ -484,24 +503,50 @@ class EnvFactoryEnv(gym.Env):
         tool_msgs: list[dict[str, Any]] = []
         results = []
         step_no = self.steps + 1
+        # calls not executed (malformed, or beyond max_calls_per_step) are recorded one by one up to the
+        # bounds, the rest summarised: a message of 10,000 junk blocks must not flood the log
+        budget = max(0, min(self.max_invalid_calls_per_step, self.max_invalid_calls_per_episode - self._invalid_recorded))
+        recorded = unrecorded = 0
         for k, item in enumerate(parsed.items):
+            if isinstance(item, ParseError) or k >= self.max_calls_per_step:
+                if recorded >= budget:
+                    unrecorded += 1
+                    continue
+                recorded += 1
             call_id = item.id or f"call_{step_no}_{k}"
+            args_text = json.dumps(item.arguments, ensure_ascii=False) if isinstance(item, ToolCall) else item.raw
             if k >= self.max_calls_per_step:
-                name = item.name or "invalid_tool_call"
-                raw = item.arguments if isinstance(item, ToolCall) else item.raw
+                name = (item.name or "invalid_tool_call")[:200]
+                # the log keeps at most MAX_RAW_CHARS of a call it did not run, as it does for a parse error
+                raw: Any = (item.raw if isinstance(item, ParseError) else
+                            item.arguments if len(args_text) <= MAX_RAW_CHARS else args_text[:MAX_RAW_CHARS])
                 res = self.session.record_invalid(name, raw, f"more than {self.max_calls_per_step} parallel calls in one message; this call was not executed", call_id=call_id, tag=self.turn)
             elif isinstance(item, ParseError):
                 res = self.session.record_invalid(item.name or "invalid_tool_call", item.raw, item.message, call_id=call_id, tag=self.turn)
             else:
                 res = self.session.call(item.name, item.arguments, call_id=call_id, tag=self.turn)
             results.append(res)
-            args_text = json.dumps(item.arguments, ensure_ascii=False) if isinstance(item, ToolCall) else item.raw
             tool_calls.append({"id": call_id, "type": "function", "function": {"name": res.name, "arguments": args_text}})
+            tool_msgs.append({"role": "tool", "tool_call_id": call_id, "name": res.name, "content": res.to_text()})
+        if unrecorded:
+            call_id = f"call_{step_no}_unrecorded"
+            summary = {"not_recorded": unrecorded}
+            res = self.session.record_invalid(
+                "invalid_tool_call", summary,
+                f"{unrecorded} more invalid calls in this message (malformed, or beyond {self.max_calls_per_step} parallel "
+                f"calls) were not recorded; each still counts as an invalid call (at most "
+                f"{self.max_invalid_calls_per_step} per message and {self.max_invalid_calls_per_episode} per episode "
+                f"are recorded one by one)", call_id=call_id, tag=self.turn)
+            results.append(res)
+            tool_calls.append({"id": call_id, "type": "function", "function": {"name": res.name, "arguments": json.dumps(summary)}})
             tool_msgs.append({"role": "tool", "tool_call_id": call_id, "name": res.name, "content": res.to_text()})
         # Every call ran (a lost backend raises above and leaves the episode's bookkeeping untouched).
         self.steps += 1
         self.steps_in_turn += 1
+        self._invalid_recorded += recorded
         rec.calls.extend((r.name, r.arguments, r.is_invalid_call) for r in results)
+        if unrecorded > 1:  # the summary stands for every call it did not record: each counts in P_len
+            rec.calls.extend([("invalid_tool_call", None, True)] * (unrecorded - 1))
         raw_text = scrub(action) if isinstance(action, str) else None
         if self.history == "raw" and raw_text is not None:
             # token-faithful: the text exactly as generated stays in the history (reasoning and

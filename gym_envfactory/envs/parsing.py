@@ -16,6 +16,12 @@ Accepted actions (docs/architecture.md, "The Gymnasium contract"):
 (docs/cases.md C09).  Scalar strings inside the arguments are never converted here: that is the tool argument
 policy's job (docs/cases.md C08, :mod:`gym_envfactory.environment.tools`).  Malformed input becomes a :class:`ParseError`
 item in order, never an exception and never an empty call (docs/cases.md C13).
+
+Parsing is linear in the size of the action, however many blocks it holds, malformed or not (docs/cases.md
+C13; ``tests/test_bounded_episodes.py`` counts the work): each search for a tag resumes where the last
+one stopped, each block is decoded at most twice (its first ``</tool_call>``, then the one a lexical scan
+of JSON strings points to), and a :class:`ParseError` keeps at most :data:`MAX_RAW_CHARS` characters of
+what was sent, its own object's text for an element of a JSON list.
 """
 
 from __future__ import annotations
@@ -35,9 +41,18 @@ from gym_envfactory.environment.arguments import (
     scrub,
 )
 
-__all__ = ["ToolCall", "ParseError", "ParsedAction", "parse_action"]
+__all__ = ["ToolCall", "ParseError", "ParsedAction", "parse_action", "MAX_RAW_CHARS"]
 
-_MAX_BLOCK_END_TRIES = 8
+#: The most characters of a malformed call a :class:`ParseError` keeps in ``raw`` (and so in the action
+#: log and the history); a tool name quoted in its message or kept in ``name`` is cut to 200.
+MAX_RAW_CHARS = 2000
+_MAX_NAME_CHARS = 200
+_OPEN, _CLOSE, _THINK, _END_THINK = "<tool_call>", "</tool_call>", "<think>", "</think>"
+#: Lexing JSON for block ends: a run of characters outside strings that cannot start a string, an
+#: escape or a tag; a whole JSON string (escapes included).
+_LEX_PLAIN = re.compile(r'[^"\\<]*')
+_LEX_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_UNDECODED = object()  # a block body the scan could not decode as JSON
 
 
 def _unfence(text: str) -> str | None:
@@ -125,23 +140,35 @@ class ParsedAction:
 
 
 
-def _call_from_obj(obj: Any, raw: str, call_id: str | None = None) -> ToolCall | ParseError:
+def _call_from_obj(obj: Any, raw: str | None, call_id: str | None = None) -> ToolCall | ParseError:
+    """``obj`` as a call, or a :class:`ParseError` keeping ``raw`` (the text it came from; ``None``:
+    ``obj``'s own JSON, computed only on error) cut to :data:`MAX_RAW_CHARS`."""
+    source = obj
     if not isinstance(obj, Mapping):
-        return ParseError(f"a tool call must be a JSON object, got {type(obj).__name__}", raw, id=call_id)
+        return ParseError(f"a tool call must be a JSON object, got {type(obj).__name__}", _raw(raw, source), id=call_id)
     if "function" in obj and isinstance(obj["function"], Mapping):  # OpenAI tool_calls entry
         call_id = _id(obj.get("id")) or call_id
         obj = obj["function"]
     name = obj.get("name")
     if not isinstance(name, str) or not name.strip():
-        return ParseError("tool call has no 'name' (a non-empty string)", raw, id=call_id)
+        return ParseError("tool call has no 'name' (a non-empty string)", _raw(raw, source), id=call_id)
     if has_lone_surrogate(name):
-        return ParseError("tool name contains invalid Unicode", scrub(raw), id=call_id)
+        return ParseError("tool name contains invalid Unicode", _raw(raw, source), id=call_id)
     args_raw = obj["arguments"] if "arguments" in obj else obj.get("parameters")
     try:
         args = decode_arguments(args_raw)
     except ValueError as exc:
-        return ParseError(f"tool call {name}: {exc}", raw, name=name, id=call_id)
+        short = name[:_MAX_NAME_CHARS]
+        return ParseError(f"tool call {short}: {exc}", _raw(raw, source), name=short, id=call_id)
     return ToolCall(name=name.strip(), arguments=args, id=call_id or _id(obj.get("id")))
+
+
+def _raw(raw: str | None, obj: Any) -> str:
+    """What a :class:`ParseError` keeps of the call: ``raw``, else ``obj`` rendered; at most
+    :data:`MAX_RAW_CHARS` characters, scrubbed of lone surrogates."""
+    if raw is None:
+        return raw_text(obj)  # cut and scrubbed
+    return scrub(raw[:MAX_RAW_CHARS]) if len(raw) > MAX_RAW_CHARS else scrub(raw)
 
 
 def _id(value: Any) -> str | None:
@@ -153,68 +180,117 @@ def _id(value: Any) -> str | None:
     return None
 
 
-def _items_from_json_text(text: str) -> list[ToolCall | ParseError]:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        name_m = re.search(r'"name"\s*:\s*"([^"]{1,200})"', text[:10_000])
-        return [ParseError(f"tool call is not valid JSON: {exc.msg} at position {exc.pos}", scrub(text[:2000]),
-                           name=scrub(name_m.group(1)) if name_m else None)]
-    except JSON_ERRORS as exc:
-        return [ParseError(f"tool call is not usable JSON: {type(exc).__name__}", scrub(text[:2000]))]
-    objs = obj if isinstance(obj, list) else [obj]
-    return [_call_from_obj(o, text) for o in objs]
+def _items_from_json_text(text: str, decoded: Any = _UNDECODED) -> list[ToolCall | ParseError]:
+    """The calls in a JSON text (an object or a list of them); ``decoded``: its value when already
+    decoded.  A list's elements keep their own text as ``raw``, never the whole list's."""
+    obj = decoded
+    if obj is _UNDECODED:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            name_m = re.search(r'"name"\s*:\s*"([^"]{1,200})"', text[:10_000])
+            return [ParseError(f"tool call is not valid JSON: {exc.msg} at position {exc.pos}", _raw(text, None),
+                               name=scrub(name_m.group(1)) if name_m else None)]
+        except JSON_ERRORS as exc:
+            return [ParseError(f"tool call is not usable JSON: {type(exc).__name__}", _raw(text, None))]
+    if isinstance(obj, list):
+        return [_call_from_obj(o, None) for o in obj]
+    return [_call_from_obj(obj, text)]
 
 
 def _looks_like_json_call(text: str) -> bool:
     return bool(re.match(r'^\s*[\[{]', text)) and '"name"' in text
 
 
-def _block_end(text: str, start: int) -> int:
-    """Index of the ``</tool_call>`` closing the block that starts at ``start``: the first one after
-    which the block is valid JSON (a JSON string may itself contain ``</tool_call>``), else the first."""
-    first = end = text.find("</tool_call>", start)
-    for _ in range(_MAX_BLOCK_END_TRIES):
-        if end < 0:
-            break
+def _block_end(text: str, start: int) -> tuple[int, Any]:
+    """Where the block whose body starts at ``start`` ends, and its body decoded (``_UNDECODED`` when
+    it is not JSON).  The end is the ``</tool_call>`` after which the body is valid JSON (a JSON string
+    may itself contain ``</tool_call>``), else the first one; ``-1`` when there is none.
+
+    Linear overall: the body up to the first ``</tool_call>`` is decoded once; only when that fails is the
+    one other candidate looked for, by :func:`_close_outside_strings`, and decoded once more."""
+    first = text.find(_CLOSE, start)
+    if first < 0:
+        return first, _UNDECODED
+    try:
+        return first, json.loads(text[start:first])
+    except JSON_ERRORS:
+        pass
+    end = _close_outside_strings(text, start)
+    if end > first:
         try:
-            json.loads(text[start:end])
-            return end
+            return end, json.loads(text[start:end])
         except JSON_ERRORS:
-            end = text.find("</tool_call>", end + 1)
-    return first
+            pass
+    return first, _UNDECODED
 
 
-def _scan(text: str) -> tuple[list[str], list[str], str]:
-    """Split raw output into reasoning parts, ``<tool_call>`` block bodies and the remaining reply.
+def _close_outside_strings(text: str, start: int) -> int:
+    """The first ``</tool_call>`` after ``start`` that lies outside JSON strings, or -1 where none can end
+    valid JSON (the text ends, or a string is unterminated, or a backslash or another ``<`` stands outside
+    strings first).  The only ``</tool_call>`` after which a body can be valid JSON.
 
-    A sequential scan, so a tag-like string inside a tool call's JSON is never mistaken for a tag.
+    Linear over a whole message: two scans alive at one position started at different block bodies, so
+    one is inside a string where the other is outside (the later one starts right after a ``<tool_call>``
+    the earlier one passed, which it can only pass inside a string); they stay opposite, and the first
+    ``<`` or backslash stops the one outside.  So no position is scanned by more than two of them."""
+    n = len(text)
+    pos = start
+    while True:
+        plain = _LEX_PLAIN.match(text, pos)
+        pos = plain.end() if plain is not None else pos  # it always matches (maybe the empty string)
+        if pos >= n:
+            return -1
+        ch = text[pos]
+        if ch == '"':
+            m = _LEX_STRING.match(text, pos)
+            if m is None:
+                return -1
+            pos = m.end()
+        elif ch == "<" and text.startswith(_CLOSE, pos):
+            return pos
+        else:
+            return -1
+
+
+def _scan(text: str) -> tuple[list[str], list[tuple[str, Any]], str]:
+    """Split raw output into reasoning parts, ``<tool_call>`` block bodies (each with its decoded JSON,
+    or ``_UNDECODED``) and the remaining reply.
+
+    A sequential scan, so a tag-like string inside a tool call's JSON is never mistaken for a tag.  Linear:
+    the next ``<think>`` and ``<tool_call>`` are remembered, and searched again only once passed.
     """
     reasoning: list[str] = []
-    blocks: list[str] = []
+    blocks: list[tuple[str, Any]] = []
     rest: list[str] = []
-    first_open = min((i for i in (text.find("<think>"), text.find("<tool_call>")) if i >= 0), default=len(text))
-    close = text.find("</think>")
+    n = len(text)
+    t = text.find(_THINK)
+    c = text.find(_OPEN)
+    first_open = min((i for i in (t, c) if i >= 0), default=n)
+    close = text.find(_END_THINK, 0, first_open + len(_END_THINK) - 1)
     pos = 0
     if 0 <= close < first_open:  # bare closing tag (Qwen3 templates open <think> in the prompt)
         reasoning.append(text[:close])
-        pos = close + len("</think>")
-    while pos < len(text):
-        t = text.find("<think>", pos)
-        c = text.find("<tool_call>", pos)
+        pos = close + len(_END_THINK)
+    while pos < n:
+        if 0 <= t < pos:
+            t = text.find(_THINK, pos)
+        if 0 <= c < pos:
+            c = text.find(_OPEN, pos)
         nxt = min((i for i in (t, c) if i >= 0), default=-1)
         if nxt < 0:
             rest.append(text[pos:])
             break
         rest.append(text[pos:nxt])
         if nxt == t:
-            end = text.find("</think>", t)
-            reasoning.append(text[t + 7:] if end < 0 else text[t + 7:end])
-            pos = len(text) if end < 0 else end + len("</think>")
+            end = text.find(_END_THINK, t)
+            reasoning.append(text[t + len(_THINK):] if end < 0 else text[t + len(_THINK):end])
+            pos = n if end < 0 else end + len(_END_THINK)
         else:
-            end = _block_end(text, c + 11)
-            blocks.append(text[c + 11:] if end < 0 else text[c + 11:end])
-            pos = len(text) if end < 0 else end + len("</tool_call>")
+            body = c + len(_OPEN)
+            end, decoded = _block_end(text, body)
+            blocks.append((text[body:] if end < 0 else text[body:end], decoded))
+            pos = n if end < 0 else end + len(_CLOSE)
     return reasoning, blocks, "".join(rest)
 
 
@@ -222,8 +298,11 @@ def _parse_string(text: str) -> ParsedAction:
     reasoning_parts, blocks, body = _scan(text)
     out = ParsedAction(reasoning="\n".join(p.strip() for p in reasoning_parts) or None)
     if blocks:
-        for inner in blocks:
+        for inner, decoded in blocks:
             inner = inner.strip()
+            if decoded is not _UNDECODED:  # the scan decoded it already
+                out.items.extend(_items_from_json_text(inner, decoded))
+                continue
             fence = _unfence(inner)
             out.items.extend(_items_from_json_text(fence if fence is not None else inner))
         out.content = body.strip()
@@ -241,7 +320,7 @@ def _parse_string(text: str) -> ParsedAction:
         if obj is not None:
             objs = obj if isinstance(obj, list) else [obj]
             if all(isinstance(o, Mapping) and "name" in o and ("arguments" in o or "parameters" in o) for o in objs):
-                out.items.extend(_call_from_obj(o, candidate) for o in objs)
+                out.items.extend(_call_from_obj(o, None if isinstance(obj, list) else candidate) for o in objs)
                 return out
         elif candidate.startswith("{") and re.search(r'"(arguments|parameters)"', candidate):
             out.items.extend(_items_from_json_text(candidate))
@@ -286,18 +365,18 @@ def parse_action(action: Any) -> ParsedAction:
             reasoning = text.reasoning or (action.get("reasoning_content") if isinstance(action.get("reasoning_content"), str) else None)
             out = ParsedAction(content=text.content, reasoning=reasoning)
             for rc in raw_calls:
-                out.items.append(_call_from_obj(rc, raw_text(rc), _id(rc.get("id")) if isinstance(rc, Mapping) else None))
+                out.items.append(_call_from_obj(rc, None, _id(rc.get("id")) if isinstance(rc, Mapping) else None))
             if bad_content is not None:
                 out.items.append(bad_content)
             return out
         if "name" in action:
-            return ParsedAction(items=[_call_from_obj(action, raw_text(action))])
+            return ParsedAction(items=[_call_from_obj(action, None)])
         return ParsedAction(items=[ParseError("a dict action must be an assistant message or a tool call",
                                               raw_text(action))])
     if isinstance(action, (list, tuple)):
         out = ParsedAction()
         for a in action:
-            out.items.append(_typed(a) if isinstance(a, ToolCall) else _call_from_obj(a, raw_text(a)))
+            out.items.append(_typed(a) if isinstance(a, ToolCall) else _call_from_obj(a, None))
         return out
     return ParsedAction(items=[ParseError(f"unsupported action type {type(action).__name__}", safe_repr(action))])
 
