@@ -90,12 +90,15 @@ g.step(['<tool_call>{"name": "list_hotel_destinations", "arguments": {}}</tool_c
 t0 = time.monotonic()
 if order == "env-first":
     env.close()  # the caller's env, which owns the backend the forks share, closed before the group
+if order == "members-forward":
+    for member in g:  # member 0 owns the connection: the forks' closes find it gone
+        member.close()
 g.close()
 print(f"closed in {time.monotonic() - t0:.2f} s")
 """
 
 
-@pytest.mark.parametrize("order", ["env-first", "group-only"])
+@pytest.mark.parametrize("order", ["env-first", "group-only", "members-forward"])
 def test_closing_a_url_group_leaves_no_coroutine_unawaited(server, order):
     """With warnings as errors, in a fresh interpreter (an unawaited coroutine is reported when its
     event loop is collected, at exit at the latest).  The env handed to make_group owns the backend its

@@ -231,6 +231,9 @@ class SessionClient:
             raise
 
     def _run(self, coro: Any) -> Any:
+        if not self._loop.is_running():  # closed client: refuse at once (no never-awaited coroutine, no wait)
+            coro.close()
+            raise BackendUnavailableError(f"{self.url}: the connection is closed")
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return fut.result(self.timeout + 5)
@@ -279,6 +282,8 @@ class SessionClient:
                 pass
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+            if not self._thread.is_alive() and not self._loop.is_closed():
+                self._loop.close()  # else an "unclosed event loop" ResourceWarning at exit
 
 
 def _tool_result(d: dict[str, Any]) -> ToolResult:
