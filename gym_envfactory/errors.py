@@ -31,6 +31,7 @@ __all__ = [
     "ImageError",
     "UnknownSessionError",
     "CapacityError",
+    "SessionOwnershipError",
     "BadRequestError",
     "InsecureBindError",
     "PolicyError",
@@ -164,7 +165,18 @@ class UnknownSessionError(EnvFactoryError, KeyError):
 
 
 class CapacityError(EnvFactoryError):
-    """The server holds ``max_sessions`` sessions already."""
+    """No room for another session: the server holds ``max_sessions`` sessions (``scope="server"``), or
+    the asking client holds its quota, ``max_sessions_per_client`` (``scope="client"``).  ``limit`` is
+    the cap that refused."""
+
+    def __init__(self, message: str, *, scope: str = "server", limit: int | None = None) -> None:
+        super().__init__(message)
+        self.scope = scope
+        self.limit = limit
+
+
+class SessionOwnershipError(EnvFactoryError, PermissionError):
+    """The session belongs to another client (``X-Envfactory-Client``) and is not shared."""
 
 
 class BadRequestError(EnvFactoryError, ValueError):

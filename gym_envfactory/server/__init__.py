@@ -7,18 +7,21 @@ Needs the ``server`` extra (starlette, uvicorn, websockets, prometheus-client).
 
 import socket
 
-from gym_envfactory.errors import BadRequestError, CapacityError, UnknownSessionError
+from gym_envfactory.errors import BadRequestError, CapacityError, SessionOwnershipError, UnknownSessionError
 from gym_envfactory.server.manager import ManagedSession, SessionManager
 
-__all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError", "serve",
-           "listening_socket"]
+__all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError",
+           "SessionOwnershipError", "serve", "listening_socket"]
 
 
 def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-          ttl_s: float = 900.0, max_sessions: int = 10_000, announce: bool = False, log_level: str = "warning") -> None:
+          ttl_s: float = 900.0, max_sessions: int = 10_000, max_sessions_per_client: int | None = None,
+          close_on_disconnect: bool = False, announce: bool = False, log_level: str = "warning") -> None:
     """Run the server until interrupted (blocking).  ``port=0`` picks a free port; with ``announce``
     the bound address is printed as one JSON line on stdout (``{"listening": "http://127.0.0.1:PORT"}``)
-    so a parent process can find it.
+    so a parent process can find it.  ``max_sessions_per_client``: most sessions one client
+    (``X-Envfactory-Client``) may hold (default half of ``max_sessions``); ``close_on_disconnect``: a
+    WebSocket connection's sessions close when it drops (a connection may ask either way).
 
     Raises:
         InsecureBindError: ``host`` is not loopback and no ``token`` is given.
@@ -33,7 +36,7 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
 
     from gym_envfactory.server.app import ServerConfig, build_app
 
-    manager = SessionManager(envs, ttl_s=ttl_s, max_sessions=max_sessions)
+    manager = SessionManager(envs, ttl_s=ttl_s, max_sessions=max_sessions, max_sessions_per_client=max_sessions_per_client)
     for name, error in manager.skipped.items():
         print(f"envfactory: not serving {name}, its package is broken: {error}", file=sys.stderr, flush=True)
     for spec in manager.specs.values():  # load tasks and initial states before serving
@@ -45,7 +48,8 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     gc.collect()
     gc.freeze()
     gc.set_threshold(200_000, 50, 50)
-    config = ServerConfig(envs=envs, token=token, ttl_s=ttl_s, max_sessions=max_sessions, host=host)
+    config = ServerConfig(envs=envs, token=token, ttl_s=ttl_s, max_sessions=max_sessions, host=host,
+                          close_on_disconnect=close_on_disconnect)
     extra_routes: list = []
     hooks: list = []
     try:

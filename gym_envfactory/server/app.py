@@ -8,6 +8,16 @@ Routes:
   plane (create/reset/snapshot/restore/fork/state/close) for clients that do not speak WebSocket.
   Bad control requests get a 4xx with a message and change nothing.
 
+The event loop only moves bytes: every frame is parsed, run and encoded on the session manager's
+worker thread in slices (:func:`~.fastproto.dispatch_frame_async`), so ``/healthz`` and other clients
+are served while one client's 4,096-call frame runs.
+
+Clients: a request's ``X-Envfactory-Client`` header (or, on ``/v1/ws``, the ``client`` query
+parameter) names the client that owns the sessions it creates; without one every request is the
+``anonymous`` client.  A client holds at most ``max_sessions_per_client`` sessions.  A WebSocket
+connection opened with ``X-Envfactory-Close-On-Disconnect: 1`` (or ``?close_on_disconnect=1``; the
+server default is ``close_on_disconnect``) closes the sessions it created when it drops.
+
 Security: when ``token`` is set every route but ``/healthz`` requires ``Authorization: Bearer <token>``;
 on a loopback server every route but ``/healthz`` also refuses (403) a foreign ``Origin`` and a ``Host``
 that is not exactly a loopback address or ``localhost`` (with an optional port: DNS rebinding);
@@ -36,22 +46,23 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from gym_envfactory.errors import InsecureBindError
+from gym_envfactory.errors import BadRequestError, InsecureBindError
 from gym_envfactory.server.fastproto import (
     ERR_BAD_REQUEST,
     ERR_CAPACITY,
+    ERR_OWNERSHIP,
     ERR_UNKNOWN_SESSION,
-    dispatch_frame,
+    Caller,
+    dispatch_frame_async,
 )
-from gym_envfactory.server.manager import SessionManager
+from gym_envfactory.server.manager import SessionManager, client_identity
 
 __all__ = ["build_app", "ServerConfig", "is_loopback", "host_header_name", "InsecureBindError"]
 
 log = logging.getLogger(__name__)
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-
-
+CLOSE_ON_DISCONNECT_HEADER = "X-Envfactory-Close-On-Disconnect"
 
 
 def is_loopback(host: str) -> bool:
@@ -88,11 +99,12 @@ def host_header_name(value: str) -> str | None:
 
 class ServerConfig:
     """Server settings.  ``token``: bearer token (required beyond loopback); ``ttl_s``: idle session
-    expiry; ``max_sessions``; ``max_body_bytes``: request/frame size cap."""
+    expiry; ``max_sessions``; ``max_body_bytes``: request/frame size cap; ``close_on_disconnect``: a
+    WebSocket connection's sessions close when it drops unless the connection asks otherwise."""
 
     def __init__(self, *, envs: list[str] | None = None, token: str | None = None, ttl_s: float = 900.0,
                  max_sessions: int = 10_000, max_body_bytes: int = 4 * 1024 * 1024, host: str = "127.0.0.1",
-                 allowed_origins: tuple[str, ...] = ()) -> None:
+                 allowed_origins: tuple[str, ...] = (), close_on_disconnect: bool = False) -> None:
         self.envs = envs
         self.token = token
         self.ttl_s = ttl_s
@@ -100,6 +112,7 @@ class ServerConfig:
         self.max_body_bytes = max_body_bytes
         self.host = host
         self.allowed_origins = tuple(allowed_origins)
+        self.close_on_disconnect = close_on_disconnect
 
 
 class _ManagerCollector:
@@ -128,7 +141,19 @@ class Metrics:
                                  registry=self.registry)
 
 
-_HTTP_STATUS = {ERR_UNKNOWN_SESSION: 404, ERR_CAPACITY: 429, ERR_BAD_REQUEST: 400}
+_HTTP_STATUS = {ERR_UNKNOWN_SESSION: 404, ERR_CAPACITY: 429, ERR_BAD_REQUEST: 400, ERR_OWNERSHIP: 403}
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    """A header or query flag: ``1``/``true``/``yes`` or ``0``/``false``/``no`` (absent: ``default``)."""
+    if value is None:
+        return default
+    v = value.strip().lower()
+    if v in ("1", "true", "yes"):
+        return True
+    if v in ("0", "false", "no"):
+        return False
+    raise BadRequestError(f"{CLOSE_ON_DISCONNECT_HEADER} must be 1 or 0, not {value[:40]!r}")
 
 
 def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: list[Any] | None = None,
@@ -165,9 +190,9 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
     def observe(method: str, ok: bool) -> None:
         metrics.requests.labels(method, "ok" if ok else "error").inc()
 
-    def handle(frame: str | bytes, transport: str) -> str | None:
+    async def handle(frame: str | bytes, transport: str, caller: Caller) -> str | None:
         t0 = time.perf_counter()
-        out = dispatch_frame(manager, frame, observe)
+        out = await dispatch_frame_async(manager, frame, observe, caller)
         metrics.latency.labels(transport).observe(time.perf_counter() - t0)
         return out
 
@@ -197,6 +222,10 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
             return JSONResponse({"error": bad}, status_code=403)
         if not authorized(request.headers):
             return JSONResponse({"error": "unauthorized: send Authorization: Bearer <token>"}, status_code=401)
+        try:
+            caller = Caller(client_identity(request.headers.get("x-envfactory-client")))
+        except BadRequestError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
         too_big = JSONResponse({"error": f"request body over {config.max_body_bytes} bytes"}, status_code=413,
                                headers={"Connection": "close"})
         try:
@@ -213,7 +242,7 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
         if size > config.max_body_bytes:
             return too_big  # drained, so the client reads this 413
         body = b"".join(chunks)
-        out = handle(body, "http")
+        out = await handle(body, "http", caller)
         if out is None:
             return Response(status_code=204)
         status = 200
@@ -230,6 +259,15 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
         if not authorized(websocket.headers):
             await websocket.close(code=4401, reason="unauthorized")
             return
+        query = websocket.query_params
+        try:
+            client = client_identity(websocket.headers.get("x-envfactory-client") or query.get("client"))
+            close_on_disconnect = _flag(websocket.headers.get("x-envfactory-close-on-disconnect")
+                                        or query.get("close_on_disconnect"), config.close_on_disconnect)
+        except BadRequestError as exc:
+            await websocket.close(code=4400, reason=str(exc)[:120])
+            return
+        caller = Caller(client, set() if close_on_disconnect else None)
         await websocket.accept()
         try:
             while True:
@@ -249,17 +287,21 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
                     await websocket.send_text(json.dumps({"jsonrpc": "2.0", "id": None, "error": {
                         "code": -32600, "message": f"frame over {config.max_body_bytes} bytes"}}))
                     continue
-                out = handle(frame, "ws")
+                out = await handle(frame, "ws", caller)
                 if out is not None:
                     await websocket.send_text(out)
         except WebSocketDisconnect:
             pass
+        finally:
+            if caller.created:
+                n = await manager.worker.run(manager.close_many, list(caller.created))
+                log.debug("closed %d session(s) of a WebSocket connection that dropped", n)
 
     async def expiry_loop() -> None:
         period = max(0.05, min(30.0, config.ttl_s / 4))
         while True:
             await asyncio.sleep(period)
-            n = manager.expire()
+            n = await manager.worker.run(manager.expire)
             if n:
                 log.info("expired %d idle session(s)", n)
 
@@ -273,7 +315,8 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
                 yield
             finally:
                 task.cancel()
-                manager.close_all()
+                await manager.worker.run(manager.close_all)
+                manager.worker.stop()
 
     routes: list[Any] = [
         Route("/healthz", healthz),

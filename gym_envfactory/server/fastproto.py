@@ -4,72 +4,124 @@ Every request names its ``session_id``; a frame may carry one request or a JSON-
 so a GRPO group's k calls travel in one frame and come back in one frame (JSON-RPC 2.0 spec §6).
 Methods (params → result):
 
-- ``create`` {env: str | [str], task_id?, initial_state?, snapshot?} → {session_id, envs, tools}
+- ``create`` {env: str | [str], task_id?, initial_state?, snapshot?, shared?} → {session_id, envs, tools}
 - ``call`` {session_id, name, arguments, call_id?, tag?} → ToolResult dict (typed errors inside)
 - ``record_invalid`` {session_id, name, raw, message, call_id?, tag?} → ToolResult dict
 - ``state`` / ``snapshot`` / ``action_log`` / ``info`` {session_id} → state dict / snapshot str / list / dict
 - ``restore`` {session_id, snapshot}, ``reset`` {session_id}, ``close`` {session_id} → null/bool
 - ``fork`` {session_id, k} → [session_id, ...]
+- ``share`` {session_id, shared?: true} → bool (owner only: let every client use the session)
 - ``stats`` {}, ``catalog`` {}, ``ping`` {} → dicts
 
+Sessions belong to the client that created them (:class:`Caller`, the ``X-Envfactory-Client`` header);
+another client's request on one gets :data:`ERR_OWNERSHIP` unless it is shared.
+
 Errors use JSON-RPC codes: -32700 parse error, -32600 invalid request, -32601 unknown method,
--32602 invalid params, and application codes below.
+-32602 invalid params, and application codes: -32001 unknown session, -32002 capacity (``data``:
+``{"scope": "server" | "client", "limit": n}``), -32003 bad request, -32004 unauthorized, -32005 the
+session belongs to another client.
+
+Dispatch never holds the event loop: :func:`dispatch_frame_async` parses, runs and encodes a frame on
+the manager's worker thread (:mod:`.worker`) in slices of at most :data:`SLICE_REQUESTS` requests or
+:data:`SLICE_SECONDS` of work; frames of other clients waiting meanwhile run between two slices.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from gym_envfactory.errors import BadRequestError, CapacityError, UnknownSessionError
+from gym_envfactory.errors import BadRequestError, CapacityError, SessionOwnershipError, UnknownSessionError
 from gym_envfactory.server.manager import SessionManager
 
 #: Most requests one frame (a JSON-RPC batch) may carry, and most bytes one response frame may hold.
 MAX_BATCH = 4096
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+#: One slice of a frame's dispatch: at most this many requests, or this much time (checked after each request).
+SLICE_REQUESTS = 256
+SLICE_SECONDS = 0.005
 
-__all__ = ["dispatch_frame", "METHODS", "ERR_UNKNOWN_SESSION", "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED"]
+__all__ = ["dispatch_frame", "dispatch_frame_async", "FrameJob", "Caller", "METHODS", "ERR_UNKNOWN_SESSION",
+           "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED", "ERR_OWNERSHIP", "SLICE_REQUESTS", "SLICE_SECONDS"]
 
 log = logging.getLogger(__name__)
 
 ERR_PARSE, ERR_INVALID_REQUEST, ERR_METHOD, ERR_PARAMS, ERR_INTERNAL = -32700, -32600, -32601, -32602, -32603
 ERR_UNKNOWN_SESSION, ERR_CAPACITY, ERR_BAD_REQUEST, ERR_UNAUTHORIZED = -32001, -32002, -32003, -32004
+ERR_OWNERSHIP = -32005
 
 
-def _create(m: SessionManager, p: dict[str, Any]) -> Any:
-    ms = m.create(p["env"], task_id=p.get("task_id"), initial_state=p.get("initial_state"), snapshot=p.get("snapshot"))
+@dataclass
+class Caller:
+    """Who sends a frame: ``client`` owns what it creates (``None``: no ownership checks, for in-process
+    callers); ``created`` collects the sessions a connection creates, to close them when it drops
+    (``None``: not tracked)."""
+
+    client: str | None = None
+    created: set[str] | None = None
+
+
+def _create(m: SessionManager, p: dict[str, Any], c: Caller) -> Any:
+    ms = m.create(p["env"], task_id=p.get("task_id"), initial_state=p.get("initial_state"), snapshot=p.get("snapshot"),
+                  client=c.client, shared=p.get("shared", False))
+    if c.created is not None:
+        c.created.add(ms.session_id)
     return {"session_id": ms.session_id, "envs": ms.envs,
             "versions": {n: m.specs[n].version for n in ms.envs},
             "tools": [t.name for t in ms.session.tools.values()]}
 
 
-METHODS: dict[str, Callable[[SessionManager, dict[str, Any]], Any]] = {
+def _fork(m: SessionManager, p: dict[str, Any], c: Caller) -> Any:
+    ids = [ms.session_id for ms in m.fork(p["session_id"], p.get("k", 1), client=c.client)]
+    if c.created is not None:
+        c.created.update(ids)
+    return ids
+
+
+def _close(m: SessionManager, p: dict[str, Any], c: Caller) -> Any:
+    closed = m.close(p["session_id"], client=c.client)
+    if c.created is not None:
+        c.created.discard(p["session_id"])
+    return closed
+
+
+METHODS: dict[str, Callable[[SessionManager, dict[str, Any], Caller], Any]] = {
     "create": _create,
-    "call": lambda m, p: m.call(p["session_id"], p["name"], p.get("arguments"), call_id=p.get("call_id"), tag=p.get("tag")),
-    "record_invalid": lambda m, p: m.record_invalid(p["session_id"], p["name"], p.get("raw"), p["message"],
-                                                    call_id=p.get("call_id"), tag=p.get("tag")),
-    "state": lambda m, p: m.state(p["session_id"]),
-    "snapshot": lambda m, p: m.snapshot(p["session_id"]),
-    "restore": lambda m, p: m.restore(p["session_id"], p["snapshot"]),
-    "reset": lambda m, p: m.reset(p["session_id"]),
-    "fork": lambda m, p: [ms.session_id for ms in m.fork(p["session_id"], p.get("k", 1))],
-    "close": lambda m, p: m.close(p["session_id"]),
-    "info": lambda m, p: m.info(p["session_id"]),
-    "action_log": lambda m, p: m.action_log(p["session_id"]),
-    "score": lambda m, p: m.score(p["session_id"], reward=p.get("reward"), texts=p.get("texts")),
-    "stats": lambda m, p: m.stats(),
-    "catalog": lambda m, p: m.catalog(),
-    "ping": lambda m, p: {"ok": True},
+    "call": lambda m, p, c: m.call(p["session_id"], p["name"], p.get("arguments"), call_id=p.get("call_id"),
+                                   tag=p.get("tag"), client=c.client),
+    "record_invalid": lambda m, p, c: m.record_invalid(p["session_id"], p["name"], p.get("raw"), p["message"],
+                                                       call_id=p.get("call_id"), tag=p.get("tag"), client=c.client),
+    "state": lambda m, p, c: m.state(p["session_id"], client=c.client),
+    "snapshot": lambda m, p, c: m.snapshot(p["session_id"], client=c.client),
+    "restore": lambda m, p, c: m.restore(p["session_id"], p["snapshot"], client=c.client),
+    "reset": lambda m, p, c: m.reset(p["session_id"], client=c.client),
+    "fork": _fork,
+    "close": _close,
+    "share": lambda m, p, c: m.share(p["session_id"], p.get("shared", True), client=c.client),
+    "info": lambda m, p, c: m.info(p["session_id"], client=c.client),
+    "action_log": lambda m, p, c: m.action_log(p["session_id"], client=c.client),
+    "score": lambda m, p, c: m.score(p["session_id"], reward=p.get("reward"), texts=p.get("texts"), client=c.client),
+    "stats": lambda m, p, c: m.stats(client=c.client),
+    "catalog": lambda m, p, c: m.catalog(),
+    "ping": lambda m, p, c: {"ok": True},
 }
 
 
-def _error(id_: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}}
+def _error(id_: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": "2.0", "id": id_, "error": err}
 
 
-def _one(m: SessionManager, req: Any, observe: Callable[[str, bool], None] | None) -> dict[str, Any] | None:
+Observe = Callable[[str, bool], None]
+
+
+def _one(m: SessionManager, req: Any, observe: Observe | None, caller: Caller) -> dict[str, Any] | None:
     if not isinstance(req, dict) or req.get("jsonrpc") != "2.0" or not isinstance(req.get("method"), str):
         id_ = req.get("id") if isinstance(req, dict) else None
         return _error(id_ if _valid_id(id_) else None, ERR_INVALID_REQUEST,
@@ -78,7 +130,7 @@ def _one(m: SessionManager, req: Any, observe: Callable[[str, bool], None] | Non
     id_ = req.get("id")
     if not notification and not _valid_id(id_):
         return _error(None, ERR_INVALID_REQUEST, "id must be a string, an integer or null")
-    out = _call(m, req, id_, observe)
+    out = _call(m, req, id_, observe, caller)
     return None if notification else out
 
 
@@ -86,7 +138,7 @@ def _valid_id(id_: Any) -> bool:
     return id_ is None or isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
 
 
-def _call(m: SessionManager, req: dict[str, Any], id_: Any, observe: Callable[[str, bool], None] | None) -> dict[str, Any]:
+def _call(m: SessionManager, req: dict[str, Any], id_: Any, observe: Observe | None, caller: Caller) -> dict[str, Any]:
     method = req["method"]
     fn = METHODS.get(method)
     if fn is None:
@@ -96,14 +148,16 @@ def _call(m: SessionManager, req: dict[str, Any], id_: Any, observe: Callable[[s
         return _error(id_, ERR_PARAMS, "params must be an object")
     ok = False
     try:
-        result = fn(m, params)
+        result = fn(m, params, caller)
         ok = True
     except KeyError as exc:
         if isinstance(exc, UnknownSessionError):
             return _error(id_, ERR_UNKNOWN_SESSION, str(exc))
         return _error(id_, ERR_PARAMS, f"missing parameter {exc.args[0]!r} for {method}")
+    except SessionOwnershipError as exc:
+        return _error(id_, ERR_OWNERSHIP, str(exc))
     except CapacityError as exc:
-        return _error(id_, ERR_CAPACITY, str(exc))
+        return _error(id_, ERR_CAPACITY, str(exc), {"scope": exc.scope, "limit": exc.limit})
     except (BadRequestError, TypeError, ValueError) as exc:
         return _error(id_, ERR_BAD_REQUEST, str(exc))
     except Exception as exc:  # noqa: BLE001 - a server bug must not kill the connection
@@ -120,28 +174,100 @@ def _encode(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str)
 
 
-def dispatch_frame(manager: SessionManager, frame: str | bytes,
-                   observe: Callable[[str, bool], None] | None = None) -> str | None:
-    """Handle one WebSocket text frame (a request or a batch); returns the response frame or ``None``.
+class FrameJob:
+    """One frame's dispatch, resumable: each :meth:`step` parses (the first time), runs and encodes
+    requests until a slice is spent, and returns ``True`` once the response (:attr:`text`) is ready.
     Never raises: malformed, too deeply nested or oversized input gets a JSON-RPC error."""
-    try:
-        msg = json.loads(frame)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, nesting too deep
-        return _encode(_error(None, ERR_PARSE, f"frame is not usable JSON: {type(exc).__name__}: {str(exc)[:200]}"))
-    try:
+
+    def __init__(self, manager: SessionManager, frame: str | bytes, observe: Observe | None = None,
+                 caller: Caller | None = None) -> None:
+        self.manager = manager
+        self.frame: str | bytes | None = frame
+        self.observe = observe
+        self.caller = caller or Caller()
+        #: The response frame (``None``: nothing to answer, e.g. only notifications), once done.
+        self.text: str | None = None
+        self.done = False
+        self._requests: list[Any] = []
+        self._batch = False
+        self._pos = 0
+        self._parts: list[str] = []
+        self._size = 0
+
+    def _finish(self, text: str | None) -> bool:
+        self.text, self.done, self._requests, self._parts = text, True, [], []
+        return True
+
+    def _start(self) -> bool:
+        frame, self.frame = self.frame, None
+        try:
+            msg = json.loads(frame)  # type: ignore[arg-type]
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, nesting too deep
+            return self._finish(_encode(_error(None, ERR_PARSE,
+                                               f"frame is not usable JSON: {type(exc).__name__}: {str(exc)[:200]}")))
         if isinstance(msg, list):
             if not msg:
-                return _encode(_error(None, ERR_INVALID_REQUEST, "empty batch"))
+                return self._finish(_encode(_error(None, ERR_INVALID_REQUEST, "empty batch")))
             if len(msg) > MAX_BATCH:
-                return _encode(_error(None, ERR_INVALID_REQUEST, f"batch of {len(msg)} requests; at most {MAX_BATCH} per frame"))
-            out = [r for r in (_one(manager, q, observe) for q in msg) if r is not None]
-            text = _encode(out) if out else None
+                return self._finish(_encode(_error(None, ERR_INVALID_REQUEST,
+                                                   f"batch of {len(msg)} requests; at most {MAX_BATCH} per frame")))
+            self._requests, self._batch = msg, True
         else:
-            r = _one(manager, msg, observe)
-            text = None if r is None else _encode(r)
-    except (RecursionError, ValueError) as exc:  # a result that cannot be encoded (nesting, NaN)
-        return _encode(_error(None, ERR_INTERNAL, f"response could not be encoded: {type(exc).__name__}"))
-    if text is not None and len(text) > MAX_RESPONSE_BYTES:
-        return _encode(_error(None, ERR_INVALID_REQUEST,
-                              f"response of {len(text)} bytes is over {MAX_RESPONSE_BYTES}; ask for less per frame"))
-    return text
+            self._requests = [msg]
+        return False
+
+    def _encoded(self, r: dict[str, Any]) -> str:
+        try:
+            return _encode(r)
+        except (RecursionError, ValueError) as exc:  # a result that cannot be encoded (nesting, NaN)
+            return _encode(_error(r.get("id"), ERR_INTERNAL, f"response could not be encoded: {type(exc).__name__}"))
+
+    def step(self, max_requests: int | None = None, max_seconds: float | None = None) -> bool:
+        """Run one slice (default :data:`SLICE_REQUESTS` requests or :data:`SLICE_SECONDS`); ``True`` when done."""
+        if self.done:
+            return True
+        t0 = time.perf_counter()
+        if self.frame is not None and self._start():
+            return True
+        n = max_requests if max_requests is not None else SLICE_REQUESTS
+        budget = max_seconds if max_seconds is not None else SLICE_SECONDS
+        m, lock, stop = self.manager, self.manager.lock, min(len(self._requests), self._pos + n)
+        while self._pos < stop:
+            req = self._requests[self._pos]
+            self._requests[self._pos] = None  # let each request's arguments go once answered
+            self._pos += 1
+            with lock:  # the call and the encoding of its result (a live state) see no other thread
+                r = _one(m, req, self.observe, self.caller)
+                if r is not None:
+                    part = self._encoded(r)
+                    self._parts.append(part)
+                    self._size += len(part) + 1
+            if time.perf_counter() - t0 >= budget:
+                break
+        if self._pos < len(self._requests):
+            return False
+        if self._size > MAX_RESPONSE_BYTES:
+            return self._finish(_encode(_error(None, ERR_INVALID_REQUEST, f"response of {self._size} bytes is over "
+                                               f"{MAX_RESPONSE_BYTES}; ask for less per frame")))
+        if not self._parts:
+            return self._finish(None)
+        return self._finish("[" + ",".join(self._parts) + "]" if self._batch else self._parts[0])
+
+
+def dispatch_frame(manager: SessionManager, frame: str | bytes, observe: Observe | None = None,
+                   caller: Caller | None = None) -> str | None:
+    """Handle one WebSocket text frame (a request or a batch) here and now; returns the response frame
+    or ``None``.  Never raises.  The server uses :func:`dispatch_frame_async`."""
+    job = FrameJob(manager, frame, observe, caller)
+    while not job.step(MAX_BATCH, float("inf")):
+        pass
+    return job.text
+
+
+async def dispatch_frame_async(manager: SessionManager, frame: str | bytes, observe: Observe | None = None,
+                               caller: Caller | None = None) -> str | None:
+    """:func:`dispatch_frame` on the manager's worker thread, slice by slice: the event loop stays free,
+    and frames of other connections queued meanwhile run between two slices of this one."""
+    job = FrameJob(manager, frame, observe, caller)
+    await manager.worker.run_steps(job.step)
+    return job.text

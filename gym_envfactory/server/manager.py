@@ -2,19 +2,29 @@
 
 Every transport (the fast session protocol, the MCP endpoint, the HTTP control plane) goes through
 one :class:`SessionManager`.  Sessions are identified by unguessable ids, expire after ``ttl_s``
-seconds without use, and are bounded by ``max_sessions``.  All methods are synchronous and cheap;
-the manager is driven from one asyncio event loop (no locking needed) or guarded by the caller.
+seconds without use, and are bounded by ``max_sessions`` and, per client, ``max_sessions_per_client``.
+
+Ownership: a session created with ``client=`` belongs to that client (the ``X-Envfactory-Client``
+header, :func:`client_identity`; every client without the header is :data:`ANONYMOUS_CLIENT`); another
+client's request on it raises :class:`SessionOwnershipError` unless it was created ``shared`` or the
+owner shared it (:meth:`SessionManager.share`).  ``client=None`` (in-process callers, MCP-owned
+sessions) is never checked.
+
+All methods are synchronous and serialised by :attr:`SessionManager.lock`; the server runs them on the
+manager's :attr:`~SessionManager.worker` thread, never on the event loop.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gym_envfactory.environment.catalog import get_environment, list_environments
 from gym_envfactory.environment.spec import EnvironmentSpec
@@ -23,21 +33,47 @@ from gym_envfactory.errors import (
     BadRequestError,
     CapacityError,
     EnvFactoryError,
+    SessionOwnershipError,
     UnknownSessionError,
 )
 from gym_envfactory.replay import task_reference
 from gym_envfactory.reward import RewardConfig, TurnRecord, score_episode
+from gym_envfactory.server.worker import Worker
 from gym_envfactory.session import Session
 
-__all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError"]
+__all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError",
+           "SessionOwnershipError", "CLIENT_HEADER", "ANONYMOUS_CLIENT", "client_identity"]
 
 log = logging.getLogger(__name__)
 
+CLIENT_HEADER = "X-Envfactory-Client"
+"""HTTP header naming the client a request comes from (sessions are owned by the client that created them)."""
+ANONYMOUS_CLIENT = "anonymous"
+"""The identity of every request without :data:`CLIENT_HEADER` (they share sessions and one quota)."""
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
+def client_identity(value: str | None) -> str:
+    """The client a request's :data:`CLIENT_HEADER` value names (:data:`ANONYMOUS_CLIENT` without one).
+
+    Raises:
+        BadRequestError: not 1..128 printable ASCII characters without spaces.
+    """
+    if value is None:
+        return ANONYMOUS_CLIENT
+    value = value.strip()
+    if not 1 <= len(value) <= 128 or not all(33 <= ord(c) < 127 for c in value):
+        raise BadRequestError(f"{CLIENT_HEADER} must be 1..128 printable ASCII characters without spaces")
+    return value
 
 
-
+def _locked(method: F) -> F:
+    @functools.wraps(method)
+    def wrapper(self: SessionManager, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass
@@ -52,6 +88,9 @@ class ManagedSession:
     last_used: float
     calls: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    #: The client that created it (``None``: anyone), and whether other clients may use it too.
+    owner: str | None = None
+    shared: bool = False
 
 
 class SessionManager:
@@ -62,6 +101,8 @@ class SessionManager:
             error in the log and in :attr:`skipped`, every package that does not load).
         ttl_s: idle seconds after which :meth:`expire` closes a session.
         max_sessions: hard cap; :meth:`create` raises :class:`CapacityError` beyond it.
+        max_sessions_per_client: most live sessions one client may own (default: half of
+            ``max_sessions``, so no single client can lock the others out until its sessions expire).
         clock: monotonic time source in seconds (injectable for tests).
 
     Raises:
@@ -70,7 +111,7 @@ class SessionManager:
     """
 
     def __init__(self, envs: Sequence[str] | None = None, *, ttl_s: float = 900.0, max_sessions: int = 10_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 max_sessions_per_client: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         names = list(envs) if envs else list_environments()
         self.specs: dict[str, EnvironmentSpec] = {}
         #: Catalog packages left out because they do not load (name → error), when serving the whole catalog.
@@ -92,9 +133,20 @@ class SessionManager:
                                   f"({'; '.join(f'{k}: {v}' for k, v in self.skipped.items())})")
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
+        if max_sessions_per_client is None:
+            max_sessions_per_client = max(1, max_sessions // 2)
+        if max_sessions_per_client < 1:
+            raise BadRequestError("max_sessions_per_client must be at least 1")
+        self.max_sessions_per_client = max_sessions_per_client
         self.clock = clock
         self.sessions: dict[str, ManagedSession] = {}
+        #: Live sessions per owning client.
+        self.owned: dict[str, int] = {}
         self.counters = {"created": 0, "closed": 0, "expired": 0, "calls": 0, "errors": 0}
+        #: Serialises every method (the worker thread and, for MCP bookkeeping, the event loop).
+        self.lock = threading.RLock()
+        #: The thread the server runs session operations on (started on first use).
+        self.worker = Worker()
 
     # ------------------------------------------------------------------ helpers
     def spec(self, name: str) -> EnvironmentSpec:
@@ -104,37 +156,95 @@ class SessionManager:
             raise BadRequestError(f"this server does not serve {name!r}; it serves {', '.join(self.specs)}")
         return spec
 
-    def _register(self, session: Session, env_names: list[str], task_id: str | None) -> ManagedSession:
-        if len(self.sessions) >= self.max_sessions:
-            self.expire()
-            if len(self.sessions) >= self.max_sessions:
-                session.close()
-                raise CapacityError(f"server holds {self.max_sessions} sessions; close some or raise max_sessions")
+    def _check_room(self, client: str | None, k: int) -> None:
+        """Raise :class:`CapacityError` unless ``k`` more sessions fit, for the server and for ``client``
+        (idle sessions are expired first when they would not)."""
+        def full() -> bool:
+            return len(self.sessions) + k > self.max_sessions or (
+                client is not None and self.owned.get(client, 0) + k > self.max_sessions_per_client)
+
+        if not full():
+            return
+        self.expire()
+        if len(self.sessions) + k > self.max_sessions:
+            what = "another session" if k == 1 else f"{k} more sessions"
+            raise CapacityError(f"no room for {what}: the server holds {len(self.sessions)} of at most "
+                                f"{self.max_sessions}; close some or raise --max-sessions",
+                                scope="server", limit=self.max_sessions)
+        if client is not None and self.owned.get(client, 0) + k > self.max_sessions_per_client:
+            what = "another session" if k == 1 else f"{k} more sessions"
+            raise CapacityError(f"no room for {what}: client {client!r} holds {self.owned.get(client, 0)} of at "
+                                f"most {self.max_sessions_per_client} per client; close some or raise "
+                                f"--max-sessions-per-client", scope="client", limit=self.max_sessions_per_client)
+
+    def _register(self, session: Session, env_names: list[str], task_id: str | None, owner: str | None = None,
+                  shared: bool = False) -> ManagedSession:
         now = self.clock()
         sid = secrets.token_hex(16)
-        ms = ManagedSession(sid, session, env_names, task_id, now, now)
+        ms = ManagedSession(sid, session, env_names, task_id, now, now, owner=owner, shared=shared)
         self.sessions[sid] = ms
+        if owner is not None:
+            self.owned[owner] = self.owned.get(owner, 0) + 1
         self.counters["created"] += 1
         return ms
 
-    def get(self, session_id: str) -> ManagedSession:
-        """The live session ``session_id`` (touches its idle timer).  Raises :class:`UnknownSessionError`."""
+    def _forget(self, session_id: str) -> ManagedSession | None:
+        ms = self.sessions.pop(session_id, None)
+        if ms is not None and ms.owner is not None:
+            left = self.owned.get(ms.owner, 1) - 1
+            if left > 0:
+                self.owned[ms.owner] = left
+            else:
+                self.owned.pop(ms.owner, None)
+        return ms
+
+    @_locked
+    def get(self, session_id: str, client: str | None = None) -> ManagedSession:
+        """The live session ``session_id`` (touches its idle timer).
+
+        Raises:
+            UnknownSessionError: no live session ``session_id``.
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
+        """
         ms = self.sessions.get(session_id) if isinstance(session_id, str) else None
         if ms is None:
             raise UnknownSessionError(f"no live session {session_id!r} (closed, expired, or from another server)")
+        if client is not None and ms.owner is not None and client != ms.owner and not ms.shared:
+            raise SessionOwnershipError(f"session {session_id} belongs to another client (this request is from "
+                                        f"{client!r}; send its creator's {CLIENT_HEADER}, or have it shared)")
         ms.last_used = self.clock()
         return ms
 
+    @_locked
+    def share(self, session_id: str, shared: bool = True, *, client: str | None = None) -> bool:
+        """Let every client use the session (``shared=False`` takes that back); only its owner may.
+
+        Raises:
+            UnknownSessionError, SessionOwnershipError, BadRequestError (``shared`` not a bool).
+        """
+        if not isinstance(shared, bool):
+            raise BadRequestError("shared must be true or false")
+        ms = self.get(session_id, client)
+        if client is not None and ms.owner is not None and client != ms.owner:
+            raise SessionOwnershipError(f"only the client that created session {session_id} may share it")
+        ms.shared = shared
+        return shared
+
     # ------------------------------------------------------------------ control plane
+    @_locked
     def create(self, env: str | Sequence[str], *, task_id: str | None = None, initial_state: Any = None,
-               snapshot: str | bytes | None = None) -> ManagedSession:
+               snapshot: str | bytes | None = None, client: str | None = None,
+               shared: bool = False) -> ManagedSession:
         """Create a session of ``env`` (one name or several) from a task's initial state, an explicit
-        initial state (a state name or dict), a :meth:`snapshot`, or the default initial state.
+        initial state (a state name or dict), a :meth:`snapshot`, or the default initial state, owned by
+        ``client`` (``shared``: usable by every client).
 
         Raises:
             BadRequestError: unknown environment or task, invalid state or snapshot.
-            CapacityError: too many sessions.
+            CapacityError: too many sessions on the server or for ``client``.
         """
+        if not isinstance(shared, bool):
+            raise BadRequestError("shared must be true or false")
         if not isinstance(env, (str, list)) or (isinstance(env, list) and not all(isinstance(e, str) for e in env)):
             raise BadRequestError("env must be an environment name or a list of names")
         if snapshot is not None and not isinstance(snapshot, (str, bytes)):
@@ -145,6 +255,7 @@ class SessionManager:
         if not names:
             raise BadRequestError("give at least one environment")
         specs = [self.spec(n) for n in names]
+        self._check_room(client, 1)  # before building anything
         try:
             if task_id is not None:
                 tasks = specs[0].tasks
@@ -160,48 +271,74 @@ class SessionManager:
                 session.restore(snapshot if isinstance(snapshot, bytes) else snapshot.encode())
         except (EnvFactoryError, KeyError) as exc:
             raise BadRequestError(str(exc)) from None
-        return self._register(session, [s.name for s in specs], task_id)
+        return self._register(session, [s.name for s in specs], task_id, client, shared)
 
-    def fork(self, session_id: str, k: int = 1) -> list[ManagedSession]:
-        """``k`` independent copies of a session (GRPO groups)."""
+    @_locked
+    def fork(self, session_id: str, k: int = 1, *, client: str | None = None) -> list[ManagedSession]:
+        """``k`` independent copies of a session (GRPO groups), owned by ``client`` (else by the
+        source's owner) and shared when the source is.
+
+        Raises:
+            BadRequestError: ``k`` not in 1..1024.
+            UnknownSessionError, SessionOwnershipError: the source session.
+            CapacityError: ``k`` more sessions do not fit (nothing is created).
+        """
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1024:
             raise BadRequestError("k must be an integer in 1..1024")
-        src = self.get(session_id)
-        if len(self.sessions) + k > self.max_sessions:
-            self.expire()
-            if len(self.sessions) + k > self.max_sessions:  # refuse before creating anything
-                raise CapacityError(f"forking {k} would exceed {self.max_sessions} sessions "
-                                    f"({len(self.sessions)} live); close some or raise max_sessions")
-        return [self._register(s, list(src.envs), src.task_id) for s in src.session.fork_many(k)]
+        src = self.get(session_id, client)
+        owner = client if client is not None else src.owner
+        self._check_room(owner, k)  # refuse before creating anything
+        return [self._register(s, list(src.envs), src.task_id, owner, src.shared) for s in src.session.fork_many(k)]
 
-    def close(self, session_id: str) -> bool:
-        """Close and forget a session; ``False`` if it did not exist."""
-        ms = self.sessions.pop(session_id, None)
+    @_locked
+    def close(self, session_id: str, *, client: str | None = None) -> bool:
+        """Close and forget a session; ``False`` if it did not exist.
+
+        Raises:
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
+        """
+        if client is not None and session_id in self.sessions:
+            self.get(session_id, client)
+        ms = self._forget(session_id)
         if ms is None:
             return False
         ms.session.close()
         self.counters["closed"] += 1
         return True
 
+    @_locked
+    def close_many(self, session_ids: Iterable[str]) -> int:
+        """Close every live session of ``session_ids`` (a connection's, when it drops); returns how many."""
+        return sum(self.close(sid) for sid in list(session_ids))
+
+    @_locked
     def expire(self) -> int:
         """Close every session idle for longer than ``ttl_s``; returns how many."""
         cutoff = self.clock() - self.ttl_s
         stale = [sid for sid, ms in self.sessions.items() if ms.last_used < cutoff]
         for sid in stale:
-            self.sessions.pop(sid).session.close()
+            ms = self._forget(sid)
+            if ms is not None:
+                ms.session.close()
         self.counters["expired"] += len(stale)
         return len(stale)
 
+    @_locked
     def close_all(self) -> None:
         """Close every live session (server shutdown)."""
         for sid in list(self.sessions):
             self.close(sid)
 
     # ------------------------------------------------------------------ session operations
+    @_locked
     def call(self, session_id: str, name: str, arguments: Any = None, *, call_id: str | None = None,
-             tag: Any = None) -> dict[str, Any]:
-        """Run one tool call; returns :meth:`ToolResult.to_dict` (typed errors, never raises for a bad call)."""
-        ms = self.get(session_id)
+             tag: Any = None, client: str | None = None) -> dict[str, Any]:
+        """Run one tool call; returns :meth:`ToolResult.to_dict` (typed errors, never raises for a bad call).
+
+        Raises:
+            UnknownSessionError, SessionOwnershipError: see :meth:`get`.
+        """
+        ms = self.get(session_id, client)
         res = ms.session.call(name, arguments, call_id=call_id, tag=tag)
         ms.calls += 1
         self.counters["calls"] += 1
@@ -209,76 +346,91 @@ class SessionManager:
             self.counters["errors"] += 1
         return res.to_dict()
 
+    @_locked
     def record_invalid(self, session_id: str, name: str, raw: Any, message: str, *, call_id: str | None = None,
-                       tag: Any = None) -> dict[str, Any]:
+                       tag: Any = None, client: str | None = None) -> dict[str, Any]:
         """Log a call the client could not parse (``parse_error``); returns :meth:`ToolResult.to_dict`.
 
         Raises:
             UnknownSessionError: no live session ``session_id``.
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
         """
-        ms = self.get(session_id)
+        ms = self.get(session_id, client)
         self.counters["errors"] += 1
         return ms.session.record_invalid(name, raw, message, call_id=call_id, tag=tag).to_dict()
 
-    def state(self, session_id: str) -> Any:
+    @_locked
+    def state(self, session_id: str, *, client: str | None = None) -> Any:
         """The session's canonical state (one env: its dict; several: ``{env_name: dict}``).
 
         Raises:
             UnknownSessionError: no live session ``session_id``.
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
         """
-        return self.get(session_id).session.state()
+        return self.get(session_id, client).session.state()
 
-    def snapshot(self, session_id: str) -> str:
+    @_locked
+    def snapshot(self, session_id: str, *, client: str | None = None) -> str:
         """The session's :meth:`Session.snapshot` as JSON text (for the wire).
 
         Raises:
             UnknownSessionError: no live session ``session_id``.
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
         """
-        return self.get(session_id).session.snapshot().decode()
+        return self.get(session_id, client).session.snapshot().decode()
 
-    def restore(self, session_id: str, snapshot: str | bytes) -> None:
+    @_locked
+    def restore(self, session_id: str, snapshot: str | bytes, *, client: str | None = None) -> None:
         """Replace the session's states and log with ``snapshot`` (text or bytes of a snapshot).
 
         Raises:
             UnknownSessionError: no live session ``session_id``.
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
             BadRequestError: the snapshot is invalid (the session is left unchanged).
         """
         try:
-            self.get(session_id).session.restore(snapshot if isinstance(snapshot, bytes) else snapshot.encode())
+            self.get(session_id, client).session.restore(snapshot if isinstance(snapshot, bytes) else snapshot.encode())
         except EnvFactoryError as exc:
-            if isinstance(exc, UnknownSessionError):
+            if isinstance(exc, (UnknownSessionError, SessionOwnershipError)):
                 raise
             raise BadRequestError(str(exc)) from None
 
-    def reset(self, session_id: str) -> None:
+    @_locked
+    def reset(self, session_id: str, *, client: str | None = None) -> None:
         """Return the session to the state it was created with, with an empty action log.
 
         Raises:
             UnknownSessionError: no live session ``session_id``.
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
         """
-        self.get(session_id).session.reset()
+        self.get(session_id, client).session.reset()
 
-    def info(self, session_id: str) -> dict[str, Any]:
+    @_locked
+    def info(self, session_id: str, *, client: str | None = None) -> dict[str, Any]:
         """The session's id, environment names, task id, call count, idle seconds and tools (OpenAI format).
 
         Raises:
             UnknownSessionError: no live session ``session_id``.
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
         """
-        ms = self.get(session_id)
+        ms = self.get(session_id, client)
         return {"session_id": ms.session_id, "envs": ms.envs, "task_id": ms.task_id, "calls": ms.calls,
-                "idle_s": self.clock() - ms.last_used,
+                "idle_s": self.clock() - ms.last_used, "owner": ms.owner, "shared": ms.shared,
                 "tools": [t.openai_schema() for t in ms.session.tools.values()]}
 
-    def action_log(self, session_id: str) -> list[dict[str, Any]]:
+    @_locked
+    def action_log(self, session_id: str, *, client: str | None = None) -> list[dict[str, Any]]:
         """The session's calls since its last reset, as :meth:`ActionRecord.to_dict` dicts.
 
         Raises:
             UnknownSessionError: no live session ``session_id``.
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
         """
-        return [r.to_dict() for r in self.get(session_id).session.action_log]
+        return [r.to_dict() for r in self.get(session_id, client).session.action_log]
 
+    @_locked
     def score(self, session_id: str, *, reward: Mapping[str, float] | None = None,
-              texts: Sequence[str] | None = None) -> dict[str, Any]:
+              texts: Sequence[str] | None = None, client: str | None = None) -> dict[str, Any]:
         """The reward of a session created from a task, as the episode stands (docs/reward.md): every
         component and the state difference against the task's ground truth, so a harness in any
         language gets the gym's reward without running the Gymnasium layer.
@@ -290,9 +442,10 @@ class SessionManager:
 
         Raises:
             UnknownSessionError: no live session ``session_id``.
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
             BadRequestError: the session was not created from a task, or bad ``reward``/``texts``.
         """
-        ms = self.get(session_id)
+        ms = self.get(session_id, client)
         if ms.task_id is None:
             raise BadRequestError("score needs a session created from a task (create with task_id)")
         try:
@@ -318,10 +471,16 @@ class SessionManager:
         out["state_diff"] = [str(d) for d in result.state_diff]
         return out
 
-    def stats(self) -> dict[str, Any]:
-        """Live session count, the lifetime counters (created, closed, expired, calls, errors) and
-        the environments served."""
-        return {"sessions": len(self.sessions), **self.counters, "envs": list(self.specs)}
+    @_locked
+    def stats(self, *, client: str | None = None) -> dict[str, Any]:
+        """Live session count, the lifetime counters (created, closed, expired, calls, errors), the
+        environments served, the caps, and (given ``client``) how many sessions that client owns."""
+        out = {"sessions": len(self.sessions), **self.counters, "envs": list(self.specs),
+               "max_sessions": self.max_sessions, "max_sessions_per_client": self.max_sessions_per_client,
+               "clients": len(self.owned)}
+        if client is not None:
+            out["client"] = {"id": client, "sessions": self.owned.get(client, 0)}
+        return out
 
     def catalog(self) -> list[dict[str, Any]]:
         """One row per served environment: name, version, domain, tool and task counts, gym id."""

@@ -27,8 +27,10 @@ plane is never listed.  On handshake-era connections (2025-xx, where ``outputSch
 ``structuredContent`` must be JSON objects) a tool whose output is not an object is published with its
 schema wrapped as ``{"result": <schema>}`` and its structured result as ``{"result": <value>}`` (the
 convention FastMCP uses); the text content is always the plain ``ToolResult.to_text()`` JSON.
-``tools/call`` goes through :meth:`SessionManager.call`: a typed error (unknown tool, invalid
-arguments, tool error, internal error) comes back as ``isError: true`` with the error JSON as text.
+``tools/call`` goes through :meth:`SessionManager.call` on the manager's worker thread (never on the
+event loop): a typed error (unknown tool, invalid arguments, tool error, internal error) comes back as
+``isError: true`` with the error JSON as text.  A bound session belongs to the client that created it:
+send the same ``X-Envfactory-Client`` header as the ``create`` request (or none on both).
 """
 
 from __future__ import annotations
@@ -58,9 +60,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_envfactory.environment.tools import ToolSpec
-from gym_envfactory.errors import BadRequestError, CapacityError, UnknownSessionError
-from gym_envfactory.server.fastproto import ERR_CAPACITY, ERR_UNKNOWN_SESSION
-from gym_envfactory.server.manager import ManagedSession, SessionManager
+from gym_envfactory.errors import BadRequestError, CapacityError, SessionOwnershipError, UnknownSessionError
+from gym_envfactory.server.fastproto import ERR_CAPACITY, ERR_OWNERSHIP, ERR_UNKNOWN_SESSION
+from gym_envfactory.server.manager import CLIENT_HEADER, ManagedSession, SessionManager, client_identity
 from gym_envfactory.session import ToolResult
 
 __all__ = ["SESSION_HEADER", "EnvMCPServer", "junk_line_reply", "mcp_routes", "run_stdio"]
@@ -129,9 +131,19 @@ class EnvMCPServer:
         value = headers.get(SESSION_HEADER)
         return value.strip() if value else None
 
-    def _lookup(self, sid: str, *, bound: bool) -> ManagedSession:
+    @staticmethod
+    def _client(ctx: Any) -> str:
+        headers = getattr(getattr(ctx, "request", None), "headers", None)
         try:
-            ms = self.manager.get(sid)
+            return client_identity(headers.get(CLIENT_HEADER) if headers is not None else None)
+        except BadRequestError as exc:
+            raise MCPError(INVALID_PARAMS, str(exc)) from None
+
+    def _lookup(self, sid: str, *, bound: bool, client: str | None = None) -> ManagedSession:
+        try:
+            ms = self.manager.get(sid, client)
+        except SessionOwnershipError as exc:
+            raise MCPError(ERR_OWNERSHIP, f"{SESSION_HEADER}: {exc}") from None
         except UnknownSessionError as exc:
             if bound:
                 raise MCPError(ERR_UNKNOWN_SESSION, f"{SESSION_HEADER}: {exc}") from None
@@ -158,7 +170,7 @@ class EnvMCPServer:
         """The manager session this request acts on (``None``: none yet and ``create`` is false)."""
         bound = self._bound_id(ctx)
         if bound is not None:
-            return self._lookup(bound, bound=True)
+            return self._lookup(bound, bound=True, client=self._client(ctx))
         if self.single:
             if self._single_sid is None:
                 if not create:
@@ -205,6 +217,9 @@ class EnvMCPServer:
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return await self.manager.worker.run(self._call_tool_now, ctx, params)
+
+    def _call_tool_now(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         ms = self._session(ctx, create=True)
         assert ms is not None
         res = ToolResult(**self.manager.call(ms.session_id, params.name, params.arguments))
@@ -375,3 +390,4 @@ def run_stdio(env: str, *, manager: SessionManager | None = None) -> None:
     finally:
         srv.close()
         manager.close_all()
+        manager.worker.stop()
