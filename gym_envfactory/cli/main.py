@@ -337,6 +337,8 @@ def serve_cmd(
     token_file: Annotated[Path | None, typer.Option(envvar="ENVFACTORY_TOKEN_FILE", help="read the bearer token from this file (first line; keep it mode 0600)")] = None,
     ttl: Annotated[float, typer.Option(help="idle seconds before a session expires")] = 900.0,
     max_sessions: Annotated[int, typer.Option(help="most live sessions")] = 10_000,
+    max_sessions_per_client: Annotated[int | None, typer.Option(min=1, help="most live sessions one client (X-Envfactory-Client) may hold (default: half of --max-sessions)")] = None,
+    close_on_disconnect: Annotated[bool, typer.Option(help="close the sessions a WebSocket connection created when it drops (a connection may ask either way: ?close_on_disconnect=1|0)")] = False,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
     transport: Annotated[str, typer.Option(help="http (every route below) or stdio (MCP for one environment over stdin/stdout)")] = "http",
 ) -> None:
@@ -372,7 +374,8 @@ def serve_cmd(
     given = [_load(e).name for e in envs or []]  # an unknown name is one line, even beside --all
     names = None if (all_ or not given) else given
     try:
-        serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions, announce=announce)
+        serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions,
+              max_sessions_per_client=max_sessions_per_client, close_on_disconnect=close_on_disconnect, announce=announce)
     except InsecureBindError as exc:
         err_console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
