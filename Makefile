@@ -69,6 +69,7 @@ bench: $(BIN)/python
 	$(BIN)/python bench/bench_runtime.py
 	$(BIN)/python bench/bench_server.py
 	$(BIN)/python bench/bench_ray.py
+	$(BIN)/python bench/bench_graph.py --quick
 
 # Docker images, built offline: base (debootstrap; needs root and debootstrap), runtime (wheelhouse), every
 # environment image.  Each step is skipped when its image is up to date.

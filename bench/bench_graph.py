@@ -3,14 +3,18 @@
 A synthetic catalog (seeded): environments of 10 tools over 3 entities each (list/get/create/update
 tools with ids, names, amounts, dates, foreign ids), entity names drawn from pairs of 40 nouns, so the
 parameter vocabulary grows with the catalog as in a real one.  For each size the graph is built with
-build_graph_from_tools and timed by phase: flatten (schemas → nodes), encode (unique texts through the
+build_graph_from_tools and timed by phase: flatten (schemas → nodes), encode (distinct texts through the
 embedding model), match (the outputs × required-inputs matrix products and threshold), graph (edges).
-The model is loaded once, before the timings (its load time is reported apart).
+Each size is built twice on a fresh embedding cache (generators/tasks/embcache.py): cold (every distinct
+text encoded) and again unchanged (every text from the cache: what a rebuild of an unchanged catalog
+costs).  The model is loaded once, before the timings (its load time is reported apart).
 
-Prints ratios first (time per tool, encode share, texts per second), then the figures side by side;
+Prints ratios first (encoding and matching apart: seconds, share of the build, texts/s, pairs/s; the
+duplicate text share removed before encoding; the cached rebuild), then the figures side by side;
 writes bench/results/graph.json.
-Usage: python bench/bench_graph.py [--quick] [--sizes 100,500,1000] [--encoder model|hash]
+Usage: python bench/bench_graph.py [--quick] [--sizes 100,500,1000] [--encoder model|hash] [--batch 64]
   --encoder hash: a NumPy hashing encoder instead of the model (measures everything but the model).
+  --batch: texts per model forward pass (default: load_encoder's, 256).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import platform
 import random
 import sys
+import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -92,38 +97,52 @@ def hash_encoder(texts: list[str]) -> np.ndarray:
 def main() -> None:
     sizes = [int(s) for s in _arg("--sizes", "50,100,200" if QUICK else "100,250,500,1000").split(",")]
     which = _arg("--encoder", "model")
+    batch = int(_arg("--batch", "256"))
     t = time.perf_counter()
-    encoder = hash_encoder if which == "hash" else load_encoder()
+    encoder = hash_encoder if which == "hash" else load_encoder(batch_size=batch)
     load_s = time.perf_counter() - t if which != "hash" else 0.0
     encoder(["warm up"])
     rows = []
     for n in sizes:
         tools = synthetic_catalog(n)
-        timings: dict[str, float] = {}
-        t = time.perf_counter()
-        G = build_graph_from_tools(tools, encoder=encoder, model=which, timings=timings)
-        total = time.perf_counter() - t
+        with tempfile.TemporaryDirectory(prefix="bench-graph-") as cache:
+            timings: dict[str, float] = {}
+            t = time.perf_counter()
+            G = build_graph_from_tools(tools, encoder=encoder, model=which, timings=timings, cache_dir=cache)
+            total = time.perf_counter() - t
+            again: dict[str, float] = {}
+            t = time.perf_counter()
+            build_graph_from_tools(tools, encoder=encoder, model=which, timings=again, cache_dir=cache)
+            rebuild = time.perf_counter() - t
         outs = sum(1 for _, a in G.nodes(data=True) if a["kind"] == "output")
         ins = sum(1 for _, a in G.nodes(data=True) if a["kind"] == "input" and a["required"])
+        text_rows = 2 * (outs + ins)  # a name/type and a description text per output and required input
         rows.append({"tools": n, "build_s": total, "per_tool_ms": total / n * 1e3, **timings,
+                     "text_rows": text_rows, "duplicate_share": 1 - timings["texts"] / text_rows,
+                     "texts_per_s": timings["encoded"] / max(timings["encode"], 1e-9),
                      "outputs": outs, "required_inputs": ins, "pairs": outs * ins,
+                     "pairs_per_s": outs * ins / max(timings["match"], 1e-9),
+                     "rebuild_s": rebuild, "rebuild_encode": again["encode"], "rebuild_encoded": again["encoded"],
                      "depends_edges": len(depends_edges(G)),
                      "match_edges": sum(1 for *_, a in G.edges(data=True) if a["kind"] == "match")})
-        print(f"  built {n} tools in {total:.2f} s", flush=True)
-    print(f"\nTool graph build ({which} encoder; model load {load_s:.1f} s, not counted; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
-    print("ratios: " + "  |  ".join(
-        f"{r['tools']} tools: {r['per_tool_ms']:.1f} ms/tool, encode {r['encode'] / r['build_s']:.0%} of build, "
-        f"{r['texts'] / max(r['encode'], 1e-9):.0f} texts/s, matrix {r['pairs'] / max(r['match'], 1e-9) / 1e6:.0f} M pairs/s"
-        for r in rows))
-    cols = ["tools", "build_s", "per_tool_ms", "flatten", "encode", "match", "graph", "texts", "outputs",
-            "required_inputs", "pairs", "match_edges", "depends_edges"]
+        print(f"  built {n} tools in {total:.2f} s (rebuilt from the cache in {rebuild:.2f} s)", flush=True)
+    print(f"\nTool graph build ({which} encoder, batch {batch}; model load {load_s:.1f} s, not "
+          f"counted; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
+    print("ratios:")
+    for r in rows:
+        print(f"  {r['tools']:>5} tools: encode {r['encode']:.2f} s = {r['encode'] / r['build_s']:.0%} of build "
+              f"({r['encoded']} distinct texts of {r['text_rows']}, {r['duplicate_share']:.0%} duplicates removed; "
+              f"{r['texts_per_s']:.0f} texts/s)  |  match {r['match']:.3f} s = {r['match'] / r['build_s']:.1%} "
+              f"({r['pairs_per_s'] / 1e6:.0f} M pairs/s)  |  unchanged rebuild {r['rebuild_s']:.2f} s "
+              f"= {r['rebuild_s'] / r['build_s']:.1%} ({r['rebuild_encoded']} texts encoded)")
+    cols = ["tools", "build_s", "per_tool_ms", "flatten", "encode", "match", "graph", "texts", "encoded",
+            "texts_per_s", "outputs", "required_inputs", "pairs", "match_edges", "depends_edges", "rebuild_s"]
     print("".join(f"{c:>16}" for c in cols))
     for r in rows:
         print("".join(f"{r[c]:>16.3f}" if isinstance(r[c], float) else f"{r[c]:>16}" for c in cols))
     result = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                           "load_average": os.getloadavg()[0]},
-              "encoder": which, "model_load_s": load_s, "threshold": 0.85, "rows": rows}
+              "encoder": which, "batch_size": batch, "model_load_s": load_s, "threshold": 0.85, "rows": rows}
     out = HERE / "results" / "graph.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

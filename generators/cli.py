@@ -326,12 +326,15 @@ def gen_tasks(
     model: Annotated[str | None, typer.Option("--model", envvar="ENVFACTORY_MODEL", help="model id (or $ENVFACTORY_MODEL)")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible base URL")] = None,
     api_key_env: Annotated[str, typer.Option("--api-key-env", help="environment variable holding the API key")] = "OPENAI_API_KEY",
-    out: Annotated[Path, typer.Option("--out", help="tasks JSONL to write (statistics next to it: <stem>.stats.json)")] = Path("tasks.jsonl"),
+    out: Annotated[Path, typer.Option("--out", help="tasks JSONL to write (next to it: <stem>.stats.json and the "
+                                                    "verified trajectories, <stem>.trajectories.jsonl)")] = Path("tasks.jsonl"),
     k: Annotated[int, typer.Option("--k", min=1, help="pass@k solving attempts per task")] = 4,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     graph: Annotated[Path | None, typer.Option("--graph", help="tool graph JSON (default: built from ENV...)")] = None,
-    chains_file: Annotated[Path | None, typer.Option("--chains", help="chains JSONL to use instead of sampling")] = None,
-    checkpoint_dir: Annotated[Path, typer.Option("--checkpoint-dir", help="per-chain checkpoints and the LLM cache")] = Path("build/querygen"),
+    chains_file: Annotated[Path | None, typer.Option("--chains", help="chains JSONL from `envfactory graph sample` "
+                                                                      "to use instead of sampling (those over ENV...; "
+                                                                      "the first --n)")] = None,
+    checkpoint_dir: Annotated[Path, typer.Option("--checkpoint-dir", help="per-chain checkpoints, the LLM cache and the embedding cache")] = Path("build/querygen"),
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="chains in flight at once")] = 2,
     structured_output: Annotated[str, typer.Option(
         "--structured-output",
@@ -339,7 +342,8 @@ def gen_tasks(
              "or json_object (llama-cpp-python's server)")] = "none",
 ) -> None:
     """QueryGen (arXiv 2605.18703 §3.4): sample tool chains and turn them into verified multi-turn tasks
-    (scenario, initial state, turns, refinement, pass@k solving); writes tasks.jsonl and statistics."""
+    (scenario, initial state, turns, refinement, pass@k solving); writes tasks.jsonl, their verified
+    trajectories and statistics."""
     from rich.progress import Progress
 
     from gym_envfactory.environment.catalog import get_environment, strip_gym_id
@@ -370,8 +374,9 @@ def gen_tasks(
         if chains_file is not None:
             chains = sampler.read_chains(chains_file)
         else:
-            G = graph_mod.load_graph(graph) if graph is not None else graph_mod.build_graph(names)
-            chains = sampler.sample_chains(G, n, seed=seed)
+            G = graph_mod.load_graph(graph) if graph is not None else \
+                graph_mod.build_graph(names, cache_dir=checkpoint_dir / "embeddings")
+            chains = sampler.sample_chains(G, n, seed=seed, envs=names)  # drawn inside ENV...: --n honoured
         chains = [c for c in chains if set(c.envs) <= set(names)][:n]
     except (EnvFactoryError, ValueError, OSError) as exc:
         _fail_line(str(exc))
@@ -387,5 +392,6 @@ def gen_tasks(
     stats = write_tasks(outcomes, out, extra={"model": model, "preset": chosen.to_dict(), "seed": seed, "k": k,
                                               "llm_usage": gen.usage_by_stage, "user_simulator": gen.user_stats})
     print_task_stats(stats)
-    console.print(f"wrote {stats['tasks']} task(s) to {out}; statistics: {stats['stats_path']}", highlight=False)
+    console.print(f"wrote {stats['tasks']} task(s) to {out}; verified trajectories: {stats['trajectories_path']} "
+                  f"({stats['trajectories']}); statistics: {stats['stats_path']}", highlight=False)
     raise typer.Exit(0 if stats["tasks"] else 1)

@@ -55,6 +55,10 @@ def build_cmd(
     base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible base URL for --refine")] = None,
     api_key_env: Annotated[str, typer.Option("--api-key-env", help="environment variable holding the API key")] = "OPENAI_API_KEY",
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="LLM response cache folder")] = Path("build/graph/llm-cache"),
+    embedding_cache: Annotated[Path, typer.Option("--embedding-cache",
+                                                  help="embedding cache folder, keyed by (model, text): a rebuild "
+                                                       "encodes only new texts")] = Path("build/graph/embeddings"),
+    no_embedding_cache: Annotated[bool, typer.Option("--no-embedding-cache", help="encode every text")] = False,
 ) -> None:
     """Build the tool graph of ENVS (or --all) and write it as node-link JSON."""
     from gym_envfactory.environment.catalog import list_environments
@@ -69,7 +73,9 @@ def build_cmd(
     if refine and not model:
         _fail(EnvFactoryError("--refine needs --model (or $ENVFACTORY_MODEL)"), 2)
     try:
-        G = build_graph(names, model=embedding_model, threshold=threshold, progress=True)
+        timings: dict[str, float] = {}
+        G = build_graph(names, model=embedding_model, threshold=threshold, progress=True, timings=timings,
+                        cache_dir=None if no_embedding_cache else embedding_cache)
         report = None
         if refine:
             from gym_envfactory.generators.llm import LLMClient, LLMConfig
@@ -85,7 +91,9 @@ def build_cmd(
     links = sum(len(a["via"]) for _, _, a in deps)
     tools = sum(1 for _, a in G.nodes(data=True) if a.get("kind") == "tool")
     _out.print(f"wrote {out}: {len(G.graph['envs'])} environments, {tools} tools, {len(deps)} depends edges "
-               f"({cross} across environments), {links} parameter links", highlight=False)
+               f"({cross} across environments), {links} parameter links; {timings.get('texts', 0)} texts, "
+               f"{timings.get('encoded', 0)} encoded in {timings.get('encode', 0.0):.1f} s, "
+               f"{timings.get('cached', 0)} from the cache", highlight=False)
     if report is not None:
         r = report.as_dict()
         _out.print(f"refinement: +{r['added']} -{r['dropped']} edges, {r['classified']} inputs classified, "

@@ -22,8 +22,11 @@ implementation notes"):
   output without one (Pydantic result models rarely carry any) gets ``"<leaf words> returned by
   <tool name>"``, an input without one ``"<leaf words> for <tool name>"``.
 
-All texts are encoded once (duplicates once), in batches; the scores are one matrix product per
-block of outputs (outputs × required inputs, NumPy), thresholded without a Python loop over pairs.
+All texts are deduplicated, then encoded once each, in batches (256 texts per forward pass); with a
+cache folder (:class:`~.embcache.EmbeddingCache`, keyed by model and text) only texts never encoded under
+that model are, so rebuilding an unchanged catalog encodes nothing and loads no model.  The scores are one
+matrix product per block of outputs (outputs × required inputs, NumPy), thresholded without a Python loop
+over pairs.
 
 ``import gym_envfactory.generators.tasks.graph`` loads networkx and NumPy only; sentence-transformers
 (torch) is imported when the default encoder is first built.
@@ -45,6 +48,7 @@ import numpy as np
 
 from gym_envfactory.errors import EnvFactoryError
 from gym_envfactory.generators.errors import GraphError, LLMError
+from gym_envfactory.generators.tasks.embcache import EmbeddingCache
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -271,6 +275,10 @@ def _default_model_path() -> str:
 def load_encoder(model: str | None = None, *, batch_size: int = 256, device: str | None = "cpu") -> Encoder:
     """A sentence-transformers encoder: ``model`` a local folder or a Hugging Face model name (``None``:
     :data:`DEFAULT_MODEL`, offline).  Returns ``texts -> float32 array (n, dim)``, L2-normalised.
+    ``batch_size``: texts per forward pass.  Parameter texts are short (a few to ~30 tokens) and
+    sentence-transformers sorts each call's texts by length, so padding stays small and per-pass
+    overhead dominates on CPU: measured on 2 shared cores (400 texts), 32 → ~11 texts/s, 128 → ~23,
+    400 → ~26; hence 256.
 
     Raises:
         GraphError: sentence-transformers is missing or the model cannot be loaded.
@@ -293,8 +301,8 @@ def load_encoder(model: str | None = None, *, batch_size: int = 256, device: str
 
 
 def _embed(encoder: Encoder, texts: list[str], progress: Callable[[int], None] | None,
-           batch: int = 256) -> np.ndarray:
-    """Unique texts encoded in batches, L2-normalised rows (a zero row stays zero)."""
+           batch: int = 1024) -> np.ndarray:
+    """Unique texts encoded in calls of ``batch`` texts (the encoder batches within a call), raw rows."""
     parts = []
     for i in range(0, len(texts), batch):
         chunk = texts[i:i + batch]
@@ -303,7 +311,11 @@ def _embed(encoder: Encoder, texts: list[str], progress: Callable[[int], None] |
             progress(len(chunk))
     if not parts:
         return np.zeros((0, 1), dtype=np.float32)
-    m = np.concatenate(parts, axis=0)
+    return np.concatenate(parts, axis=0)
+
+
+def _normalised(m: np.ndarray) -> np.ndarray:
+    """L2-normalised rows (a zero row stays zero)."""
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     return m / np.where(norms == 0, 1.0, norms)
 
@@ -311,7 +323,7 @@ def _embed(encoder: Encoder, texts: list[str], progress: Callable[[int], None] |
 # ---------------------------------------------------------------------------------------------- build
 def build_graph(envs: Iterable[Any], *, model: str | None = None, threshold: float = THRESHOLD,
                 encoder: Encoder | None = None, progress: bool = False,
-                timings: dict[str, float] | None = None) -> nx.DiGraph:
+                timings: dict[str, float] | None = None, cache_dir: str | Path | None = None) -> nx.DiGraph:
     """The tool graph of ``envs`` (environment names, gym ids or specs), one global tool set: edges
     join tools of the same and of different environments (arXiv 2605.18703 §3.3; ``docs/synthesis.md``).
 
@@ -320,13 +332,16 @@ def build_graph(envs: Iterable[Any], *, model: str | None = None, threshold: flo
         threshold: minimum combined score of a ``match`` edge, in [0, 1].
         encoder: ``list[str] -> (n, dim)`` array, instead of loading ``model``.
         progress: show a rich progress bar while encoding.
-        timings: filled with seconds per phase (``flatten``, ``encode``, ``match``, ``graph``).
+        timings: filled with seconds per phase (``flatten``, ``encode``, ``match``, ``graph``) and text
+            counts (``texts`` distinct, ``encoded`` sent to the encoder, ``cached`` found in the cache).
+        cache_dir: embedding cache folder (:class:`~.embcache.EmbeddingCache`), keyed by the graph's
+            ``model`` attribute and the text; ``None``: no cache.
 
     Raises:
         UnknownEnvironmentError: an unknown environment name.  GraphError: the model cannot be loaded.
     """
     return build_graph_from_tools(tool_infos(envs), model=model, threshold=threshold, encoder=encoder,
-                                  progress=progress, timings=timings)
+                                  progress=progress, timings=timings, cache_dir=cache_dir)
 
 
 def _as_info(t: ToolInfo | Mapping[str, Any]) -> ToolInfo:
@@ -337,7 +352,8 @@ def _as_info(t: ToolInfo | Mapping[str, Any]) -> ToolInfo:
 
 def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, model: str | None = None,
                            threshold: float = THRESHOLD, encoder: Encoder | None = None,
-                           progress: bool = False, timings: dict[str, float] | None = None) -> nx.DiGraph:
+                           progress: bool = False, timings: dict[str, float] | None = None,
+                           cache_dir: str | Path | None = None) -> nx.DiGraph:
     """:func:`build_graph` over plain tool descriptions (:class:`ToolInfo` or mappings with its fields).
 
     Raises:
@@ -376,12 +392,13 @@ def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, mod
     t1 = time.perf_counter()
     if not out_rows or not in_rows:
         if timings is not None:
-            timings.update(flatten=t1 - t0, encode=0.0, match=0.0, graph=0.0, texts=0)
+            timings.update(flatten=t1 - t0, encode=0.0, match=0.0, graph=0.0, texts=0, encoded=0, cached=0)
         return G
 
     texts = list(dict.fromkeys([r[2] for r in out_rows + in_rows] + [r[3] for r in out_rows + in_rows]))
     index = {s: i for i, s in enumerate(texts)}
-    emb = _encode_all(encoder, model, texts, progress)
+    cache = EmbeddingCache(cache_dir, G.graph["model"]) if cache_dir is not None else None
+    emb, n_encoded = _encode_all(encoder, model, texts, progress, cache)
     t2 = time.perf_counter()
 
     def rows(idx: list[int]) -> np.ndarray:
@@ -410,19 +427,38 @@ def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, mod
         _add_match(G, out_rows[o][0], in_rows[i][0], min(1.0, round(float(s), 6)), "embedding")
     if timings is not None:
         timings.update(flatten=t1 - t0, encode=t2 - t1, match=t3 - t2, graph=time.perf_counter() - t3,
-                       texts=len(texts))
+                       texts=len(texts), encoded=n_encoded, cached=len(texts) - n_encoded)
     return G
 
 
-def _encode_all(encoder: Encoder | None, model: str | None, texts: list[str], progress: bool) -> np.ndarray:
-    enc = encoder if encoder is not None else load_encoder(model)
-    if not progress:
-        return _embed(enc, texts, None)
-    from rich.progress import Progress
+def _encode_all(encoder: Encoder | None, model: str | None, texts: list[str], progress: bool,
+                cache: EmbeddingCache | None) -> tuple[np.ndarray, int]:
+    """Normalised embeddings of ``texts`` (distinct) and how many were encoded (the rest came from
+    ``cache``; the model is loaded only when some text is not cached)."""
+    found = cache.get(texts) if cache is not None else {}
+    todo = [t for t in texts if t not in found]
+    fresh = np.zeros((0, 1), dtype=np.float32)
+    if todo:
+        enc = encoder if encoder is not None else load_encoder(model)
+        if not progress:
+            fresh = _embed(enc, todo, None)
+        else:
+            from rich.progress import Progress
 
-    with Progress(transient=True) as bar:
-        task = bar.add_task(f"encoding {len(texts)} parameter texts", total=len(texts))
-        return _embed(enc, texts, lambda n: bar.advance(task, n))
+            with Progress(transient=True) as bar:
+                task = bar.add_task(f"encoding {len(todo)} parameter texts"
+                                    + (f" ({len(found)} cached)" if found else ""), total=len(todo))
+                fresh = _embed(enc, todo, lambda n: bar.advance(task, n))
+        if cache is not None:
+            try:
+                cache.put(todo, fresh)
+            except OSError as exc:
+                log.warning("embedding cache %s not written: %s", cache.path, exc)
+    if not found:
+        return _normalised(fresh), len(todo)
+    row = {t: i for i, t in enumerate(todo)}
+    m = np.stack([found[t] if t in found else fresh[row[t]] for t in texts]).astype(np.float32)
+    return _normalised(m), len(todo)
 
 
 def _add_match(G: nx.DiGraph, out_id: str, in_id: str, score: float, origin: str) -> None:
@@ -643,7 +679,8 @@ def _apply_refinement(G: nx.DiGraph, env: str, data: dict[str, Any], report: Ref
             src, dst = _tool_id(G, env, link.get("from_tool")), _tool_id(G, env, link.get("to_tool"))
             out_id = f"{src}:out:{link.get('output')}" if src else None
             in_id = f"{dst}:in:{link.get('input')}" if dst else None
-            if not (out_id in G and in_id in G) or src == dst or env not in (G.nodes[src]["env"], G.nodes[dst]["env"]):
+            if out_id is None or in_id is None or not (out_id in G and in_id in G) or src == dst \
+                    or env not in (G.nodes[src]["env"], G.nodes[dst]["env"]):
                 report.invalid += 1
                 continue
             if op == "add":

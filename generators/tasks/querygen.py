@@ -15,12 +15,17 @@ Per chain (``sampler.Chain`` or its JSON form, docs/synthesis.md), in order:
 6. ``refine``: the preset's refinements (ambiguity → a clarification turn whose answer the user knows);
 7. the task's ground truth is replayed (a failure drops it, ``replay_failed``);
 8. pass@k solving (default k = 4) by an LLM agent in isolated sessions (:mod:`.qgsolve`); kept when some
-   attempt's final state is equivalent to the ground-truth final state (``unsolved`` otherwise;
-   ``too_easy`` when the preset drops tasks every attempt solves).
+   attempt's final state is equivalent to the ground-truth final state and, for a ground truth that
+   leaves the state unchanged, the attempt made every ground-truth call (``unsolved`` otherwise;
+   ``too_easy`` when the preset drops tasks every attempt solves);
+9. the first solving attempt, failed and redundant calls filtered out and replayed, is the task's
+   verified trajectory (:func:`~.qgsolve.verified_trajectory`; ``trajectory_unverified`` noted when the
+   filtered replay does not solve it).
 
 Kept tasks are deduplicated (same environments, initial state and ground truth), written to
 ``tasks.jsonl`` in the catalog format (docs/authoring.md) with ``provenance`` ``{kind: "querygen", model,
-preset, chain_id, seed, date, ...}``, and summarised in a statistics JSON (:func:`task_statistics`).
+preset, chain_id, seed, date, ...}``, summarised in a statistics JSON (:func:`task_statistics`), and their
+verified trajectories written beside them as ``envfactory rollout --out`` records (:func:`write_tasks`).
 
 Resuming: with ``checkpoint_dir`` every finished chain (kept or dropped) is written to
 ``<checkpoint_dir>/<chain_id>.json`` and a re-run with the same chain, model and options
@@ -51,7 +56,7 @@ from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.errors import EnvFactoryError
 from gym_envfactory.generators.errors import LLMRequestError
 from gym_envfactory.generators.llm import LLMClient, LLMConfig
-from gym_envfactory.generators.tasks.qgsolve import solve_pass_at_k, task_environment
+from gym_envfactory.generators.tasks.qgsolve import solve_pass_at_k, task_environment, verified_trajectory
 from gym_envfactory.generators.tasks.qgstages import (
     PRESETS,
     Clarification,
@@ -169,8 +174,9 @@ class QueryGenOptions:
 
 @dataclass
 class ChainOutcome:
-    """What became of one chain: ``status`` ``kept`` (with ``task``, the catalog JSON) or ``dropped``
-    (with ``reason`` and ``detail``); ``notes`` counts fallbacks and rejections along the way."""
+    """What became of one chain: ``status`` ``kept`` (with ``task``, the catalog JSON, and
+    ``trajectory``, its verified trajectory as an ``envfactory rollout --out`` record or ``None``) or
+    ``dropped`` (with ``reason`` and ``detail``); ``notes`` counts fallbacks and rejections along the way."""
 
     chain_id: str
     status: str
@@ -181,19 +187,20 @@ class ChainOutcome:
     solved: int | None = None
     k: int | None = None
     resumed: bool = False
+    trajectory: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the checkpoint file)."""
         return {"format": "querygen-checkpoint/1", "chain_id": self.chain_id, "status": self.status,
                 "task": self.task, "reason": self.reason, "detail": self.detail, "notes": self.notes,
-                "solved": self.solved, "k": self.k}
+                "solved": self.solved, "k": self.k, "trajectory": self.trajectory}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ChainOutcome:
         """Inverse of :meth:`to_dict` (``resumed`` set)."""
         return cls(chain_id=d["chain_id"], status=d["status"], task=d.get("task"), reason=d.get("reason"),
                    detail=d.get("detail", ""), notes=list(d.get("notes", [])), solved=d.get("solved"),
-                   k=d.get("k"), resumed=True)
+                   k=d.get("k"), resumed=True, trajectory=d.get("trajectory"))
 
 
 def _drop(chain_id: str, reason: str, detail: str = "", notes: list[str] | None = None) -> ChainOutcome:
@@ -442,7 +449,13 @@ class QueryGen:
             out.solved, out.k = k, k
             return out
         task_obj["provenance"]["pass_at_k"] = {"k": k, "solved": result.solved}
-        return ChainOutcome(chain_id, "kept", task=task_obj, notes=notes, solved=result.solved, k=k)
+        first = next(a for a in result.attempts if a.solved)
+        trajectory = await asyncio.to_thread(verified_trajectory, env_spec, task, reference, first,
+                                             policy=f"querygen:{self.config.model}")
+        if trajectory is None:
+            notes.append("trajectory_unverified")
+        return ChainOutcome(chain_id, "kept", task=task_obj, notes=notes, solved=result.solved, k=k,
+                            trajectory=trajectory)
 
     # ------------------------------------------------------------------------------------ many chains
     async def generate(self, chains: Iterable[Any]) -> list[ChainOutcome]:
@@ -468,16 +481,14 @@ def _task_key(task: Mapping[str, Any]) -> str:
     return json.dumps([task.get("env"), task.get("initial_state"), gt], sort_keys=True, default=str)
 
 
-def dedupe_tasks(tasks: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """Drop tasks whose environments, initial state and ground truth (turn by turn) repeat an earlier
-    task's; also makes task ids unique (``-2``, ``-3`` suffixes).  Returns ``(kept, n_duplicates)``."""
+def _dedupe(tasks: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
+    """``(index, unique task id)`` of each task kept by :func:`dedupe_tasks`, in order."""
     seen: set[str] = set()
     ids: set[str] = set()
-    out, dups = [], 0
-    for t in tasks:
+    out = []
+    for i, t in enumerate(tasks):
         key = _task_key(t)
         if key in seen:
-            dups += 1
             continue
         seen.add(key)
         tid, n = t["task_id"], 1
@@ -485,8 +496,16 @@ def dedupe_tasks(tasks: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]],
             n += 1
             tid = f"{t['task_id']}-{n}"
         ids.add(tid)
-        out.append({**t, "task_id": tid})
-    return out, dups
+        out.append((i, tid))
+    return out
+
+
+def dedupe_tasks(tasks: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Drop tasks whose environments, initial state and ground truth (turn by turn) repeat an earlier
+    task's; also makes task ids unique (``-2``, ``-3`` suffixes).  Returns ``(kept, n_duplicates)``."""
+    tasks = list(tasks)
+    kept = _dedupe(tasks)
+    return [{**tasks[i], "task_id": tid} for i, tid in kept], len(tasks) - len(kept)
 
 
 def _summary(values: Sequence[float]) -> dict[str, Any]:
@@ -545,15 +564,22 @@ def task_statistics(outcomes: Sequence[ChainOutcome], tasks: Sequence[Mapping[st
 
 
 def write_tasks(outcomes: Sequence[ChainOutcome], out: Path, stats_path: Path | None = None, *,
-                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                extra: Mapping[str, Any] | None = None, trajectories_path: Path | None = None) -> dict[str, Any]:
     """Deduplicate the kept tasks, replay each one's ground truth once more from the written form (a
-    failure drops it, ``replay_failed``), write ``out`` (JSON Lines, one task per line) and the
-    statistics JSON (default ``<out stem>.stats.json``).  Returns the statistics.
+    failure drops it, ``replay_failed``), write ``out`` (JSON Lines, one task per line), the verified
+    trajectories of the written tasks (default ``<out stem>.trajectories.jsonl``, one
+    ``envfactory rollout --out`` record per line, task ids as written; ``envfactory export sft
+    --from-trajectories`` reads it) and the statistics JSON (default ``<out stem>.stats.json``).  Returns
+    the statistics (with ``stats_path``, ``trajectories_path``).
 
     Raises:
         OSError: the files cannot be written.
     """
-    kept, dups = dedupe_tasks([o.task for o in outcomes if o.status == "kept" and o.task is not None])
+    candidates = [o for o in outcomes if o.status == "kept" and o.task is not None]
+    kept_ix = _dedupe([o.task or {} for o in candidates])
+    dups = len(candidates) - len(kept_ix)
+    kept = [{**(candidates[i].task or {}), "task_id": tid} for i, tid in kept_ix]
+    trajectory_of = {tid: candidates[i].trajectory for i, tid in kept_ix}
     final: list[dict[str, Any]] = []
     outcomes = list(outcomes)
     for t in kept:
@@ -573,8 +599,16 @@ def write_tasks(outcomes: Sequence[ChainOutcome], out: Path, stats_path: Path | 
     with out.open("w", encoding="utf-8") as fh:
         for t in final:
             fh.write(json.dumps(t, ensure_ascii=False, default=str) + "\n")
-    stats = task_statistics(outcomes, final, duplicates=dups, extra=extra)
+    tp = trajectories_path or out.with_name(out.stem + ".trajectories.jsonl")
+    n_traj = 0
+    with tp.open("w", encoding="utf-8") as fh:
+        for t in final:
+            record = trajectory_of.get(t["task_id"])
+            if record is not None:
+                fh.write(json.dumps({**record, "task_id": t["task_id"]}, ensure_ascii=False, default=str) + "\n")
+                n_traj += 1
+    stats = task_statistics(outcomes, final, duplicates=dups, extra={"trajectories": n_traj, **(extra or {})})
     sp = stats_path or out.with_name(out.stem + ".stats.json")
     sp.write_text(json.dumps(stats, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    stats["stats_path"] = str(sp)
+    stats["stats_path"], stats["trajectories_path"] = str(sp), str(tp)
     return stats

@@ -25,7 +25,7 @@ import hashlib
 import json
 import random
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -289,12 +289,16 @@ class _Draft:
 
 class _Sampler:
     def __init__(self, ix: _GraphIndex, rng: random.Random, *, max_tools: int, max_envs: int,
-                 depth_limit: int) -> None:
+                 depth_limit: int, envs: frozenset[str] | None = None) -> None:
         self.ix, self.rng = ix, rng
         self.max_tools, self.max_envs, self.depth_limit = max_tools, max_envs, depth_limit
+        self.envs = envs
+        self.starts = ix.tools if envs is None else [t for t in ix.tools if ix.env(t) in envs]
 
     def env_fits(self, draft: _Draft, tool: str) -> bool:
         env = self.ix.env(tool)
+        if self.envs is not None and env not in self.envs:
+            return False
         return env in draft.envs or len(draft.envs) < self.max_envs
 
     def needs_producer(self, tool: str, param: str, data: Mapping[str, Any]) -> bool:
@@ -362,7 +366,7 @@ class _Sampler:
 
     def draw(self, min_tools: int) -> _Draft | None:
         draft = _Draft()
-        if not self.try_place(draft, self.rng.choice(self.ix.tools)):
+        if not self.try_place(draft, self.rng.choice(self.starts)):
             return None
         target = self.rng.randint(min_tools, self.max_tools)
         while len(draft.steps) < target:
@@ -376,7 +380,7 @@ class _Sampler:
 
 
 def sample_chains(G: nx.DiGraph, n: int, *, seed: int, min_tools: int = 2, max_tools: int = 6, max_envs: int = 3,
-                  depth_limit: int = 3) -> list[Chain]:
+                  depth_limit: int = 3, envs: Iterable[str] | None = None) -> list[Chain]:
     """Up to ``n`` distinct chains drawn from the tool graph ``G`` (docs/synthesis.md; paper §3.3).
 
     Each draw picks a start tool, resolves the producers of its required non-user-providable inputs
@@ -391,6 +395,9 @@ def sample_chains(G: nx.DiGraph, n: int, *, seed: int, min_tools: int = 2, max_t
         G: a tool graph in the docs/synthesis.md format.
         n: how many chains to return at most.
         seed: seeds the one ``random.Random`` every choice is drawn from.
+        envs: only tools of these environments (a subset of a bigger graph): every chain stays inside
+            them, and up to ``n`` such chains come back (filtering after sampling would return fewer).
+            User-providability is still judged on the whole graph.  ``None``: every environment.
 
     Raises:
         ValueError: ``n < 0``, ``min_tools < 1``, ``max_tools < min_tools``, ``max_envs < 1`` or
@@ -400,9 +407,11 @@ def sample_chains(G: nx.DiGraph, n: int, *, seed: int, min_tools: int = 2, max_t
         raise ValueError(f"bad sampling bounds: n={n}, min_tools={min_tools}, max_tools={max_tools}, "
                          f"max_envs={max_envs}, depth_limit={depth_limit}")
     ix = _GraphIndex(G)
-    if not ix.tools or n == 0:
+    allowed = None if envs is None else frozenset(envs)
+    sampler = _Sampler(ix, random.Random(seed), max_tools=max_tools, max_envs=max_envs, depth_limit=depth_limit,
+                       envs=allowed)
+    if not sampler.starts or n == 0:
         return []
-    sampler = _Sampler(ix, random.Random(seed), max_tools=max_tools, max_envs=max_envs, depth_limit=depth_limit)
     chains: list[Chain] = []
     seen: set[str] = set()
     for _ in range(20 * n + 100):

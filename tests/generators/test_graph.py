@@ -236,13 +236,15 @@ def test_import_does_not_load_torch() -> None:
 def test_cli_build_and_show(real_model: Memo, tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "G.json"
-    r = runner.invoke(graph_app, ["build", "--all", "--out", str(out)])
+    cache = ["--embedding-cache", str(tmp_path / "emb")]
+    r = runner.invoke(graph_app, ["build", "--all", "--out", str(out), *cache])
     assert r.exit_code == 0, r.output
-    assert "3 environments" in r.output and "across environments" in r.output
+    assert "3 environments" in r.output and "across environments" in r.output and " 0 from the cache" in r.output
     G = load_graph(out)
     assert ("[].hotel_id", "hotel_id") in _via(G, "HotelBooking.search_hotels", "HotelBooking.create_hotel_quote")
-    r = runner.invoke(graph_app, ["build", "HotelBooking", "--out", str(tmp_path / "H.json")])
+    r = runner.invoke(graph_app, ["build", "HotelBooking", "--out", str(tmp_path / "H.json"), *cache])
     assert r.exit_code == 0, r.output
+    assert " 0 encoded" in r.output  # every HotelBooking text was encoded by the --all build
     assert load_graph(tmp_path / "H.json").graph["envs"] == ["HotelBooking"]
     for suffix in ("png", "svg", "html"):
         pic = tmp_path / f"pic.{suffix}"
@@ -340,3 +342,75 @@ def test_refine_against_scripted_server(graph_all: Any, tmp_path: Path) -> None:
     assert nx.number_of_selfloops(G) == 0
     with pytest.raises(GraphError):
         refine_graph(G, client, envs=["Nowhere"])
+
+
+# ------------------------------------------------------------------------------------- embedding cache
+def _tools(n: int) -> list[ToolInfo]:
+    """``n`` small tools in two environments; tool k consumes ``item_id`` and produces ``thing_<k>_id``."""
+    s = {"type": "string"}
+    return [ToolInfo(env=f"E{k % 2}", name=f"t{k}", description=f"tool {k}",
+                     input_schema={"type": "object", "required": ["item_id"],
+                                   "properties": {"item_id": {**s, "description": "the item"}}},
+                     output_schema={"type": "object", "properties": {
+                         "item_id": {**s, "description": "the item"}, f"thing_{k}_id": s}}) for k in range(n)]
+
+
+class Counting:
+    """A deterministic hashing encoder that counts the texts it is asked to encode."""
+
+    __name__ = "counting"
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.texts += texts
+        out = np.zeros((len(texts), 32), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.split():
+                out[i, sum(w.encode()) % 32] += 1.0
+        return out
+
+
+def _edges(G: Any) -> dict:
+    return {(u, v): a for u, v, a in G.edges(data=True)}
+
+
+def test_rebuild_of_an_unchanged_catalog_encodes_nothing(tmp_path: Path) -> None:
+    enc, cache = Counting(), tmp_path / "emb"
+    t1: dict[str, float] = {}
+    G1 = build_graph_from_tools(_tools(6), encoder=enc, model="counting", cache_dir=cache, timings=t1)
+    first = list(enc.texts)
+    assert len(first) == len(set(first)) == t1["texts"] == t1["encoded"] and t1["cached"] == 0  # deduplicated
+    enc.texts.clear()
+    t2: dict[str, float] = {}
+    G2 = build_graph_from_tools(_tools(6), encoder=enc, model="counting", cache_dir=cache, timings=t2)
+    assert enc.texts == [] and t2["encoded"] == 0 and t2["cached"] == t1["texts"]  # nothing encoded again
+    assert _edges(G2) == _edges(G1) and G2.graph == G1.graph
+    # one more tool: only its new texts are encoded
+    build_graph_from_tools(_tools(7), encoder=enc, model="counting", cache_dir=cache)
+    assert enc.texts and set(enc.texts).isdisjoint(first) and all("thing 6" in t or "t6" in t for t in enc.texts)
+    # another model: its own keys
+    enc.texts.clear()
+    build_graph_from_tools(_tools(6), encoder=enc, model="other", cache_dir=cache)
+    assert sorted(enc.texts) == sorted(first)
+    # a damaged shard is skipped (its texts encoded again), never an error
+    for shard in (cache).rglob("shard-*.npz"):
+        shard.write_bytes(b"not a zip")
+    enc.texts.clear()
+    assert _edges(build_graph_from_tools(_tools(6), encoder=enc, model="counting", cache_dir=cache)) == _edges(G1)
+    assert sorted(enc.texts) == sorted(first)
+
+
+def test_cached_rebuild_does_not_load_the_model(real_model: Memo, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    G1 = build_graph(["HotelBooking"], cache_dir=tmp_path / "emb")
+
+    def no_model(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("the model was loaded although every text is cached")
+
+    monkeypatch.setattr(graph_mod, "load_encoder", no_model)
+    timings: dict[str, float] = {}
+    G2 = build_graph(["HotelBooking"], cache_dir=tmp_path / "emb", timings=timings)
+    assert timings["encoded"] == 0 and timings["cached"] == timings["texts"] > 100
+    assert _edges(G2) == _edges(G1)

@@ -1,17 +1,26 @@
 """QueryGen end to end over real HTTP against the scripted OpenAI-compatible server: every stage has a
-scripted answer (querygen_script.py), and each bad answer is filtered and counted, never a crash."""
+scripted answer (querygen_script.py), and each bad answer is filtered and counted, never a crash.  Also:
+a do-nothing agent never solves a task that leaves the state unchanged; the first solving attempt is
+stored (filtered) as a verified trajectory that `envfactory export sft` reads; `envfactory gen tasks`
+output for each catalog environment passes validation and scores 1.0 with the oracle."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.generators.cli import gen_app
+from gym_envfactory.generators.export.cli import export_app
+from gym_envfactory.generators.export.episodes import read_trajectories
 from gym_envfactory.generators.llm import LLMConfig
 from gym_envfactory.generators.tasks.qgsolve import task_environment
 from gym_envfactory.generators.tasks.querygen import (
@@ -24,10 +33,55 @@ from gym_envfactory.replay import task_reference
 from gym_envfactory.rollout.policies import OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
 from gym_envfactory.testing import ScriptedChatServer
+from gym_envfactory.validation import validate_environment
 
 from .querygen_script import ADA_CALLS, GRACE_CALLS, FakeChecker, Script, make_chain
 
 CALLS = {"ada": ADA_CALLS, "grace": GRACE_CALLS, "ada-copy": ADA_CALLS}
+# ground truths that end where they started: a do-nothing agent reaches their final state
+FREEZE_UNFREEZE = [{"env": "PersonalFinance", "name": "freeze_card", "arguments": {"card_id": "CARD-5001"}},
+                   {"env": "PersonalFinance", "name": "unfreeze_card", "arguments": {"card_id": "CARD-5001"}}]
+READ_ONLY = [{"env": "PersonalFinance", "name": "list_accounts", "arguments": {"customer_id": "CU-001"}},
+             {"env": "PersonalFinance", "name": "get_account_balance", "arguments": {"account_id": "ACC-1001"}}]
+MARK = re.compile(r"<<c=(\S+) s=([\d,]+)>>")
+BAD_CALL = {"name": "get_hotel_booking", "arguments": {"booking_id": "BK-9999"}}
+
+
+def chain_of(chain_id: str, calls: list[dict]) -> dict:
+    """A chain over ``calls``' own environment (every input user-provided; the checker runs ``calls``)."""
+    env = calls[0]["env"]
+    return {"chain_id": chain_id, "seed": 0, "envs": [env],
+            "steps": [{"tool": f"{env}.{c['name']}", "env": env, "name": c["name"],
+                       "inputs": {a: {"source": "user"} for a in c["arguments"]}} for c in calls]}
+
+
+class AgentScript(Script):
+    """``Script`` with two more agents: ``lazy`` answers every turn without a call; ``sloppy`` opens
+    turn 0 with a failing call and repeats its read-only call before going on.  ``no_patches``: the
+    state stage keeps the default state (environments other than HotelBooking)."""
+
+    def __init__(self, *args: Any, no_patches: bool = False, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.no_patches = no_patches
+
+    def answer_state(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"content": json.dumps({"patches": {}})} if self.no_patches else super().answer_state(body)
+
+    def answer_solve(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.agent == "lazy":
+            return {"content": "All done, nothing else needed."}
+        msgs = body["messages"]
+        last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+        m = MARK.search(msgs[last_user]["content"])
+        if self.agent != "sloppy" or m is None or not m.group(2).startswith("0"):
+            return super().answer_solve(body)
+        calls = self.calls_by_chain[m.group(1)]
+        steps = [int(x) for x in m.group(2).split(",")]
+        plan = [BAD_CALL, calls[0], calls[0], *(calls[i] for i in steps[1:])]
+        done = sum(1 for x in msgs[last_user:] if x["role"] == "assistant" and x.get("tool_calls"))
+        if done >= len(plan):
+            return {"content": "All done."}
+        return {"tool_calls": [{"function": {"name": plan[done]["name"], "arguments": plan[done]["arguments"]}}]}
 
 
 def run_qg(server: ScriptedChatServer, chains: list[dict], tmp_path: Path, *, preset: str = "sft-conv", k: int = 2,
@@ -53,6 +107,12 @@ def test_end_to_end_sft_conv_tasks_replay_and_score_one(tmp_path: Path) -> None:
     # ada-copy has ada's ground truth on the same generated state: deduplicated
     assert stats["tasks"] == 2 and stats["drop_reasons"] == {"duplicate": 1}
     assert Path(stats["stats_path"]).is_file()
+    # the verified trajectories (the user simulator's messages replayed) beside the tasks
+    records = [json.loads(line) for line in Path(stats["trajectories_path"]).read_text().splitlines()]
+    assert stats["trajectories"] == 2 and [r["task_id"] for r in records] == \
+        [json.loads(line)["task_id"] for line in out.read_text().splitlines()]
+    assert all(r["reward"] == pytest.approx(1.0) and sum(m["role"] == "user" for m in r["messages"]) == 3
+               for r in records)
     on_disk = json.loads(Path(stats["stats_path"]).read_text())
     assert on_disk["turns_per_task"]["mean"] == 3.0  # turn, clarification, answer turn
     assert on_disk["clarification_share"] == 1.0
@@ -240,3 +300,119 @@ def test_rl_preset_with_k_1_is_refused_not_silently_empty() -> None:
     with pytest.raises(ValueError, match="unknown preset"):
         QueryGenOptions(preset="nope")
     assert QueryGenOptions(preset="sft-non-conv", k=1).k == 1
+
+
+# ------------------------------------------------------------------ do-nothing attempts, verified trajectories
+@pytest.mark.parametrize("calls", [FREEZE_UNFREEZE, READ_ONLY], ids=["freeze-unfreeze", "read-only"])
+def test_an_agent_that_calls_nothing_does_not_solve_a_task_that_leaves_the_state_unchanged(
+        tmp_path: Path, calls: list[dict]) -> None:
+    by_chain = {"pf": calls}
+    with ScriptedChatServer(AgentScript(by_chain, conversational=False, agent="lazy", no_patches=True)) as server:
+        _, outcomes = run_qg(server, [chain_of("pf", calls)], tmp_path, preset="sft-non-conv",
+                             checker=FakeChecker(by_chain), checkpoints=False)
+    o = outcomes[0]
+    assert o.status == "dropped" and o.reason == "unsolved" and o.solved == 0, (o.status, o.reason, o.detail)
+    assert "calls were not made" in o.detail
+    # the same task, solved by making the calls: kept, with its verified trajectory
+    with ScriptedChatServer(AgentScript(by_chain, conversational=False, no_patches=True)) as server:
+        _, outcomes = run_qg(server, [chain_of("pf", calls)], tmp_path / "good", preset="sft-non-conv",
+                             checker=FakeChecker(by_chain), checkpoints=False)
+    o = outcomes[0]
+    assert o.status == "kept" and o.solved == 2, (o.reason, o.detail)
+    assert o.trajectory is not None and o.trajectory["reward"] == pytest.approx(1.0)
+
+
+def test_first_solving_attempt_is_stored_filtered_and_exports_as_sft(tmp_path: Path) -> None:
+    chains = [make_chain("ada", ADA_CALLS)]
+    with ScriptedChatServer(AgentScript(CALLS, conversational=False, agent="sloppy")) as server:
+        _, outcomes = run_qg(server, chains, tmp_path, preset="sft-non-conv", k=2)
+    o = outcomes[0]
+    assert o.status == "kept" and o.trajectory is not None, (o.reason, o.detail, o.notes)
+    out = tmp_path / "build" / "tasks.jsonl"
+    stats = write_tasks(outcomes, out, extra={"model": "scripted"})
+    path = tmp_path / "build" / "tasks.trajectories.jsonl"
+    assert stats["trajectories_path"] == str(path) and stats["trajectories"] == 1
+    [record] = [json.loads(line) for line in path.read_text().splitlines()]
+    # the `envfactory rollout --out` record format (EpisodeResult.to_json), messages last
+    assert list(record) == ["task_id", "env", "policy", "seed", "reward", "components", "steps", "terminated",
+                            "truncated", "perturbations", "errors", "tools", "messages"]
+    assert record["task_id"] == json.loads(out.read_text())["task_id"] and record["env"] == "HotelBooking"
+    assert record["policy"] == "querygen:scripted" and record["terminated"] and not record["errors"]
+    assert record["reward"] == pytest.approx(1.0) and record["components"]["p_len"] == 0
+    calls = [tc["function"] for m in record["messages"] if m["role"] == "assistant" for tc in m.get("tool_calls") or []]
+    # the failing call and the repeated read-only lookup are filtered out: exactly the ground truth
+    assert [c["name"] for c in calls] == [c["name"] for c in ADA_CALLS]
+    assert not any(m["role"] == "tool" and '"error"' in m["content"] for m in record["messages"])
+    assert {m["role"] for m in record["messages"]} == {"system", "user", "assistant", "tool"}
+    # `envfactory export sft --from-trajectories` reads it
+    [traj] = list(read_trajectories(path))
+    assert traj.task_id == record["task_id"] and traj.reward == 1.0 and traj.tools
+    sft = tmp_path / "sft" / "sft.json"
+    res = CliRunner().invoke(export_app, ["sft", "--from-trajectories", str(path), "--out", str(sft)])
+    assert res.exit_code == 0, res.output
+    [conv] = json.loads(sft.read_text())
+    kinds = [t["from"] for t in conv["conversations"]]
+    assert kinds.count("function_call") == len(ADA_CALLS) and kinds[0] == "human" and kinds[-1] == "gpt"
+
+
+# ------------------------------------------------------------------ `envfactory gen tasks` over the catalog
+FINANCE_EDGES = [
+    ("list_accounts", "[].account_id", "get_account_balance", "account_id"),
+    ("list_accounts", "[].account_id", "transfer_between_accounts", "from_account_id"),
+    ("list_accounts", "[].account_id", "transfer_between_accounts", "to_account_id"),
+    ("list_accounts", "[].account_id", "pay_payee", "from_account_id"),
+    ("list_payees", "[].payee_id", "pay_payee", "payee_id"),
+    ("add_payee", "payee_id", "pay_payee", "payee_id"),
+    ("list_cards", "[].card_id", "freeze_card", "card_id"),
+    ("list_cards", "[].card_id", "unfreeze_card", "card_id"),
+    ("list_cards", "[].card_id", "report_card_lost", "card_id"),
+    ("search_transactions", "transactions[].transaction_id", "recategorize_transaction", "transaction_id"),
+    ("search_transactions", "transactions[].transaction_id", "dispute_transaction", "transaction_id"),
+    ("dispute_transaction", "dispute_id", "get_dispute", "dispute_id"),
+]
+
+
+def test_cli_tasks_of_each_catalog_environment_validate_and_score_one(tmp_path: Path) -> None:
+    """`gen tasks ENV --graph G --n 1` on a graph of all three environments: the CLI samples inside ENV,
+    the output tasks pass validation (ground-truth replay) and the oracle scores 1.0 on each."""
+    pytest.importorskip("networkx")
+    from gym_envfactory.generators.tasks import sampler
+    from gym_envfactory.generators.tasks.graph import save_graph
+
+    from .test_sampler import CALENDAR_EDGES, add_env, hotel_graph
+
+    G = add_env(add_env(hotel_graph(), "TeamCalendar", CALENDAR_EDGES), "PersonalFinance", FINANCE_EDGES)
+    graph = save_graph(G, tmp_path / "graph.json")
+    runner = CliRunner()
+    for env in ("HotelBooking", "TeamCalendar", "PersonalFinance"):
+        # the chain the CLI will sample for this seed, checked here to script the model's answers
+        for seed in range(40):
+            [chain] = sampler.sample_chains(G, 1, seed=seed, envs=[env])
+            check = sampler.check_chain(chain)
+            if check.ok and len(check.calls) <= 4:
+                break
+        else:
+            pytest.fail(f"no runnable short chain for {env}")
+        script = AgentScript({chain.chain_id: check.calls}, conversational=False, no_patches=env != "HotelBooking")
+        out = tmp_path / env / "tasks.jsonl"
+        with ScriptedChatServer(script) as server:
+            res = runner.invoke(gen_app, ["tasks", env, "--graph", str(graph), "--n", "1", "--seed", str(seed),
+                                          "--preset", "sft-non-conv", "--k", "1", "--model", "scripted",
+                                          "--base-url", server.base_url, "--out", str(out),
+                                          "--checkpoint-dir", str(tmp_path / env / "qg")])
+        assert res.exit_code == 0, (env, res.output)
+        spec = get_environment(env)
+        tasks = TaskSet.from_jsonl(env, out)
+        assert len(tasks) == 1 and tasks.ids()[0] == f"qg-{chain.chain_id}"
+        env_spec = task_environment(spec, list(tasks))
+        report = validate_environment(env_spec, require_coverage=False, lint=False)
+        assert report.passed and report.n_tasks == 1, (env, report.failures())
+        for t in tasks:
+            e = EnvFactoryEnv(env_spec, task_id=t.task_id)
+            try:
+                assert run_episode(e, OraclePolicy(), task_id=t.task_id).reward == pytest.approx(1.0), env
+            finally:
+                e.close()
+        [record] = [json.loads(x) for x in (tmp_path / env / "tasks.trajectories.jsonl").read_text().splitlines()]
+        assert record["env"] == env and record["reward"] == pytest.approx(1.0)
+        assert json.loads((tmp_path / env / "tasks.stats.json").read_text())["trajectories"] == 1

@@ -240,6 +240,26 @@ def test_max_envs_respected(max_envs: int) -> None:
     assert max(seen) == max_envs  # the bound is reached, so the test would notice a sampler ignoring it
 
 
+def test_envs_subset_is_sampled_inside_not_filtered_after() -> None:
+    # `gen tasks HotelBooking --graph all.json --n N` used to take N chains of the whole graph and then
+    # keep those inside HotelBooking: fewer than N.  The sampler now draws inside the subset.
+    G = hotel_calendar_graph()
+    whole = sample_chains(G, 20, seed=0)
+    assert len([c for c in whole if c.envs == ["HotelBooking"]]) < 20
+    inside = sample_chains(G, 20, seed=0, envs=["HotelBooking"])
+    assert len(inside) == 20 and all(c.envs == ["HotelBooking"] for c in inside)
+    for c in inside:
+        assert_invariant(G, c)
+    assert sample_chains(G, 20, seed=0, envs=["HotelBooking"]) == inside  # seeded
+    assert sample_chains(G, 5, seed=0, envs=["NoSuchEnv"]) == []
+    assert sample_chains(G, 20, seed=0, envs=None) == whole  # no subset: the same draws as before
+    # cross-environment chains stay inside the subset too
+    S = synthetic_graph(envs=4)
+    for c in sample_chains(S, 30, seed=1, envs=["E1", "E2"]):
+        assert set(c.envs) <= {"E1", "E2"}
+        assert_invariant(S, c)
+
+
 @pytest.mark.parametrize("depth_limit", [0, 1, 2, 3])
 def test_depth_limit_respected(depth_limit: int) -> None:
     G = synthetic_graph(envs=1, per_env=6, cross=False)
