@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import socket
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -90,6 +92,7 @@ class AsyncSessionClient:
         import websockets
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        headers["X-Envfactory-Client"] = client_identity()
         try:
             self._ws = await asyncio.wait_for(
                 websockets.connect(self.url, additional_headers=headers, max_size=self.max_size,
@@ -209,6 +212,13 @@ class AsyncSessionClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def client_identity() -> str:
+    """The ``X-Envfactory-Client`` this process sends (the server's unit of session ownership and
+    quota): ``$ENVFACTORY_CLIENT`` when set, else ``<hostname>:<pid>``, so every connection of one
+    trainer process shares its sessions and quota, and two processes never use each other's sessions."""
+    return os.environ.get("ENVFACTORY_CLIENT") or f"{socket.gethostname()}:{os.getpid()}"
 
 
 class SessionClient:
