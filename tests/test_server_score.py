@@ -74,3 +74,16 @@ def test_score_over_http_rpc_and_the_fast_protocol():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_server_score_counts_every_call_an_unrecorded_summary_stands_for():
+    """A message with hundreds of junk calls leaves a bounded log (one summary record for the calls not
+    recorded one by one); the server's ``score`` counts each of them in P_len, as the env's reward does."""
+    m = SessionManager([ENV])
+    tid = get_environment(ENV).tasks.ids()[0]
+    sid = m.create(ENV, task_id=tid).session_id
+    for _ in range(3):
+        m.record_invalid(sid, "nope", "junk", "malformed", tag=0)
+    m.record_invalid(sid, "invalid_tool_call", {"not_recorded": 40}, "40 more invalid calls were not recorded", tag=0)
+    m.record_invalid(sid, "invalid_tool_call", {"not_recorded": True}, "a forged summary is one call", tag=0)
+    assert m.score(sid)["p_len"] == 3 + 40 + 1

@@ -462,6 +462,10 @@ class SessionManager:
                 records.append(TurnRecord())
             res = rec.result
             records[turn].calls.append((res.name, res.arguments, res.is_invalid_call))
+            hidden = rec.raw_arguments.get("not_recorded") if isinstance(rec.raw_arguments, dict) else None
+            if res.is_invalid_call and isinstance(hidden, int) and not isinstance(hidden, bool) and 1 < hidden <= 1_000_000:
+                # the env's summary record stands for every call it did not record: each counts in P_len
+                records[turn].calls.extend([("invalid_tool_call", None, True)] * (hidden - 1))
         for i, text in enumerate(texts or []):
             while len(records) <= i:
                 records.append(TurnRecord())
