@@ -18,19 +18,16 @@ from gym_envfactory import make_group
 from gym_envfactory.cli import app
 from gym_envfactory.envs.env import EnvFactoryEnv
 
+from .test_server import start_server
+
 TOKEN = "issue14-token"
 
 
 @pytest.fixture(scope="module")
 def server():
-    """``envfactory serve HotelBooking`` on a free port, guarded by TOKEN (as tests/test_server.py starts one)."""
-    env = {k: v for k, v in os.environ.items() if k != "ENVFACTORY_TOKEN"}
-    env["ENVFACTORY_TOKEN"] = TOKEN
-    proc = subprocess.Popen([sys.executable, "-m", "gym_envfactory.cli", "serve", "HotelBooking", "--port", "0", "--announce"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    line = proc.stdout.readline()
-    assert line.startswith("{"), proc.stderr.read()
-    yield json.loads(line)["listening"]
+    """``envfactory serve HotelBooking`` on a free port, guarded by TOKEN."""
+    proc, url = start_server("HotelBooking", token=TOKEN)
+    yield url
     proc.terminate()
     proc.wait(timeout=10)
     proc.stdout.close()
