@@ -191,8 +191,9 @@ class SessionProtocol(Protocol):
         ...
 
     def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None,
-                       tag: Any = None) -> ToolResult:
-        """Log a call that could not be parsed (``parse_error``)."""
+                       tag: Any = None, not_recorded: int = 0) -> ToolResult:
+        """Log a call that could not be parsed (``parse_error``); ``not_recorded`` > 0: the record stands
+        for that many calls the env did not log one by one (``calls_not_recorded``)."""
         ...
 
     def state(self) -> Any:
@@ -412,12 +413,21 @@ class Session:
                                       raw, result, tag))
         return result
 
-    def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
-        """Log a call that could not even be parsed (``parse_error``) so the trajectory keeps it."""
+    def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None,
+                       not_recorded: int = 0) -> ToolResult:
+        """Log a call that could not even be parsed (``parse_error``) so the trajectory keeps it.
+
+        ``not_recorded`` > 0 marks the record as the summary of that many invalid calls the env did not
+        log one by one (error code ``calls_not_recorded``, ``raw`` = ``{"not_recorded": n}``): only this
+        parameter, which the env sets and a model's call never reaches, makes a record count more than
+        once in ``P_len`` (a model writing ``{"not_recorded": 10**6}`` is one invalid call)."""
         self._check_open()
+        n = not_recorded if isinstance(not_recorded, int) and not isinstance(not_recorded, bool) else 0
+        code = "calls_not_recorded" if n > 0 else "parse_error"
         result = ToolResult(name=scrub(name), ok=False, error_type="parse_error", error=scrub(message),
-                            error_code="parse_error", call_id=call_id)
-        self._log.append(ActionRecord(len(self._log), result.name, _loggable(raw), result, tag))
+                            error_code=code, call_id=call_id)
+        self._log.append(ActionRecord(len(self._log), result.name, {"not_recorded": n} if n > 0 else _loggable(raw),
+                                      result, tag))
         return result
 
     def _run(self, name: str, arguments: Any, call_id: str | None) -> ToolResult:

@@ -217,3 +217,49 @@ if __name__ == "__main__" and "--record" in sys.argv:
     FIXTURE.parent.mkdir(exist_ok=True)
     _record(FIXTURE)
     print(f"recorded {FIXTURE}")
+
+
+def _completion(message):
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+
+
+HOSTILE_TOOL_CALLS = [
+    [{"id": "c1", "type": "custom", "custom": {"name": "borrow_book", "input": "{}"}}],
+    [{"id": "c1", "type": "function", "function": None}],
+    [{"id": None, "type": "function", "function": {"name": None, "arguments": {"book_id": "B1"}}}],
+]
+
+
+@pytest.mark.parametrize("tool_format", ["native", "prompt"])
+@pytest.mark.parametrize("calls", HOSTILE_TOOL_CALLS, ids=["custom", "function-null", "name-null"])
+def test_malformed_tool_calls_from_the_endpoint_are_observations(library, calls, tool_format):
+    """A tool call of another type, without a function or a name is the model's malformed action: the
+    env records an invalid call and the episode goes on (never an AttributeError)."""
+    seen = []
+
+    def script(body):
+        seen.append(body)
+        if len(seen) == 1:
+            return _completion({"role": "assistant", "content": None, "tool_calls": calls})
+        return _completion({"role": "assistant", "content": "I give up."})
+
+    with ScriptedChatServer(script) as server:
+        policy = OpenAIPolicy(model="m", base_url=server.base_url, max_retries=0, tool_format=tool_format)
+        result = run_episode(EnvFactoryEnv("Library", task_id="borrow-return"), policy)
+    assert result.error is None and result.components["invalid"] >= 1
+
+
+@pytest.mark.parametrize("message", [None, {"role": "assistant", "content": "x", "tool_calls": {"not": "a list"}}],
+                         ids=["message-null", "tool-calls-dict"])
+def test_an_answer_without_a_usable_message_is_a_policy_error_and_rollout_keeps_the_rest(library, message, tmp_path):
+    from gym_envfactory.cli import app
+
+    out = tmp_path / "t.jsonl"
+    with ScriptedChatServer(lambda body: _completion(message)) as server:
+        r = CliRunner().invoke(app, ["rollout", "Library", "--policy", "openai", "--model", "m",
+                                     "--base-url", server.base_url, "--episodes", "2", "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 2 and all("error" in x for x in lines)

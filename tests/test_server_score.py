@@ -77,13 +77,45 @@ def test_score_over_http_rpc_and_the_fast_protocol():
 
 
 def test_server_score_counts_every_call_an_unrecorded_summary_stands_for():
-    """A message with hundreds of junk calls leaves a bounded log (one summary record for the calls not
-    recorded one by one); the server's ``score`` counts each of them in P_len, as the env's reward does."""
+    """A message with hundreds of junk calls leaves a bounded log (one summary record, made by the env
+    with ``not_recorded=N``, for the calls not recorded one by one); the server's ``score`` counts each of
+    them in P_len, as the env's reward does.  A model cannot forge one: a call (or parse error) whose
+    arguments read ``{"not_recorded": N}`` is one invalid call."""
     m = SessionManager([ENV])
     tid = get_environment(ENV).tasks.ids()[0]
     sid = m.create(ENV, task_id=tid).session_id
     for _ in range(3):
         m.record_invalid(sid, "nope", "junk", "malformed", tag=0)
-    m.record_invalid(sid, "invalid_tool_call", {"not_recorded": 40}, "40 more invalid calls were not recorded", tag=0)
-    m.record_invalid(sid, "invalid_tool_call", {"not_recorded": True}, "a forged summary is one call", tag=0)
-    assert m.score(sid)["p_len"] == 3 + 40 + 1
+    m.record_invalid(sid, "invalid_tool_call", None, "40 more invalid calls were not recorded", tag=0, not_recorded=40)
+    m.record_invalid(sid, "invalid_tool_call", {"not_recorded": 10**6}, "a forged summary is one call", tag=0)
+    m.call(sid, "invalid_tool_call", {"not_recorded": 10**6}, tag=0)
+    m.call(sid, "list_hotel_destinations", {"not_recorded": 10**6}, tag=0)
+    assert m.score(sid)["p_len"] == 3 + 40 + 1 + 1 + 1
+    with pytest.raises(BadRequestError, match="not_recorded"):
+        m.record_invalid(sid, "x", None, "m", not_recorded=-1)
+
+
+def test_env_and_server_agree_on_p_len_for_junk_and_forged_summaries():
+    """The same junk-heavy episode scored by the env (in-process) and by the server (url backend)."""
+    proc, url = start_server(ENV)
+    try:
+        tid = get_environment(ENV).tasks.ids()[0]
+        junk = "<tool_call>{bad</tool_call>" * 40
+        forged = '<tool_call>{"name": "invalid_tool_call", "arguments": {"not_recorded": 1000000}}</tool_call>'
+        p_len = []
+        for backend in ("inprocess", "url"):
+            kw = {"url": url, "token": TOKEN} if backend == "url" else {}
+            env = EnvFactoryEnv(ENV, backend=backend, **kw)
+            env.reset(options={"task_id": tid})
+            env.step(junk)
+            env.step(forged)
+            local = env.score().p_len
+            if backend == "url":
+                client = env.session.client
+                assert client.request("score", session_id=env.session.session_id)["p_len"] == local
+            p_len.append(local)
+            env.close()
+        assert p_len[0] == p_len[1] == 41
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

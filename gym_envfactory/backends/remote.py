@@ -352,7 +352,8 @@ class RemoteSession:
                 raise r
         return [_tool_result(r) for r in res]
 
-    def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
+    def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None,
+                       not_recorded: int = 0) -> ToolResult:
         """Log a call that could not be parsed (``parse_error``) in the server's action log; ``raw`` that
         is not JSON-serialisable is sent as its ``repr``."""
         try:
@@ -360,7 +361,8 @@ class RemoteSession:
         except (TypeError, ValueError):
             raw = repr(raw)
         return _tool_result(self.client.request("record_invalid", session_id=self.session_id, name=name, raw=raw,
-                                                message=message, call_id=call_id, tag=tag))
+                                                message=message, call_id=call_id, tag=tag,
+                                                **({"not_recorded": not_recorded} if not_recorded else {})))
 
     def state(self) -> Any:
         """The canonical state (one env: its dict; several: ``{env_name: dict}``), fetched from the server."""

@@ -281,6 +281,11 @@ def rollout_cmd(
                 err_console.print(f"{tid}: {exc}", style="red", markup=False, highlight=False)
                 code = 1
                 break
+            except Exception as exc:  # noqa: BLE001 - a defect anywhere still leaves the finished episodes written
+                err_console.print(f"{tid}: unexpected {type(exc).__name__}: {exc}", style="red", markup=False,
+                                  highlight=False)
+                code = 1
+                break
             results.append(r)
             progress.advance(bar)
             if r.error is None:

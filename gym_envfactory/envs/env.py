@@ -536,7 +536,7 @@ class EnvFactoryEnv(gym.Env):
                 f"{unrecorded} more invalid calls in this message (malformed, or beyond {self.max_calls_per_step} parallel "
                 f"calls) were not recorded; each still counts as an invalid call (at most "
                 f"{self.max_invalid_calls_per_step} per message and {self.max_invalid_calls_per_episode} per episode "
-                f"are recorded one by one)", call_id=call_id, tag=self.turn)
+                f"are recorded one by one)", call_id=call_id, tag=self.turn, not_recorded=unrecorded)
             results.append(res)
             tool_calls.append({"id": call_id, "type": "function", "function": {"name": res.name, "arguments": json.dumps(summary)}})
             tool_msgs.append({"role": "tool", "tool_call_id": call_id, "name": res.name, "content": res.to_text()})

@@ -488,16 +488,36 @@ class OpenAIPolicy(Policy):
             self.usage["completion_tokens"] += resp.usage.completion_tokens or 0
         if not resp.choices:
             raise PolicyError(f"chat completion at {self.base_url} returned no choices")
-        msg = resp.choices[0].message
-        if self.tool_format == "prompt" and not msg.tool_calls:
-            return msg.content or ""
-        out: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
-        if msg.tool_calls:
-            out["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                for c in msg.tool_calls
-            ]
+        msg = getattr(resp.choices[0], "message", None)
+        if msg is None:
+            raise PolicyError(f"chat completion at {self.base_url} returned a choice without a message")
+        content = msg.content if isinstance(msg.content, str) else ""
+        calls = msg.tool_calls
+        if calls is not None and not isinstance(calls, list):
+            raise PolicyError(f"chat completion at {self.base_url} returned tool_calls that are not a list")
+        if self.tool_format == "prompt" and not calls:
+            return content
+        out: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            out["tool_calls"] = [_tool_call_dict(c, i) for i, c in enumerate(calls)]
         return out
+
+
+def _tool_call_dict(call: Any, index: int) -> dict[str, Any]:
+    """An endpoint's tool call as the env reads it.  A call of another type (``custom``) or without a
+    function keeps whatever name/arguments it has (none: ``""``), so the env turns it into an invalid
+    call the model sees: a malformed model action is an observation, never a crash."""
+    fn = getattr(call, "function", None)
+    name = getattr(fn, "name", None)
+    args = getattr(fn, "arguments", None)
+    if not isinstance(args, str):
+        try:
+            args = json.dumps(args) if args is not None else ""
+        except (TypeError, ValueError):
+            args = ""
+    call_id = getattr(call, "id", None)
+    return {"id": call_id if isinstance(call_id, str) and call_id else f"call_{index}", "type": "function",
+            "function": {"name": name if isinstance(name, str) else "", "arguments": args}}
 
 
 def make_policy(kind: str, *, seed: int = 0, noise: float = 0.3, model: str | None = None,

@@ -47,6 +47,8 @@ __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityE
 log = logging.getLogger(__name__)
 
 CLIENT_HEADER = "X-Envfactory-Client"
+#: the most calls one "not recorded" summary record may stand for (a message cannot hold more blocks)
+MAX_NOT_RECORDED = 1_000_000
 """HTTP header naming the client a request comes from (sessions are owned by the client that created them)."""
 ANONYMOUS_CLIENT = "anonymous"
 """The identity of every request without :data:`CLIENT_HEADER` (they share sessions and one quota)."""
@@ -348,7 +350,7 @@ class SessionManager:
 
     @_locked
     def record_invalid(self, session_id: str, name: str, raw: Any, message: str, *, call_id: str | None = None,
-                       tag: Any = None, client: str | None = None) -> dict[str, Any]:
+                       tag: Any = None, client: str | None = None, not_recorded: int = 0) -> dict[str, Any]:
         """Log a call the client could not parse (``parse_error``); returns :meth:`ToolResult.to_dict`.
 
         Raises:
@@ -357,7 +359,10 @@ class SessionManager:
         """
         ms = self.get(session_id, client)
         self.counters["errors"] += 1
-        return ms.session.record_invalid(name, raw, message, call_id=call_id, tag=tag).to_dict()
+        n = not_recorded if isinstance(not_recorded, int) and not isinstance(not_recorded, bool) else 0
+        if not 0 <= n <= MAX_NOT_RECORDED:
+            raise BadRequestError(f"not_recorded must be an integer in [0, {MAX_NOT_RECORDED}]")
+        return ms.session.record_invalid(name, raw, message, call_id=call_id, tag=tag, not_recorded=n).to_dict()
 
     @_locked
     def state(self, session_id: str, *, client: str | None = None) -> Any:
@@ -462,9 +467,10 @@ class SessionManager:
                 records.append(TurnRecord())
             res = rec.result
             records[turn].calls.append((res.name, res.arguments, res.is_invalid_call))
-            hidden = rec.raw_arguments.get("not_recorded") if isinstance(rec.raw_arguments, dict) else None
-            if res.is_invalid_call and isinstance(hidden, int) and not isinstance(hidden, bool) and 1 < hidden <= 1_000_000:
-                # the env's summary record stands for every call it did not record: each counts in P_len
+            if res.error_code == "calls_not_recorded" and isinstance(rec.raw_arguments, dict):
+                # the env's summary record (only record_invalid(not_recorded=N) makes one, never a model's
+                # call) stands for every call it did not record: each counts in P_len
+                hidden = min(int(rec.raw_arguments.get("not_recorded", 1)), MAX_NOT_RECORDED)
                 records[turn].calls.extend([("invalid_tool_call", None, True)] * (hidden - 1))
         for i, text in enumerate(texts or []):
             while len(records) <= i:
