@@ -9,6 +9,7 @@ error naming the file, line, task, turn and call (docs/cases.md C06), never a lo
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import weakref
@@ -94,8 +95,10 @@ class TaskReference:
         calls = [[c if isinstance(c, ReferenceCall) else ReferenceCall(c[0], dict(c[1]), tuple(c[2])) for c in turn]
                  for turn in turn_calls]
         n = len(calls)
-        return cls(task_id=task_id, envs=(), initial_state={}, initial=initial,
-                   turn_states=list(turn_states), turn_calls=calls,
+        # copies: the reward memoises what it derives from these states, so the caller's later edits
+        # must not reach them (a reference is read-only once built)
+        return cls(task_id=task_id, envs=(), initial_state={}, initial=copy.deepcopy(initial),
+                   turn_states=copy.deepcopy(list(turn_states)), turn_calls=calls,
                    expected_outputs=[list(o) for o in expected_outputs] if expected_outputs is not None else [[]] * n,
                    clarification=list(clarification) if clarification is not None else [False] * n,
                    excluded_fields=tuple(excluded_fields), set_fields=tuple(set_fields))

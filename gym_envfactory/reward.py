@@ -215,7 +215,8 @@ def state_diff(
     """
     if expected_text is not None:
         try:
-            if _DUMPS(actual) == expected_text:
+            # equal text and == together: the text tells true from 1, == tells a tuple from a list and 1 from "1"
+            if _DUMPS(actual) == expected_text and actual == expected:
                 return []
         except (TypeError, ValueError):
             pass

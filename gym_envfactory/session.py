@@ -158,14 +158,13 @@ class ActionRecord:
         }
 
 
-def _same_content(a: Any, b: Any) -> bool:
-    """Whether a replayed result equals the logged one (NaN equals NaN here)."""
-    if a == b:
-        return True
+def _fingerprint(content: Any) -> str:
+    """A tool result as canonical JSON text (what a rollback compares a replayed result with; NaN
+    equals NaN here), kept instead of the result object, which the caller may edit."""
     try:
-        return json.dumps(a, sort_keys=True, default=repr) == json.dumps(b, sort_keys=True, default=repr)
+        return json.dumps(content, sort_keys=True, default=repr)
     except (TypeError, ValueError):
-        return False
+        return repr(content)
 
 
 def _loggable(raw: Any) -> Any:
@@ -479,7 +478,8 @@ class Session:
         elif after is not None:
             live.base, live.redo = after.encode(), []  # validation mode serialised it anyway
         elif not tool.read_only:
-            live.redo.append((tool, normalized, result.content))
+            # the result as JSON text, not the object: the caller may edit the content it was handed
+            live.redo.append((tool, normalized, _fingerprint(result.content)))
             if len(live.redo) > REDO_LIMIT:
                 self._rebase(live)
         return result
@@ -589,8 +589,8 @@ class Session:
             diverged = ""
             for t, args, content in live.redo:
                 raw = t.fn(model, **t.input_model.model_validate(args).__dict__)
-                if not diverged and not _same_content(
-                        t.output_adapter.dump_python(t.output_adapter.validate_python(raw), mode="json"), content):
+                if not diverged and _fingerprint(
+                        t.output_adapter.dump_python(t.output_adapter.validate_python(raw), mode="json")) != content:
                     diverged = t.name
         except Exception as exc:  # noqa: BLE001 - a non-deterministic tool: keep what we have, say so
             log.error("rolling back %s failed: replaying the session's writes raised %s: %s",

@@ -125,3 +125,20 @@ def test_ground_truth_comparisons_are_memoised_per_task():
     ref = task_reference(get_environment("HotelBooking"), task.task_id)
     assert any(k[0] == "changes" for k in ref.memo) and any(k[0] == "text" for k in ref.memo)
     env.close()
+
+
+def test_expected_text_is_exact_for_objects_that_are_not_plain_json():
+    assert state_diff({"a": (1, 2)}, {"a": [1, 2]}, expected_text=state_text({"a": [1, 2]}))
+    assert state_diff({1: "x"}, {"1": "x"}, expected_text=state_text({"1": "x"}))
+
+
+def test_a_hand_built_reference_is_a_copy_of_the_callers_states():
+    from gym_envfactory.replay import TaskReference
+    from gym_envfactory.reward import RewardConfig, TurnRecord, score_episode
+
+    right = {"n": 1}
+    ref = TaskReference.from_parts([[("add", {}, ())]], [right], initial={"n": 0})
+    first = score_episode([TurnRecord(calls=[("add", {}, False)], state={"n": 1})], ref, {"n": 1}, RewardConfig())
+    right["n"] = 2  # the caller edits its own dict afterwards: the reference (and its memo) must not change
+    again = score_episode([TurnRecord(calls=[("add", {}, False)], state={"n": 1})], ref, {"n": 1}, RewardConfig())
+    assert first.r_state == again.r_state == 1.0

@@ -26,6 +26,7 @@ from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.tools import ToolSpec
 from gym_envfactory.errors import (
+    BackendError,
     BackendUnavailableError,
     EnvFactoryError,
     RemoteError,
@@ -218,7 +219,12 @@ def client_identity() -> str:
     """The ``X-Envfactory-Client`` this process sends (the server's unit of session ownership and
     quota): ``$ENVFACTORY_CLIENT`` when set, else ``<hostname>:<pid>``, so every connection of one
     trainer process shares its sessions and quota, and two processes never use each other's sessions."""
-    return os.environ.get("ENVFACTORY_CLIENT") or f"{socket.gethostname()}:{os.getpid()}"
+    value = os.environ.get("ENVFACTORY_CLIENT") or f"{socket.gethostname()}:{os.getpid()}"
+    if not 1 <= len(value) <= 128 or not all(33 <= ord(c) < 127 for c in value):
+        # the server would refuse the handshake (HTTP 403), which reads like a token problem
+        raise BackendError(f"$ENVFACTORY_CLIENT must be 1..128 printable ASCII characters without spaces "
+                           f"(got {value[:40]!r})")
+    return value
 
 
 class SessionClient:

@@ -154,9 +154,9 @@ class EnvMCPServer:
                            f"not of {self.env}; use the endpoint /mcp/{ms.envs[0]}")
         return ms
 
-    def _create(self) -> ManagedSession:
+    def _create(self, client: str | None = None) -> ManagedSession:
         try:
-            return self.manager.create(self.env)
+            return self.manager.create(self.env, client=client)
         except CapacityError as exc:
             raise MCPError(ERR_CAPACITY, str(exc)) from None
         except BadRequestError as exc:  # pragma: no cover - the default initial state always exists
@@ -188,7 +188,7 @@ class EnvMCPServer:
         if sid is None:
             if not create:
                 return None
-            ms = self._create()
+            ms = self._create(self._client(ctx))  # counts against the client's quota
             conn.state[_STATE_KEY] = ms.session_id
             conn.exit_stack.callback(self._release, ms.session_id)
             return ms
