@@ -206,8 +206,8 @@ def _n_calls(row: dict[str, Any]) -> int:
 
 
 def run(out: Path, *, tiny: bool = False, env: str = "HotelBooking", sft_epochs: float = 3.0, sft_batch: int = 4,
-        sft_lr: float = 1e-4, sft_minutes: float = 25.0, grpo_steps: int = 30, grpo_prompts: int = 2,
-        grpo_generations: int = 4, grpo_lr: float = 2e-6, grpo_minutes: float = 25.0, max_length: int = 1024,
+        sft_lr: float = 1e-4, sft_minutes: float = 25.0, grpo_steps: int = 16, grpo_prompts: int = 2,
+        grpo_generations: int = 4, grpo_lr: float = 3e-6, grpo_minutes: float = 20.0, max_length: int = 896,
         max_steps: int = 3, max_new_tokens: int = 96, freeze: float = 0.5, seed: int = 0,
         threads: int | None = None) -> dict[str, Any]:
     """The whole recipe; returns what it writes to ``out/recipe-smollm2.json`` (see the module).
@@ -332,13 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", default="HotelBooking")
     p.add_argument("--sft-epochs", type=float, default=3.0)
     p.add_argument("--sft-minutes", type=float, default=25.0)
-    p.add_argument("--grpo-steps", type=int, default=30)
-    p.add_argument("--grpo-minutes", type=float, default=25.0)
+    p.add_argument("--grpo-steps", type=int, default=16)
+    p.add_argument("--grpo-minutes", type=float, default=20.0)
     p.add_argument("--grpo-generations", type=int, default=4)
     p.add_argument("--grpo-prompts", type=int, default=2)
-    p.add_argument("--grpo-lr", type=float, default=2e-6)
+    p.add_argument("--grpo-lr", type=float, default=3e-6)
     p.add_argument("--sft-lr", type=float, default=1e-4)
-    p.add_argument("--max-length", type=int, default=1024, help="SFT sequence cap (longer episodes are cut after the last action that fits)")
+    p.add_argument("--max-length", type=int, default=896, help="SFT sequence cap (longer episodes are cut after the last action that fits)")
     p.add_argument("--max-new-tokens", type=int, default=96, help="tokens per action")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)
