@@ -137,9 +137,12 @@ def test_last_error_line_skips_a_rich_boxed_traceback(tmp_path):
 
 def test_make_demo_says_what_it_does_before_its_quiet_install():
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run(["make", "-n", "-B", "demo"], cwd=root, capture_output=True, text=True, timeout=60)
+    # run as a top-level make even under `make test` (a sub-make prints "make[1]: Entering directory")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    r = subprocess.run(["make", "--no-print-directory", "-n", "-B", "demo"], cwd=root, capture_output=True,
+                       text=True, timeout=60, env=env)
     assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
+    lines = [line for line in r.stdout.splitlines() if not line.startswith("make[")]
     for quiet in [i for i, line in enumerate(lines) if "pip install --quiet" in line]:
         said = [line for line in lines[max(0, quiet - 2):quiet] if line.startswith("echo ")]
         assert said and "pip" in said[-1], lines[max(0, quiet - 2): quiet + 1]
