@@ -13,6 +13,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
 from gym_envfactory import define_environment, tool
 from gym_envfactory.envs.env import EnvFactoryEnv
@@ -147,3 +148,40 @@ def test_make_demo_says_what_it_does_before_its_quiet_install():
         said = [line for line in lines[max(0, quiet - 2):quiet] if line.startswith("echo ")]
         assert said and "pip" in said[-1], lines[max(0, quiet - 2): quiet + 1]
     assert "activate" in lines[-1]
+
+
+def test_rollout_bad_values_name_their_option():
+    from gym_envfactory.cli import app
+
+    r = CliRunner().invoke(app, ["rollout", "HotelBooking", "--noise", "2"])
+    assert r.exit_code != 0 and "--noise" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["rollout", "HotelBooking", "--backend", "url"])
+    assert r.exit_code == 1 and "--url" in r.output and "Traceback" not in r.output
+
+
+def test_export_from_a_missing_trajectories_file_is_one_line(tmp_path):
+    pytest.importorskip("pyarrow")
+    from gym_envfactory.cli import app
+
+    missing = tmp_path / "nofile.jsonl"
+    r = CliRunner().invoke(app, ["export", "sft", "--from-trajectories", str(missing), "--out", str(tmp_path / "o.json")])
+    assert r.exit_code != 0 and "nofile.jsonl" in r.output and "Traceback" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_remote_backends_without_the_server_extra_say_which_extra(monkeypatch):
+    import builtins
+
+    from gym_envfactory.backends.remote import require_websockets
+    from gym_envfactory.errors import BackendError
+
+    real = builtins.__import__
+
+    def no_websockets(name, *args, **kwargs):
+        if name == "websockets":
+            raise ImportError("No module named 'websockets'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_websockets)
+    with pytest.raises(BackendError, match=r"\[server\]"):
+        require_websockets()

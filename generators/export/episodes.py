@@ -98,6 +98,8 @@ def read_trajectories(path: str | Path, *, min_reward: float = 0.0) -> Iterator[
             (naming the file and line).
     """
     path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such trajectories file (write one with envfactory rollout --out)")
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():

@@ -90,7 +90,7 @@ class AsyncSessionClient:
         Raises:
             BackendUnavailableError: the server cannot be reached within ``timeout`` seconds.
         """
-        import websockets
+        websockets = require_websockets()
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         headers["X-Envfactory-Client"] = client_identity()
@@ -108,7 +108,7 @@ class AsyncSessionClient:
         return self
 
     async def _read(self) -> None:
-        import websockets
+        websockets = require_websockets()
 
         reason = "server closed the connection"
         try:
@@ -213,6 +213,16 @@ class AsyncSessionClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def require_websockets() -> Any:
+    """The ``websockets`` module, or a one-line :class:`BackendError` naming the extra that installs it."""
+    try:
+        import websockets
+    except ImportError:
+        raise BackendError("the remote backends (url, subprocess, docker) need the 'server' extra: "
+                           "pip install 'gym-envfactory[server]' (in a checkout: pip install '.[server]')") from None
+    return websockets
 
 
 def client_identity() -> str:

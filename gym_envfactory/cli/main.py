@@ -259,9 +259,11 @@ def rollout_cmd(
         env = EnvFactoryEnv(spec, reward={"alpha": alpha, "gamma": gamma}, max_steps=max_steps,
                             backend=backend.value, url=url, token=token)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        hint = " (--noise)" if "p must be" in str(exc) else ""
+        raise typer.BadParameter(f"{exc}{hint}") from None
     except EnvFactoryError as exc:
-        err_console.print(f"backend {backend.value}: {exc}", style="red", markup=False, highlight=False)
+        text = str(exc).replace("url='http://host:port'", "--url http://host:port")
+        err_console.print(f"backend {backend.value}: {text}", style="red", markup=False, highlight=False)
         raise typer.Exit(1) from None
     ids = episode_task_ids(env, episodes, seed, split)
     if not ids:
@@ -351,6 +353,9 @@ def serve_cmd(
     on /v1/ws, control plane on /v1/rpc, /healthz, /readyz, /metrics.  With --transport stdio: one
     environment as an MCP server over stdin/stdout (one client, one session; logs on stderr)."""
     try:
+        import starlette  # noqa: F401 - imported when serving starts; checked here for a one-line error
+        import uvicorn  # noqa: F401
+
         from gym_envfactory.errors import InsecureBindError
         from gym_envfactory.server import serve
     except ImportError as exc:
