@@ -25,8 +25,8 @@ TOKEN = "issue14-token"
 
 @pytest.fixture(scope="module")
 def server():
-    """``envfactory serve HotelBooking`` on a free port, guarded by TOKEN."""
-    proc, url = start_server("HotelBooking", token=TOKEN)
+    """``envfactory serve --all`` on a free port, guarded by TOKEN."""
+    proc, url = start_server("--all", token=TOKEN)  # sampled tasks may span HotelBooking + TeamCalendar
     yield url
     proc.terminate()
     proc.wait(timeout=10)
