@@ -500,11 +500,6 @@ def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cf
                      penalty, _clip(task_score - penalty), vacuous, missed)
 
 
-def _changes_state(reference: TaskReference, turn: int) -> bool:
-    """Whether the ground truth changes the state in ``turn`` (so the turn has a state criterion)."""
-    return _ground_truth_changes(reference, turn, turn)
-
-
 def turn_has_criteria(reference: TaskReference, turn: int, cfg: RewardConfig) -> bool:
     """Whether ``turn`` of ``reference`` can score above 0 under ``cfg``: it has ground-truth calls, a
     ground-truth state change, or expected outputs that ``cfg`` weighs (``output_weight > 0``).  A turn
@@ -512,7 +507,7 @@ def turn_has_criteria(reference: TaskReference, turn: int, cfg: RewardConfig) ->
     out of the denominator, and ``envfactory export rl`` leaves such windows out."""
     if reference.turn_calls[turn] or (cfg.output_weight > 0 and reference.expected_outputs[turn]):
         return True
-    return _changes_state(reference, turn)
+    return _ground_truth_changes(reference, turn, turn)
 
 
 def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, reached: int,
@@ -525,7 +520,7 @@ def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, r
     verdict at all (turn states not recorded, e.g. scoring from an action log), the final state decides.
     """
     verdicts = [ts.r_state for ts in turns if ts.r_state is not None]
-    verdicts += [0.0 for t in range(reached, len(reference.turn_calls)) if _changes_state(reference, t)]
+    verdicts += [0.0 for t in range(reached, len(reference.turn_calls)) if _ground_truth_changes(reference, t, t)]
     verdicts += list(extra)
     if not verdicts:
         return final_verdict
