@@ -185,3 +185,20 @@ def test_remote_backends_without_the_server_extra_say_which_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_websockets)
     with pytest.raises(BackendError, match=r"\[server\]"):
         require_websockets()
+
+
+def test_serve_without_the_server_extra_names_it_in_one_line(monkeypatch):
+    import builtins
+
+    from gym_envfactory.cli import app
+
+    real = builtins.__import__
+
+    def no_starlette(name, *args, **kwargs):
+        if name == "starlette":
+            raise ImportError("No module named 'starlette'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_starlette)
+    r = CliRunner().invoke(app, ["serve", "HotelBooking"])
+    assert r.exit_code == 2 and "[server]" in r.output and "Traceback" not in r.output

@@ -359,7 +359,8 @@ def serve_cmd(
         from gym_envfactory.errors import InsecureBindError
         from gym_envfactory.server import serve
     except ImportError as exc:
-        err_console.print(f"[red]envfactory serve needs the 'server' extra (pip install '.[server]'): {exc}[/red]")
+        err_console.print(f"envfactory serve needs the 'server' extra (pip install '.[server]'): {exc}", style="red",
+                          markup=False, highlight=False)  # markup would eat '[server]'
         raise typer.Exit(2) from None
 
     if token_file is not None:
