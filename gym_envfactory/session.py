@@ -2,18 +2,20 @@
 
 docs/architecture.md, "Sessions".  Every shell (Gymnasium env, servers, trainers) is a thin layer over :class:`Session`.
 
-Isolation: a session owns its state objects; nothing mutable is shared with the spec or with other
-sessions.  States are materialised lazily from JSON bytes (``reset``/``restore``/``fork`` are O(1) in
-the state size; the first tool call pays one Pydantic-core parse), so forking a GRPO group of k
-sessions from one state costs k small object allocations.
+Isolation: a session never mutates an object another session (or the spec) can see.  States are held
+as validated JSON bytes until a call needs them (``reset``/``restore``/``fork`` of untouched states are
+O(1)); the first call then takes a copy-on-write *view* (:mod:`gym_envfactory.environment.cow`) of a
+parsed *base* shared through a process-wide cache keyed by the bytes, so sessions on the same bytes share
+one parse and copy only the records they touch.  Forking a materialised session freezes its current
+model as a new base (no serialisation, no parse) and gives parent and children views of it.
 
 A bad model action never raises: :meth:`Session.call` returns a typed :class:`ToolResult`.
 
 Calls are atomic: a call that fails (a ``ToolError`` after a partial write, any other exception, a
 result that fails the tool's return type, a write that leaves the state invalid) leaves the state
 exactly as it was before the call.  The successful path pays nothing for this: a live state keeps the
-JSON bytes it was parsed from and the write calls applied since (``_LiveState``); a failed write call
-rebuilds the state from those bytes by replaying them (tools are deterministic, docs/authoring.md;
+frozen base its view was made from and the write calls applied since (``_LiveState``); a failed write
+call rebuilds the state as a fresh view of that base by replaying them (tools are deterministic, docs/authoring.md;
 a replayed write whose result differs from the logged one is reported in the failed call's error).
 """
 
@@ -29,6 +31,7 @@ from typing import Any, Literal, Protocol, Self, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from gym_envfactory.authoring import ToolError
+from gym_envfactory.environment import cow
 from gym_envfactory.environment.arguments import (
     decode_arguments,
     describe_validation_error,
@@ -63,14 +66,15 @@ REDO_LIMIT = 1024
 
 @dataclass(slots=True)
 class _LiveState:
-    """One environment's materialised state: the model, the bytes it was parsed from (``base``), and the
-    successful write calls applied since (``redo``: ``(tool, canonical arguments, result content)``, the
-    content a reference to the logged result's, so a rollback can tell a replay that diverges).  ``exposed``: the
-    model was handed out by :meth:`Session.state_model`, so it may change outside calls; the next write
-    call re-serialises it first."""
+    """One environment's materialised state: the model (a copy-on-write view of ``base``, or the model
+    handed out by :meth:`Session.state_model`), the frozen base it started from (never mutated; shared
+    with other sessions), and the successful write calls applied since (``redo``: ``(tool, canonical
+    arguments, result fingerprint)``, so a rollback can tell a replay that diverges).  ``exposed``: the
+    model was handed out by :meth:`Session.state_model`, so it may change outside calls: every write call
+    first takes a frozen copy of it as the new base, and a fork copies it instead of freezing it."""
 
     model: BaseModel
-    base: bytes
+    base: BaseModel
     redo: list[tuple[ToolSpec, dict[str, Any], Any]]
     exposed: bool = False
 
@@ -311,7 +315,8 @@ class Session:
 
     # ------------------------------------------------------------------ state access
     def _model(self, env_name: str) -> BaseModel:
-        """The live model of ``env_name``, parsed from its pending bytes on first use.
+        """The live model of ``env_name``: on first use a copy-on-write view of the base parsed from its
+        pending bytes (shared through :data:`~gym_envfactory.environment.cow.BASE_CACHE`).
 
         Raises:
             SpecError: the pending bytes do not validate (the session keeps them; nothing changes).
@@ -319,14 +324,15 @@ class Session:
         m = self._states.get(env_name)
         if m is None:
             raw = self._pending[env_name]
+            model_cls = self.envs[env_name].state_model
             try:
-                model = self.envs[env_name].state_model.model_validate_json(raw)
+                base = cow.BASE_CACHE.get(model_cls, raw, model_cls.model_validate_json)
             except ValidationError as exc:  # bad bytes leave the session as it was
                 text, details = describe_validation_error(exc, "state")
                 raise SpecError(f"the state of {env_name} held by this session does not load: {text}",
                                 field=details[0]["field"] if details else None) from None
             del self._pending[env_name]
-            live = self._states[env_name] = _LiveState(model, raw, [])
+            live = self._states[env_name] = _LiveState(cow.make_view(base), base, [])
             return live.model
         return m.model
 
@@ -460,7 +466,7 @@ class Session:
                               error=f"internal error in {name}: {exc}", arguments=normalized, call_id=call_id)
         live = self._states[tool.env]
         if live.exposed and not tool.read_only:
-            self._rebase(live)  # the model was handed out and may have changed outside calls
+            self._rebase(live)  # the model was handed out and may have changed outside calls: copy it
         before = state.model_dump_json() if self.check_writes else None
         try:
             result = self._execute(tool, state, validated, normalized, call_id)
@@ -476,7 +482,8 @@ class Session:
                 if problem:
                     result.error = f"{result.error} ({problem})"
         elif after is not None:
-            live.base, live.redo = after.encode(), []  # validation mode serialised it anyway
+            if not tool.read_only:  # validation mode: the write is checked, make it the rollback point
+                self._rebase(live)
         elif not tool.read_only:
             # the result as JSON text, not the object: the caller may edit the content it was handed
             live.redo.append((tool, normalized, _fingerprint(result.content)))
@@ -553,9 +560,20 @@ class Session:
                                   details=details, arguments=result.arguments, call_id=result.call_id), after
         return result, after
 
-    def _rebase(self, live: _LiveState) -> None:
-        """Serialise the live model as the new rollback point (O(state); amortised over REDO_LIMIT writes)."""
-        live.base, live.redo, live.exposed = live.model.model_dump_json().encode(), [], False
+    @staticmethod
+    def _rebase(live: _LiveState) -> None:
+        """Make the live model the new rollback point (``live.base``) with nothing to replay.
+
+        Not exposed: the model is frozen in place as the base and the live model becomes a fresh view of
+        it (O(number of records) pointer copies, no serialisation; the records this session had copied
+        are copied again on their next use).  Exposed (someone outside may still mutate it): the base is
+        a frozen deep copy (:func:`~gym_envfactory.environment.cow.frozen_copy`, O(state)) and the
+        live model stays the handed-out one."""
+        if live.exposed:
+            live.base, live.redo = cow.frozen_copy(live.model), []
+        else:
+            live.base, live.redo = cow.freeze(live.model), []
+            live.model = cow.make_view(live.base)
 
     def _roll_back(self, tool: ToolSpec, live: _LiveState, before: str | None) -> str | None:
         """Put ``tool.env``'s state back as it was before the failed call; returns ``None``, or a note
@@ -563,29 +581,29 @@ class Session:
         returned something else than it did the first time).
 
         With ``before`` (validation mode) the state is parsed from it.  Otherwise a read-only tool has
-        nothing to undo, and a write tool's state is rebuilt from ``live.base`` by replaying
-        ``live.redo`` (the successful write calls since): the failure path pays, never the success path.
-        With nothing to replay, one serialisation first tells whether the tool wrote at all (the common
-        case of a domain error raised before any write then costs no parse).  Each replayed write's result
+        nothing to undo, and a write tool's state is rebuilt as a fresh view of ``live.base`` (no parse:
+        the base is a model) by replaying ``live.redo`` (the successful write calls since): the failure
+        path pays, never the success path.  A model handed out by :meth:`state_model` is kept when the
+        failed call left it equal to the base (one serialisation of each).  Each replayed write's result
         is compared with the logged one; on a mismatch see :meth:`_keep_after_divergence` (a replayed write
         that returns the same result but writes something else goes unnoticed: no state fingerprints are
         kept, so successful calls pay nothing).
         """
         model_cls = self.envs[tool.env].state_model
         if before is not None:
-            live.model = model_cls.model_validate_json(before)
-            live.base, live.redo, live.exposed = before.encode(), [], False
+            live.base = model_cls.model_validate_json(before)
+            live.model, live.redo, live.exposed = cow.make_view(live.base), [], False
             return None
         if tool.read_only:
             return None
-        if not live.redo:
+        if not live.redo and live.exposed:
             try:
-                if live.model.model_dump_json().encode() == live.base:
+                if live.model.model_dump_json() == live.base.model_dump_json():
                     return None
             except Exception:  # noqa: BLE001 - a write that cannot even be serialised: rebuild below
                 pass
         try:
-            model = model_cls.model_validate_json(live.base)
+            model = cow.make_view(live.base)
             diverged = ""
             for t, args, content in live.redo:
                 raw = t.fn(model, **t.input_model.model_validate(args).__dict__)
@@ -598,9 +616,9 @@ class Session:
             return f"its partial changes could not be rolled back: {type(exc).__name__} while replaying"
         if diverged:
             return self._keep_after_divergence(tool, live, model, diverged)
-        live.model = model
+        live.model, live.exposed = model, False
         if live.redo:
-            self._rebase(live)  # the next failure compares with fresh bytes instead of parsing
+            self._rebase(live)  # the next failure replays nothing
         return None
 
     def _keep_after_divergence(self, tool: ToolSpec, live: _LiveState, replayed: BaseModel, diverged: str) -> str:
@@ -615,12 +633,12 @@ class Session:
             current = live.model.model_dump_json()
             model_cls.model_validate_json(current)
         except Exception:  # noqa: BLE001 - the failed write broke the live state: the replayed one it is
-            live.model = replayed
+            live.model, live.exposed = replayed, False
             self._rebase(live)
             kept = ("the state was rebuilt by the replay instead, so it differs from the one earlier results "
                     "describe")
         else:
-            live.base, live.redo, live.exposed = current.encode(), [], False
+            self._rebase(live)
             kept = "the state is kept as this call left it, with any partial changes it made"
         log.warning("rolling back %s could not reproduce the state: replaying %s returned a different result "
                     "(a tool that is not deterministic); %s", tool.env, diverged, kept)
@@ -675,23 +693,38 @@ class Session:
         self._log = log
 
     def fork(self) -> Session:
-        """An independent copy (state and action log); writes to either never reach the other."""
-        self._check_open()
-        states = {n: self._state_json(n) for n in self.envs}
-        child = Session.from_states(list(self.envs.values()), self._initial, check_writes=self.check_writes)
-        child._pending = states
-        child._log = list(self._log)  # records are never handed out uncopied, so they can be shared
-        return child
+        """An independent copy (state and action log); writes to either never reach the other
+        (:meth:`fork_many` with ``k=1``)."""
+        return self.fork_many(1)[0]
 
     def fork_many(self, k: int) -> list[Session]:
-        """``k`` independent forks sharing one serialisation of the current state (GRPO groups)."""
+        """``k`` independent forks of the current states and action log (a GRPO group).
+
+        Copy-on-write (docs/architecture.md, "Sessions"): an untouched state's bytes are shared as they
+        are; a materialised one is frozen in place as a new base (this session continues on a fresh view
+        of it) and every fork gets its own view, so the cost is O(collections + records' pointers) per
+        fork, with no serialisation and no parse, and each session copies only the records it uses.  A
+        state handed out by :meth:`state_model` is copied once (it may still change) instead of frozen.
+
+        Raises:
+            SessionClosedError: the session was closed.
+            TypeError: ``k`` is not an integer.
+        """
         self._check_open()
-        states = {n: self._state_json(n) for n in self.envs}
+        bases: dict[str, BaseModel] = {}
+        for n, live in self._states.items():
+            if live.exposed:
+                bases[n] = cow.frozen_copy(live.model)
+            else:
+                self._rebase(live)
+                bases[n] = live.base
         out = []
         for _ in range(k):
-            child = Session.from_states(list(self.envs.values()), self._initial, check_writes=self.check_writes)
-            child._pending = dict(states)
-            child._log = list(self._log)
+            child = Session.__new__(Session)
+            child.envs, child.tools, child.check_writes = dict(self.envs), dict(self.tools), self.check_writes
+            child._initial, child._pending, child._closed = dict(self._initial), dict(self._pending), False
+            child._states = {n: _LiveState(cow.make_view(b), b, []) for n, b in bases.items()}
+            child._log = list(self._log)  # records are never handed out uncopied, so they can be shared
             out.append(child)
         return out
 

@@ -395,9 +395,11 @@ def test_a_state_that_does_not_load_on_the_server_is_described():
     try:
         m = SessionManager(["AtomicShopServed"])
         sid = m.create("AtomicShopServed").session_id
-        # a training-mode tool leaves the state invalid without an error; its fork cannot load it
+        # a training-mode tool leaves the state invalid without an error; a fork shares that state as it is
+        # (copy-on-write, no re-parse), so the fork is given it as bytes, which do not load
         assert m.call(sid, "silent_bad_write", {})["ok"]
         child = m.fork(sid)[0].session_id
+        m.get(child).session = Session.from_states(spec, {spec.name: json.dumps(m.state(sid)).encode()})
         for i in range(2):
             out = json.loads(dispatch_frame(m, json.dumps({"jsonrpc": "2.0", "id": i, "method": "call", "params": {
                 "session_id": child, "name": "peek", "arguments": {}}})))

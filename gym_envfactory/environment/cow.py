@@ -1,0 +1,355 @@
+"""Copy-on-write state views: many sessions share one parsed state and copy only the records they touch.
+
+docs/architecture.md, "Sessions" (isolation, docs/cases.md C03) and docs/performance.md, "Lazy state".
+
+A *base* is a parsed state model that nobody mutates any more (frozen by convention: only this module
+and :mod:`gym_envfactory.session` hold it, and neither writes to it).  A *view* over a base
+(:func:`make_view`) is a shallow copy of the root model in which every ``dict`` field is a
+:class:`CowDict`: a real ``dict`` holding the base's record objects that replaces a record by a private
+copy (:func:`copy_value`) the first time the view hands it out (``[]``, ``get``, ``values``, ``items``,
+``pop``, ``setdefault``, ``popitem``, ``copy``).  Keys, ``in`` and ``len`` copy nothing.  Every other
+mutable root field (lists, nested models, sets) is copied when the view is made.  Because the
+collections are real dicts, Pydantic-core serialises a view byte for byte as it serialises the plain
+model.
+
+:func:`freeze` turns a live view back into a base in place (O(number of root fields): its collections
+become plain dicts again), which is how a fork of a materialised session shares the parent's current
+state without serialising it.  :class:`BaseCache` maps state bytes to their parsed base, so sessions
+reset, restored or forked to the same bytes share one parse.
+
+What a view cannot protect: a dict obtained with ``dict.values(view)`` or another unbound ``dict`` method
+and, on a root model with ``validate_assignment``, a collection re-validated from itself (for such roots
+:func:`make_view` copies the collections whose values are not atomic eagerly instead).
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+__all__ = ["CowDict", "BaseCache", "copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
+
+M = TypeVar("M", bound=BaseModel)
+
+#: Types whose values are immutable: shared between a base and its views, never copied.
+ATOMIC_TYPES: frozenset[type] = frozenset({str, int, float, bool, type(None), bytes, complex, date, datetime, time,
+                                           timedelta, Decimal, uuid.UUID, frozenset, range})
+
+
+def copy_value(value: Any) -> Any:
+    """A private copy of one state value: atomic values (:data:`ATOMIC_TYPES`, enums) as they are; lists,
+    dicts, sets, tuples holding mutable items and Pydantic models copied recursively (a model: a new
+    instance with a copied ``__dict__``, fields-set, extra and private attributes, no validation); any
+    other object with :func:`copy.deepcopy`.  Output: equal to ``value`` and serialised identically,
+    sharing nothing mutable with it."""
+    t = type(value)
+    if t in ATOMIC_TYPES:
+        return value
+    if t is dict or t is CowDict:
+        items = dict.items(value)
+        return {k: v if type(v) in ATOMIC_TYPES else copy_value(v) for k, v in items}
+    if t is list:
+        return [v if type(v) in ATOMIC_TYPES else copy_value(v) for v in value]
+    if isinstance(value, BaseModel):
+        return _copy_model(value)
+    if isinstance(value, enum.Enum):
+        return value
+    if t is tuple:
+        return value if all(type(v) in ATOMIC_TYPES for v in value) else tuple(copy_value(v) for v in value)
+    if t is set:
+        return set(value) if all(type(v) in ATOMIC_TYPES for v in value) else copy.deepcopy(value)
+    return copy.deepcopy(value)
+
+
+def _copy_model(model: BaseModel) -> BaseModel:
+    cls = type(model)
+    new = cls.__new__(cls)
+    d = model.__dict__.copy()
+    for k, v in model.__dict__.items():
+        if type(v) not in ATOMIC_TYPES:
+            d[k] = copy_value(v)
+    _set = object.__setattr__
+    _set(new, "__dict__", d)
+    _set(new, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
+    extra = model.__pydantic_extra__
+    _set(new, "__pydantic_extra__", None if extra is None else copy_value(extra))
+    private = getattr(model, "__pydantic_private__", None)
+    _set(new, "__pydantic_private__", None if private is None else copy_value(private))
+    return new
+
+
+class CowDict(dict):
+    """A ``dict`` whose values start out shared with a base and are copied on first hand-out.
+
+    The storage is the dict itself (so serialisers and ``==`` see the current values); ``_owned`` holds
+    the keys whose stored value already belongs to this view (copied, or written by it).  A value is
+    copied with :func:`copy_value` the first time it is returned; a written value is owned as written.
+    Copies (``copy()``, ``dict(view)``, ``{**view}``, ``view | other``) are plain dicts of owned values;
+    :func:`copy.deepcopy` and pickling give a plain dict too.
+    """
+
+    __slots__ = ("_owned",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Like ``dict(...)``; every value given counts as shared (copied on first hand-out)."""
+        dict.__init__(self, *args, **kwargs)
+        self._owned: set[Any] = set()
+
+    # -- reads that hand out values
+    def _own(self, key: Any, value: Any) -> Any:
+        if type(value) not in ATOMIC_TYPES:
+            value = copy_value(value)
+            dict.__setitem__(self, key, value)
+        self._owned.add(key)
+        return value
+
+    def own_all(self) -> None:
+        """Copy every value not owned yet (what ``values()``/``items()`` need before handing out a view)."""
+        owned = self._owned
+        if len(owned) == dict.__len__(self):
+            return
+        for k, v in list(dict.items(self)):
+            if k not in owned and type(v) not in ATOMIC_TYPES:
+                dict.__setitem__(self, k, copy_value(v))
+        self._owned = set(dict.keys(self))
+
+    def __getitem__(self, key: Any) -> Any:
+        """``view[key]``: the owned value (copied now if still shared)."""
+        value = dict.__getitem__(self, key)
+        if key in self._owned:
+            return value
+        return self._own(key, value)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """``view.get(key, default)``: as ``[]``, or ``default`` when absent."""
+        try:
+            value = dict.__getitem__(self, key)
+        except KeyError:
+            return default
+        if key in self._owned:
+            return value
+        return self._own(key, value)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        """``view.setdefault(key, default)``: the owned value, or ``default`` stored and owned."""
+        if dict.__contains__(self, key):
+            return self[key]
+        self[key] = default
+        return default
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        """``view.pop(key[, default])``: the value removed, a private copy if it was shared."""
+        if not dict.__contains__(self, key):
+            return dict.pop(self, key, *default)
+        value = dict.pop(self, key)
+        if key in self._owned:
+            self._owned.discard(key)
+            return value
+        return copy_value(value)
+
+    def popitem(self) -> tuple[Any, Any]:
+        """``view.popitem()``: the last pair removed, its value a private copy if it was shared."""
+        key, value = dict.popitem(self)
+        if key in self._owned:
+            self._owned.discard(key)
+            return key, value
+        return key, copy_value(value)
+
+    def values(self) -> Any:
+        """``view.values()``: every value owned first (copies the shared ones once), then the dict's view."""
+        self.own_all()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        """``view.items()``: every value owned first (copies the shared ones once), then the dict's view."""
+        self.own_all()
+        return dict.items(self)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Keys (no copy).  Defined so that ``dict(view)`` and ``{**view}`` go through ``[]``."""
+        return dict.__iter__(self)
+
+    def copy(self) -> dict[Any, Any]:
+        """A plain shallow copy holding this view's (owned) values."""
+        self.own_all()
+        return dict(dict.items(self))
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[Any, Any]:
+        """A plain dict of deep copies (nothing shared with the base or the view)."""
+        return {copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in dict.items(self)}
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled as a plain dict of the current values."""
+        return (dict, (dict(dict.items(self)),))
+
+    def __or__(self, other: Any) -> Any:
+        """``view | other``: a plain dict."""
+        if not isinstance(other, dict):
+            return NotImplemented
+        new = self.copy()
+        new.update(other)
+        return new
+
+    def __ror__(self, other: Any) -> Any:
+        """``other | view``: a plain dict."""
+        if not isinstance(other, dict):
+            return NotImplemented
+        new = dict(other)
+        new.update(self.copy())
+        return new
+
+    # -- writes: the stored value is this view's own
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``view[key] = value``: stored and owned."""
+        dict.__setitem__(self, key, value)
+        self._owned.add(key)
+
+    def __delitem__(self, key: Any) -> None:
+        """``del view[key]``."""
+        dict.__delitem__(self, key)
+        self._owned.discard(key)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """``view.update(...)``: like ``dict.update``; the values written are owned."""
+        new = dict(*args, **kwargs)
+        dict.update(self, new)
+        self._owned.update(new)
+
+    def __ior__(self, other: Any) -> CowDict:
+        """``view |= other``."""
+        self.update(other)
+        return self
+
+    def clear(self) -> None:
+        """``view.clear()``."""
+        dict.clear(self)
+        self._owned.clear()
+
+
+def _eager_fields(cls: type[BaseModel]) -> bool:
+    return bool(cls.model_config.get("validate_assignment"))
+
+
+def make_view(base: M) -> M:
+    """A copy-on-write view of ``base`` (a parsed state model nobody mutates): a new root instance whose
+    ``dict`` fields are :class:`CowDict` over the base's dicts and whose other mutable fields are copied
+    (:func:`copy_value`).  Cost: one C-level dict copy per collection (pointers, not records) plus the
+    copies of non-dict mutable fields.  On a root with ``validate_assignment`` a collection whose values
+    are not all atomic is copied eagerly (assigning a collection to itself re-validates it natively)."""
+    cls = type(base)
+    new = cls.__new__(cls)
+    eager = _eager_fields(cls)
+    d: dict[str, Any] = {}
+    for k, v in base.__dict__.items():
+        t = type(v)
+        if t in ATOMIC_TYPES:
+            d[k] = v
+        elif (t is dict or t is CowDict) and not (eager and not all(type(x) in ATOMIC_TYPES for x in dict.values(v))):
+            c = CowDict(v) if t is dict else CowDict(dict.items(v))
+            d[k] = c
+        else:
+            d[k] = copy_value(v)
+    _set = object.__setattr__
+    _set(new, "__dict__", d)
+    _set(new, "__pydantic_fields_set__", set(base.__pydantic_fields_set__))
+    extra = base.__pydantic_extra__
+    _set(new, "__pydantic_extra__", None if extra is None else copy_value(extra))
+    private = getattr(base, "__pydantic_private__", None)
+    _set(new, "__pydantic_private__", None if private is None else copy_value(private))
+    return new
+
+
+def freeze(model: M) -> M:
+    """Make ``model`` (a view or plain model no one else holds) a base, in place: its :class:`CowDict`
+    fields become plain dicts holding the same objects.  The caller must not mutate it afterwards (make a
+    :func:`make_view` of it instead).  O(number of records) pointer copies, no record copied.  Returns
+    ``model``."""
+    d = model.__dict__
+    for k, v in list(d.items()):
+        if type(v) is CowDict:
+            d[k] = dict(dict.items(v))
+    return model
+
+
+def frozen_copy(model: M) -> M:
+    """A new base equal to ``model`` sharing nothing mutable with it (:func:`copy_value`): for a model
+    that someone else may still mutate (handed out by ``Session.state_model``)."""
+    return copy_value(model)
+
+
+class BaseCache:
+    """A process-wide bounded LRU map ``(state model class, state JSON bytes) -> parsed base``.
+
+    Args:
+        max_entries: bases kept at most.
+        max_bytes: total length of the JSON bytes of the bases kept, at most (a parsed base takes a few
+            times its JSON size in memory); a state longer than this is parsed but not kept.
+
+    Thread-safe (one lock around lookups and inserts; a parse runs outside it, so two threads missing on
+    the same bytes may both parse and the second result wins).  Keys hold the bytes themselves, so there
+    are no hash collisions; Python caches a bytes object's hash, so a session resetting to the same
+    bytes object pays one hash ever.
+    """
+
+    def __init__(self, max_entries: int = 64, max_bytes: int = 64 * 1024 * 1024) -> None:
+        """An empty cache with the given bounds."""
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[type[BaseModel], bytes], BaseModel] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, model_cls: type[M], raw: bytes, parse: Callable[[bytes], M]) -> M:
+        """The base for ``raw``: cached, or ``parse(raw)`` (which may raise; nothing is cached then),
+        kept if it fits the bounds.  The caller must not mutate the result (make a view of it)."""
+        key = (model_cls, raw)
+        with self._lock:
+            base = self._entries.get(key)
+            if base is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return base  # type: ignore[return-value]  # keyed by model_cls, so an M
+            self.misses += 1
+        base = parse(raw)
+        size = len(raw)
+        if size <= self.max_bytes and self.max_entries > 0:
+            with self._lock:
+                if key not in self._entries:
+                    self._entries[key] = base
+                    self._bytes += size
+                while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                    (_, old_raw), _ = self._entries.popitem(last=False)
+                    self._bytes -= len(old_raw)
+        return base
+
+    def clear(self) -> None:
+        """Drop every cached base (sessions holding one keep it)."""
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        """Bases kept."""
+        return len(self._entries)
+
+    def keys(self) -> Iterable[tuple[type[BaseModel], bytes]]:
+        """The cached keys, oldest first (a snapshot)."""
+        with self._lock:
+            return list(self._entries)
+
+
+#: The cache every :class:`~gym_envfactory.session.Session` in this process shares.
+BASE_CACHE = BaseCache()
