@@ -1,4 +1,4 @@
-"""Source-checkout layout: ``gym_envfactory.generators`` and ``gym_envfactory.training`` (docs/architecture.md, "Layers").
+"""Source-checkout layout: ``gym_envfactory.generators``, ``.training`` and ``.ui`` (docs/architecture.md, "Layers").
 
 A wheel installs the repository's ``generators/`` and ``training/`` folders inside the package (see
 ``pyproject.toml``, force-include), so nothing generic lands in site-packages.  In a source checkout or
@@ -18,7 +18,7 @@ from types import ModuleType
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _ROOT = _PACKAGE_DIR.parent
-MAPPED = ("generators", "training")
+MAPPED = ("generators", "training", "ui")
 
 
 class _CheckoutFinder(importlib.abc.MetaPathFinder):

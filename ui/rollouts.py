@@ -1,0 +1,144 @@
+"""Reading ``trajectories.jsonl`` (the ``envfactory rollout --out`` format) into per-turn views.
+
+One record per episode: ``task_id``, ``env``, ``policy``, ``seed``, ``reward``, ``components`` (the
+reward's components, with per-turn scores under ``turns`` and the episode's ``state_diff``),
+``messages`` (OpenAI chat format: ``system``, ``user``, ``assistant`` with ``tool_calls``, ``tool``),
+``errors``, ``perturbations``, ``tools``.  A turn starts at each ``user`` message (docs/contributing.md,
+"Words").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gym_envfactory.errors import DatasetError
+
+__all__ = ["Episode", "Turn", "ToolCallView", "load_rollouts", "split_turns"]
+
+
+@dataclass
+class ToolCallView:
+    """One tool call of a turn: the call the model made and the result the environment gave.
+
+    Attributes:
+        call_id: the ``tool_calls[i].id`` of the assistant message (``""`` when absent).
+        name: the tool's name.  arguments: the raw argument text as the model wrote it.
+        result: the ``tool`` message's content (``None`` when no result came back).
+        error: the typed error code when the result is an error (``{"error": {"code": ...}}``), else ``None``.
+    """
+
+    call_id: str
+    name: str
+    arguments: str
+    result: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class Turn:
+    """One turn: the user message, the messages that followed it, the calls, and the turn's reward
+    components (``components["turns"][index]``, ``{}`` when the record has none)."""
+
+    index: int
+    user: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[ToolCallView] = field(default_factory=list)
+    components: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Episode:
+    """One line of a ``trajectories.jsonl`` file, with where it came from (``file``, 1-based ``line``)."""
+
+    file: Path
+    line: int
+    record: dict[str, Any]
+
+    @property
+    def title(self) -> str:
+        """``task_id`` (``env``, ``policy``), for lists."""
+        r = self.record
+        return f"{r.get('task_id', '?')} ({r.get('env', '?')}, {r.get('policy', '?')})"
+
+
+def _error_code(content: Any) -> str | None:
+    if not isinstance(content, str):
+        return None
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        return str(data["error"].get("code", "error"))
+    return None
+
+
+def split_turns(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Turn]]:
+    """``(messages before the first user message, turns)`` of one episode record.
+
+    Tool results are matched to calls by ``tool_call_id``; a result with no matching call is kept as a
+    message of its turn (the view never drops what the file holds).
+    """
+    comps = record.get("components") or {}
+    per_turn = comps.get("turns") if isinstance(comps, dict) else None
+    preamble: list[dict[str, Any]] = []
+    turns: list[Turn] = []
+    for msg in record.get("messages") or []:
+        if not isinstance(msg, dict):
+            continue
+        if msg.get("role") == "user":
+            i = len(turns)
+            c = per_turn[i] if isinstance(per_turn, list) and i < len(per_turn) and isinstance(per_turn[i], dict) else {}
+            turns.append(Turn(index=i, user=str(msg.get("content") or ""), components=c))
+            continue
+        if not turns:
+            preamble.append(msg)
+            continue
+        t = turns[-1]
+        t.messages.append(msg)
+        if msg.get("role") == "assistant":
+            for call in msg.get("tool_calls") or []:
+                fn = call.get("function") or {} if isinstance(call, dict) else {}
+                args = fn.get("arguments", "")
+                t.calls.append(ToolCallView(call_id=str(call.get("id") or ""), name=str(fn.get("name", "?")),
+                                            arguments=args if isinstance(args, str) else json.dumps(args)))
+        elif msg.get("role") == "tool":
+            cid = str(msg.get("tool_call_id") or "")
+            for c in t.calls:
+                if c.call_id == cid and c.result is None:
+                    c.result = str(msg.get("content"))
+                    c.error = _error_code(msg.get("content"))
+                    break
+    return preamble, turns
+
+
+def load_rollouts(path: str | Path) -> list[Episode]:
+    """Every episode of a ``trajectories.jsonl`` file, in file order (blank lines skipped).
+
+    Raises:
+        DatasetError: the file is missing, or a line is not a JSON object with ``messages`` (naming the
+            file and line); nothing is loaded then.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DatasetError(f"cannot read the rollouts file: {exc.strerror or exc}", file=str(p)) from None
+    episodes: list[Episode] = []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError as exc:
+            raise DatasetError(f"not JSON: {exc}", file=str(p), line=n) from None
+        if not isinstance(rec, dict):
+            raise DatasetError("an episode record must be a JSON object", file=str(p), line=n)
+        if not isinstance(rec.get("messages"), list):
+            raise DatasetError("an episode record needs a 'messages' list (the `envfactory rollout --out` format)",
+                               file=str(p), line=n, field="messages")
+        episodes.append(Episode(file=p, line=n, record=rec))
+    return episodes
