@@ -26,8 +26,9 @@ from gym_envfactory.reward import (
 )
 from gym_envfactory.rollout.policies import NoisyPolicy, OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
+from tests.shipped import SHIPPED
 
-CATALOG = ["HotelBooking", "PersonalFinance", "TeamCalendar"]
+CATALOG = SHIPPED
 
 
 def write_tasks(spec, k=2):

@@ -17,8 +17,9 @@ from gym_envfactory.envs.parsing import ToolCall
 from gym_envfactory.rollout.policies import NoisyPolicy, RandomPolicy
 from gym_envfactory.rollout.runner import run_episode
 from gym_envfactory.validation import validate_environment
+from tests.shipped import SHIPPED
 
-CATALOG = ["HotelBooking", "PersonalFinance", "TeamCalendar"]
+CATALOG = SHIPPED
 
 
 def count_records(obj) -> int:

@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from gym_envfactory import define_environment, tool
+from gym_envfactory import define_environment, list_environments, tool
 from gym_envfactory.envs.env import EnvFactoryEnv
 from gym_envfactory.errors import BackendError, BackendUnavailableError, UnknownTaskError
 from tests.test_server import TOKEN, start_server
@@ -56,7 +56,8 @@ def test_serve_an_unknown_environment_is_one_line(args):
     except subprocess.TimeoutExpired:
         pytest.fail(f"envfactory {' '.join(args)} did not stop")
     assert r.returncode == 1 and r.stdout == ""
-    assert r.stderr.strip().splitlines() == ["unknown environment 'Nope'; known: HotelBooking, PersonalFinance, TeamCalendar"]
+    known = ", ".join(list_environments())
+    assert r.stderr.strip().splitlines() == [f"unknown environment 'Nope'; known: {known}"]
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,9 @@ from gym_envfactory.environment.catalog import forget_environment, register_cata
 from gym_envfactory.envs.env import EnvFactoryEnv
 from gym_envfactory.envs.parsing import ToolCall
 from gym_envfactory.rollout.policies import NoisyPolicy, OraclePolicy, RandomPolicy
+from tests.shipped import SHIPPED
 
-CATALOG = ["HotelBooking", "PersonalFinance", "TeamCalendar"]
+CATALOG = SHIPPED
 
 #: Test-only packages every backend serves besides the catalog (README.md there); the url server gets
 #: them through ENVFACTORY_CATALOG (conftest.py), the docker backend as its catalog_dir.
