@@ -31,11 +31,18 @@ convention FastMCP uses); the text content is always the plain ``ToolResult.to_t
 event loop): a typed error (unknown tool, invalid arguments, tool error, internal error) comes back as
 ``isError: true`` with the error JSON as text.  A bound session belongs to the client that created it:
 send the same ``X-Envfactory-Client`` header as the ``create`` request (or none on both).
+
+Fast path (:class:`_FastCalls`): once the SDK has accepted a handshake-era session's first ``tools/call``,
+that session's later plain ``tools/call`` POSTs are answered without the SDK's per-request machinery, with
+the same JSON, the same checks (Host/Origin, Content-Type, Accept, body cap, session liveness) and the same
+idle-timer restart; anything else (other methods, ``_meta``, batches, the 2026-07-28 era, errors finding
+the session) goes through the SDK.  Measured by ``bench/bench_mcp.py`` (docs/performance.md, T3).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -46,18 +53,20 @@ from typing import Any, cast
 
 import mcp_types as types
 from mcp.server import Server
+from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import (
     StreamableHTTPASGIApp,
     StreamableHTTPSessionManager,
 )
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gym_envfactory.environment.tools import ToolSpec
 from gym_envfactory.errors import BadRequestError, CapacityError, SessionOwnershipError, UnknownSessionError
@@ -120,6 +129,11 @@ class EnvMCPServer:
         )
         if http:
             self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
+        #: Handshake-era MCP sessions (``Mcp-Session-Id``) whose ``tools/call`` the fast path may answer:
+        #: registered by their first call through the SDK, dropped when the MCP session ends.
+        self.fast: dict[str, _FastEntry] = {}
+        #: ``tools/call`` requests the fast path answered (the rest went through the SDK).
+        self.fast_calls = 0
 
     # ------------------------------------------------------------------ session resolution
     @staticmethod
@@ -222,12 +236,53 @@ class EnvMCPServer:
     def _call_tool_now(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         ms = self._session(ctx, create=True)
         assert ms is not None
+        self._remember(ctx)
         res = ToolResult(**self.manager.call(ms.session_id, params.name, params.arguments))
         out = types.CallToolResult(content=[types.TextContent(type="text", text=res.to_text())], is_error=not res.ok)
         tool = ms.session.tools.get(params.name)
         if res.ok and tool is not None and tool.output_schema is not None:
             wrap = ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and _needs_wrap(tool)
             out.structured_content = {"result": res.content} if wrap else res.content
+        return out
+
+    # ------------------------------------------------------------------ fast path (see _FastCalls)
+    def _remember(self, ctx: Any) -> None:
+        """After a ``tools/call`` the SDK accepted on a handshake-era HTTP session (so it is initialised
+        and its ``Mcp-Session-Id`` valid), let :class:`_FastCalls` answer that session's next calls."""
+        conn = _connection_of(ctx)
+        headers = getattr(getattr(ctx, "request", None), "headers", None)
+        if self.single or conn is None or headers is None or ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return
+        msid = headers.get(_MCP_SESSION_ID)
+        if not msid or headers.get(_MCP_PROTOCOL_VERSION) != ctx.protocol_version:
+            return
+        entry = self.fast.get(msid)
+        if entry is None:
+            entry = self.fast[msid] = _FastEntry(ctx.protocol_version)
+            conn.exit_stack.callback(self.fast.pop, msid, None)
+        entry.owned = conn.state.get(_STATE_KEY)
+
+    def fast_call(self, entry: _FastEntry, bound: str | None, client: str | None, name: str,
+                  arguments: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Run one ``tools/call`` for :class:`_FastCalls` (on the worker thread) and return its
+        ``CallToolResult`` as a wire dict, the same JSON the SDK path answers; ``None`` when the request
+        has no usable session (the SDK path then answers it, with its error)."""
+        try:
+            if bound is not None:
+                ms = self._lookup(bound.strip(), bound=True, client=client_identity(client))
+            elif entry.owned is not None:
+                ms = self._lookup(entry.owned, bound=False)
+            else:
+                return None
+        except (MCPError, BadRequestError):
+            return None
+        res = self.manager.call(ms.session_id, name, arguments)
+        self.fast_calls += 1
+        ok = res["ok"]
+        out: dict[str, Any] = {"content": [{"type": "text", "text": ToolResult(**res).to_text()}], "isError": not ok}
+        tool = ms.session.tools.get(name)
+        if ok and tool is not None and tool.output_schema is not None:
+            out["structuredContent"] = {"result": res["content"]} if _needs_wrap(tool) else res["content"]
         return out
 
     async def _discover(self, ctx: Any, params: Any) -> types.DiscoverResult:
@@ -241,6 +296,159 @@ class EnvMCPServer:
             capabilities=self.server.get_capabilities(protocol_version=ctx.protocol_version),
             instructions=self.server.instructions,
         )
+
+
+@dataclasses.dataclass
+class _FastEntry:
+    """A handshake-era MCP session the fast path serves: its negotiated protocol version and the
+    environment session it owns (``None``: none yet, or it acts only through ``X-Envfactory-Session``)."""
+
+    protocol_version: str
+    owned: str | None = None
+
+
+_MCP_SESSION_ID = "mcp-session-id"
+_MCP_PROTOCOL_VERSION = "mcp-protocol-version"
+_FAST_PARAMS = frozenset({"name", "arguments"})
+_FAST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+
+
+class _FastCalls:
+    """The hot request of a trainer's MCP episode, ``tools/call`` on an established session, answered
+    without the SDK's per-request machinery (memory streams, dispatcher task, middleware chain, Pydantic
+    models of the request and the result); everything else goes to the SDK's streamable-HTTP app.
+
+    Serves a ``POST`` only when the SDK has already accepted a ``tools/call`` on the same handshake-era
+    MCP session (:meth:`EnvMCPServer._remember`: so it is initialised), the session is still live in the
+    SDK's manager, and the request is exactly what the SDK would accept and answer with a plain JSON
+    result: its ``MCP-Protocol-Version`` is the negotiated one, the Host/Origin/Content-Type checks of
+    the SDK's :class:`TransportSecurityMiddleware` pass, ``Accept`` includes ``application/json``, the
+    body is within the size cap, and it is one JSON-RPC request (integer or string ``id``) with method
+    ``tools/call`` and params ``name`` and ``arguments`` only (``_meta``, progress tokens, batches and
+    anything unusual go to the SDK).  The call runs on the manager's worker like the SDK path's, the
+    answer is the same JSON (MCP 2025-11-25, "Streamable HTTP": ``application/json`` response with the
+    ``Mcp-Session-Id`` header), and the session's idle timer is restarted as the SDK restarts it after a
+    request.  A request whose environment session cannot be found is handed to the SDK unchanged, which
+    answers it with the usual error.
+    """
+
+    def __init__(self, app: ASGIApp, srv: EnvMCPServer, sm: StreamableHTTPSessionManager,
+                 security: TransportSecuritySettings | None, max_body: int, idle_timeout: float | None) -> None:
+        self.app = app
+        self.srv = srv
+        self.sm = sm
+        self.security = TransportSecurityMiddleware(security)
+        self.max_body = max_body
+        self.idle_timeout = idle_timeout
+
+    def _transport(self, msid: str) -> Any:
+        """The SDK's live transport of MCP session ``msid`` (``None``: gone, terminated or idle-expired).
+        The manager's table is private in the 2.x SDK: without it every request takes the SDK path."""
+        instances = getattr(self.sm, "_server_instances", None)
+        transport = instances.get(msid) if isinstance(instances, dict) else None
+        if transport is None:
+            self.srv.fast.pop(msid, None)
+            return None
+        idle = getattr(transport, "idle_scope", None)
+        if transport.is_terminated or (idle is not None and idle.cancel_called):
+            return None
+        return transport
+
+    async def _body(self, receive: Receive) -> tuple[bytes | None, list[Message]]:
+        """The whole request body (``None``: over the cap or not a plain body) and the messages read,
+        to replay to the SDK when it takes the request after all."""
+        seen: list[Message] = []
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            seen.append(message)
+            if message["type"] != "http.request":
+                return None, seen
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None, seen
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks), seen
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or "user" in scope:
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        msid = headers.get(_MCP_SESSION_ID)
+        entry = self.srv.fast.get(msid) if msid else None
+        if (entry is None or headers.get(_MCP_PROTOCOL_VERSION) != entry.protocol_version
+                or self._transport(msid) is None):  # type: ignore[arg-type]
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        ct = headers.get("content-type", "")
+        if (await self.security.validate_request(request, is_post=True) is not None
+                or not check_accept_headers(request)[0]
+                or "application/json" not in (p.strip() for p in ct.split(";")[0].split(","))):
+            await self.app(scope, receive, send)
+            return
+        body, seen = await self._body(receive)
+        call = _fast_request(body) if body is not None else None
+        if call is None:
+            await self.app(scope, _replay(seen, receive), send)
+            return
+        id_, name, arguments = call
+        srv = self.srv
+        result = await srv.manager.worker.run(srv.fast_call, entry, headers.get(SESSION_HEADER),
+                                              headers.get(CLIENT_HEADER), name, arguments)
+        if result is None:
+            await self.app(scope, _replay(seen, receive), send)
+            return
+        try:
+            text = json.dumps({"jsonrpc": "2.0", "id": id_, "result": result}, separators=(",", ":"), allow_nan=False)
+        except (ValueError, TypeError, RecursionError) as exc:  # the SDK path would fail to serialise it too
+            text = json.dumps({"jsonrpc": "2.0", "id": id_, "error": {
+                "code": INTERNAL_ERROR, "message": f"result could not be encoded: {type(exc).__name__}"}})
+        transport = self._transport(msid)  # type: ignore[arg-type]
+        idle = getattr(transport, "idle_scope", None)
+        if idle is not None and self.idle_timeout is not None and idle.deadline != float("inf"):
+            import anyio
+
+            idle.deadline = anyio.current_time() + self.idle_timeout  # as the SDK does after each request
+        data = text.encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"mcp-session-id", msid.encode()),  # type: ignore[union-attr]
+            (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+
+def _fast_request(body: bytes) -> tuple[int | str, str, dict[str, Any] | None] | None:
+    """``(id, tool name, arguments)`` of a body that is exactly one plain ``tools/call`` request, else ``None``."""
+    try:
+        msg = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or msg.get("method") != "tools/call" \
+            or not msg.keys() <= _FAST_KEYS:
+        return None
+    id_, params = msg.get("id"), msg.get("params")
+    if isinstance(id_, bool) or not isinstance(id_, (int, str)) or not isinstance(params, dict) \
+            or not params.keys() <= _FAST_PARAMS or not isinstance(params.get("name"), str):
+        return None
+    arguments = params.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        return None
+    return id_, params["name"], arguments
+
+
+def _replay(seen: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that hands out the messages already read, then reads on."""
+    pending = list(seen)
+
+    async def again() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+    return again
 
 
 class _TokenGuard:
@@ -297,7 +505,10 @@ def mcp_routes(manager: SessionManager, config: Any) -> tuple[list[Route], Calla
             max_sessions=getattr(config, "max_sessions", 10_000),
         )
         managers.append(sm)
-        endpoint = _TokenGuard(StreamableHTTPASGIApp(sm), getattr(config, "token", None))
+        fast = _FastCalls(StreamableHTTPASGIApp(sm), srv, sm, security,
+                          max_body=getattr(config, "max_body_bytes", 4 * 1024 * 1024),
+                          idle_timeout=getattr(config, "ttl_s", 900.0))
+        endpoint = _TokenGuard(fast, getattr(config, "token", None))
         routes.append(Route(f"/mcp/{name}", endpoint=endpoint))
         if len(manager.specs) == 1:
             routes.append(Route("/mcp", endpoint=endpoint))

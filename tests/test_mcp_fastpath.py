@@ -1,0 +1,152 @@
+"""The MCP endpoint's fast path for ``tools/call`` (``server/mcp_server.py``, ``_FastCalls``): in-process, over
+the app's ASGI interface with the SDK's session managers running.
+
+Checks: once the SDK has accepted a session's first ``tools/call``, later calls are answered by the fast path
+with exactly the JSON the SDK answers (results, typed errors, wrapped array outputs, bound sessions); requests
+the fast path must not answer (a foreign Host, a mismatched protocol version, a ``_meta`` field, an ended MCP
+session, an unknown bound session) get the SDK's answer; and an ended MCP session leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+pytest.importorskip("starlette")
+
+import anyio  # noqa: E402
+import httpx2  # noqa: E402
+
+from gym_envfactory.server.app import ServerConfig, build_app  # noqa: E402
+from gym_envfactory.server.manager import SessionManager  # noqa: E402
+from gym_envfactory.server.mcp_server import SESSION_HEADER, mcp_routes  # noqa: E402
+
+ENV = "HotelBooking"
+PV = "2025-11-25"
+BASE = "http://127.0.0.1:8765"
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.manager = SessionManager([ENV])
+        routes, self.lifespan = mcp_routes(self.manager, ServerConfig(envs=[ENV]))
+        self.app = build_app(self.manager, ServerConfig(envs=[ENV]), extra_routes=routes)
+        self.srv = routes[0].endpoint.app.srv  # the EnvMCPServer behind /mcp/HotelBooking
+        self.http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=self.app), base_url=BASE)
+        self.next_id = 100
+
+    async def open(self, headers: dict[str, str] | None = None) -> dict[str, str]:
+        """Initialize an MCP session; returns the headers its later requests carry."""
+        h = {**ACCEPT, **(headers or {})}
+        r = await self.http.post(f"/mcp/{ENV}", headers=h, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": PV, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        assert r.status_code == 200, r.text
+        h = {**h, "MCP-Protocol-Version": PV, "Mcp-Session-Id": r.headers["mcp-session-id"]}
+        r = await self.http.post(f"/mcp/{ENV}", headers=h, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert r.status_code == 202
+        return h
+
+    async def call(self, h: dict[str, str], name: str, arguments: dict[str, Any], *, meta: bool = False) -> Any:
+        self.next_id += 1
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        if meta:  # the fast path leaves requests with _meta to the SDK
+            params["_meta"] = {}
+        return await self.http.post(f"/mcp/{ENV}", headers=h, json={"jsonrpc": "2.0", "id": self.next_id,
+                                                                    "method": "tools/call", "params": params})
+
+
+def run(test: Any) -> None:
+    async def main() -> None:
+        h = Harness()
+        async with h.lifespan(h.app):
+            await test(h)
+        await h.http.aclose()
+        h.manager.worker.stop()
+    anyio.run(main)
+
+
+def body(r: Any) -> Any:
+    out = json.loads(r.text)
+    out.pop("id", None)
+    return out
+
+
+CALLS = [
+    ("get_guest_profile", {"guest_id": "G-001"}),  # an object result
+    ("list_hotel_destinations", {}),  # an array result, wrapped as {"result": [...]} on 2025-era wires
+    ("get_guest_profile", {"guest_id": 5}),  # invalid arguments: isError with details
+    ("get_guest_profile", {"guest_id": "G-999"}),  # a tool error
+    ("no_such_tool", {}),  # unknown tool
+]
+
+
+def test_fast_path_answers_what_the_sdk_answers() -> None:
+    async def test(h: Harness) -> None:
+        sess = await h.open()
+        first = await h.call(sess, *CALLS[0])  # through the SDK: registers the session for the fast path
+        assert first.status_code == 200 and h.srv.fast_calls == 0
+        for name, args in CALLS:
+            slow = await h.call(sess, name, args, meta=True)
+            n = h.srv.fast_calls
+            fast = await h.call(sess, name, args)
+            assert h.srv.fast_calls == n + 1, "the fast path did not answer"
+            assert fast.status_code == slow.status_code == 200
+            assert fast.headers["content-type"] == slow.headers["content-type"] == "application/json"
+            assert fast.headers["mcp-session-id"] == sess["Mcp-Session-Id"]
+            assert body(fast) == body(slow), name
+            assert json.loads(fast.text)["id"] == h.next_id
+        # the fast path acts on the MCP session's own environment session: a write is seen by later reads
+        card = {"guest_id": "G-001", "brand": "mastercard", "last4": "7777", "expiry": "2030-01"}
+        assert not json.loads((await h.call(sess, "add_guest_payment_method", card)).text)["result"]["isError"]
+        profile = json.loads((await h.call(sess, "get_guest_profile", {"guest_id": "G-001"}, meta=True)).text)
+        assert "7777" in profile["result"]["content"][0]["text"]
+    run(test)
+
+
+def test_bound_session_on_the_fast_path() -> None:
+    async def test(h: Harness) -> None:
+        sid = h.manager.create(ENV, initial_state="large", client="trainer-1").session_id
+        sess = await h.open({SESSION_HEADER: sid, "X-Envfactory-Client": "trainer-1"})
+        await h.call(sess, "list_hotel_destinations", {})
+        n = h.srv.fast_calls
+        fast = await h.call(sess, "list_hotel_destinations", {})
+        slow = await h.call(sess, "list_hotel_destinations", {}, meta=True)
+        assert h.srv.fast_calls == n + 1 and body(fast) == body(slow)
+        assert h.manager.sessions[sid].calls == 3  # every call acted on the bound session
+        # another client's header, or a session that is gone: the SDK answers, with its error
+        for bad in ({"X-Envfactory-Client": "someone-else"}, {SESSION_HEADER: "0" * 32}):
+            n = h.srv.fast_calls
+            r = await h.call({**sess, **bad}, "list_hotel_destinations", {})
+            assert h.srv.fast_calls == n and "error" in json.loads(r.text), r.text
+    run(test)
+
+
+def test_requests_the_fast_path_must_leave_to_the_sdk() -> None:
+    async def test(h: Harness) -> None:
+        sess = await h.open()
+        await h.call(sess, "list_hotel_destinations", {})
+        n = h.srv.fast_calls
+        # DNS rebinding protection still applies to an established session
+        assert (await h.call({**sess, "Host": "evil.example:80"}, "list_hotel_destinations", {})).status_code == 421
+        assert (await h.call({**sess, "Origin": "http://evil.example"}, "list_hotel_destinations", {})).status_code == 403
+        assert (await h.call({**sess, "Content-Type": "text/plain"}, "list_hotel_destinations", {})).status_code == 400
+        assert (await h.call({**sess, "Accept": "text/event-stream"}, "list_hotel_destinations", {})).status_code == 406
+        other = await h.call({**sess, "MCP-Protocol-Version": "2025-06-18"}, "list_hotel_destinations", {})
+        assert other.status_code == 200  # the SDK serves any supported version; not the fast path's to decide
+        assert h.srv.fast_calls == n
+        # not JSON, a batch, a notification: the SDK's answers
+        raw = await h.http.post(f"/mcp/{ENV}", headers=sess, content=b"{nope")
+        assert raw.status_code == 400 and json.loads(raw.text)["error"]["code"] == -32700
+        assert h.srv.fast_calls == n
+        # an ended MCP session: 404 from the SDK, its environment session closed, nothing left in the table
+        assert (await h.http.delete(f"/mcp/{ENV}", headers=sess)).status_code == 200
+        gone = await h.call(sess, "list_hotel_destinations", {})
+        assert gone.status_code == 404 and h.srv.fast_calls == n
+        with anyio.fail_after(5):
+            while h.srv.fast or h.manager.sessions:
+                await anyio.sleep(0.01)
+    run(test)
