@@ -210,7 +210,7 @@ def test_a_view_serialises_byte_for_byte_like_the_plain_model(env_name, state_na
     view = make_view(spec.state_model.model_validate_json(raw))
     assert view.model_dump_json() == plain.model_dump_json()
     assert view.model_dump() == plain.model_dump()
-    for name, value in plain.__dict__.items():  # every collection: half read, then all read
+    for name in plain.__dict__:  # every collection: half read, then all read
         v = getattr(view, name)
         if isinstance(v, CowDict):
             for k in list(v)[::2]:
