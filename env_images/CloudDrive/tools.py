@@ -44,6 +44,7 @@ ROLE_RANK = {"viewer": 1, "commenter": 2, "editor": 3, "owner": 4}
 
 
 def _mb(x: float) -> float:
+    """Megabytes rounded to 2 decimals; ``+ 0.0`` turns a -0.0 (a quota filled exactly) into 0.0."""
     return round(x + 0.0, 2)
 
 
