@@ -420,7 +420,7 @@ def list_annotations(
     _researcher(state, researcher_id)
     if paper_id is not None:
         _paper(state, paper_id)
-    t = tag.strip().lower() if tag else None
+    t = tag.strip().lower().replace(" ", "-") if tag else None
     out = [a for a in state.annotations.values() if a.researcher_id == researcher_id
            and (paper_id is None or a.paper_id == paper_id) and (t is None or t in a.tags)]
     return sorted(out, key=lambda a: (a.paper_id, a.page, a.annotation_id))
