@@ -31,6 +31,7 @@ __all__ = [
     "ImageError",
     "UnknownSessionError",
     "CapacityError",
+    "MemoryBudgetError",
     "SessionOwnershipError",
     "BadRequestError",
     "InsecureBindError",
@@ -173,6 +174,23 @@ class CapacityError(EnvFactoryError):
         super().__init__(message)
         self.scope = scope
         self.limit = limit
+
+
+class MemoryBudgetError(CapacityError):
+    """The server refused a request that would take it past its memory budget (create, fork, restore,
+    a large frame of ``state``/``snapshot`` reads): nothing was created or changed.  ``estimate`` is
+    the bytes the request would need, ``used`` the bytes the server counts as in use, ``budget`` its
+    memory budget (``limit``; the cgroup limit, ``--memory-budget`` or a share of physical memory) and
+    ``headroom`` the part of it kept free (docs/architecture.md, "Backends").  JSON-RPC code -32006;
+    ``scope`` is ``"memory"``."""
+
+    def __init__(self, message: str, *, estimate: int | None = None, used: int | None = None,
+                 budget: int | None = None, headroom: int | None = None) -> None:
+        super().__init__(message, scope="memory", limit=budget)
+        self.estimate = estimate
+        self.used = used
+        self.budget = budget
+        self.headroom = headroom
 
 
 class SessionOwnershipError(EnvFactoryError, PermissionError):

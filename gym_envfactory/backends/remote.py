@@ -28,13 +28,16 @@ from gym_envfactory.environment.tools import ToolSpec
 from gym_envfactory.errors import (
     BackendError,
     BackendUnavailableError,
+    CapacityError,
     EnvFactoryError,
+    MemoryBudgetError,
     RemoteError,
     RequestTooLargeError,
 )
 from gym_envfactory.session import ActionRecord, ToolResult
 
-__all__ = ["AsyncSessionClient", "SessionClient", "RemoteSession", "BackendUnavailableError", "RemoteError"]
+__all__ = ["AsyncSessionClient", "SessionClient", "RemoteSession", "BackendUnavailableError", "RemoteError",
+           "remote_error"]
 
 
 
@@ -177,11 +180,12 @@ class AsyncSessionClient:
     @staticmethod
     def _result(resp: dict[str, Any]) -> Any:
         if "error" in resp:
-            raise RemoteError(resp["error"].get("code", 0), resp["error"].get("message", ""))
+            raise remote_error(resp["error"])
         return resp.get("result")
 
     async def request(self, method: str, **params: Any) -> Any:
-        """One JSON-RPC request; returns its result or raises :class:`RemoteError`."""
+        """One JSON-RPC request; returns its result or raises :class:`RemoteError` (a refusal for
+        capacity as the server's own :class:`CapacityError` / :class:`MemoryBudgetError`: :func:`remote_error`)."""
         (resp,) = await self._send([{"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}])
         return self._result(resp)
 
@@ -195,7 +199,7 @@ class AsyncSessionClient:
         for resp in await self._send(payload):
             try:
                 out.append(self._result(resp))
-            except RemoteError as exc:
+            except (RemoteError, CapacityError) as exc:
                 out.append(exc)
         return out
 
@@ -213,6 +217,29 @@ class AsyncSessionClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def remote_error(err: Any) -> EnvFactoryError:
+    """The typed error a JSON-RPC error object stands for: code -32006 is :class:`MemoryBudgetError` (with
+    its ``estimate``, ``used``, ``budget``, ``headroom`` in bytes), -32002 :class:`CapacityError` (its
+    ``scope`` and ``limit``), anything else :class:`RemoteError` with the code (docs/architecture.md,
+    "Backends": the codes of the fast session protocol)."""
+    if not isinstance(err, dict):
+        return RemoteError(-32600, "malformed error object")
+    code, message = err.get("code", 0), str(err.get("message", ""))
+    data: dict[str, Any] = err["data"] if isinstance(err.get("data"), dict) else {}
+    if code == -32006:
+        return MemoryBudgetError(message, estimate=_int_or_none(data.get("estimate")), used=_int_or_none(data.get("used")),
+                                 budget=_int_or_none(data.get("limit")), headroom=_int_or_none(data.get("headroom")))
+    if code == -32002:
+        scope = data.get("scope")
+        return CapacityError(message, scope=scope if isinstance(scope, str) else "server",
+                             limit=_int_or_none(data.get("limit")))
+    return RemoteError(code if isinstance(code, int) else 0, message)
 
 
 def require_websockets() -> Any:
@@ -290,13 +317,15 @@ class SessionClient:
 
         Raises:
             RemoteError: the server answered with an error object.
+            CapacityError: the server refused for capacity (:class:`MemoryBudgetError`: its memory budget).
             BackendUnavailableError: the connection is lost or no answer came within ``timeout`` s.
         """
         return self._run(self._client.request(method, **params))
 
     def batch(self, requests: Sequence[tuple[str, dict[str, Any]]]) -> list[Any]:
         """Many ``(method, params)`` requests in one frame (a JSON-RPC 2.0 batch), blocking; results in
-        order, a failed request's slot holding its :class:`RemoteError` (see :meth:`AsyncSessionClient.batch`)."""
+        order, a failed request's slot holding its :class:`RemoteError` or :class:`CapacityError` (see
+        :meth:`AsyncSessionClient.batch`)."""
         return self._run(self._client.batch(requests))
 
     def close(self) -> None:

@@ -346,6 +346,7 @@ def serve_cmd(
     max_sessions: Annotated[int, typer.Option(help="most live sessions")] = 10_000,
     max_sessions_per_client: Annotated[int | None, typer.Option(min=1, help="most live sessions one client (X-Envfactory-Client) may hold (default: half of --max-sessions)")] = None,
     close_on_disconnect: Annotated[bool, typer.Option(help="close the sessions a WebSocket connection created when it drops (a connection may ask either way: ?close_on_disconnect=1|0)")] = False,
+    memory_budget: Annotated[str | None, typer.Option(envvar="ENVFACTORY_MEMORY_BUDGET", help="memory budget: 512M, 2G or 50% (of physical memory); caps the container's cgroup limit, which is the default (else 60% of physical memory); creates, forks, restores and read frames that would not fit are refused (-32006)")] = None,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
     transport: Annotated[str, typer.Option(help="http (every route below) or stdio (MCP for one environment over stdin/stdout)")] = "http",
 ) -> None:
@@ -386,7 +387,8 @@ def serve_cmd(
     names = None if (all_ or not given) else given
     try:
         serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions,
-              max_sessions_per_client=max_sessions_per_client, close_on_disconnect=close_on_disconnect, announce=announce)
+              max_sessions_per_client=max_sessions_per_client, close_on_disconnect=close_on_disconnect, announce=announce,
+              memory_budget=memory_budget)
     except InsecureBindError as exc:
         err_console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None

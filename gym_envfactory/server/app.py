@@ -50,6 +50,7 @@ from gym_envfactory.errors import BadRequestError, InsecureBindError
 from gym_envfactory.server.fastproto import (
     ERR_BAD_REQUEST,
     ERR_CAPACITY,
+    ERR_MEMORY,
     ERR_OWNERSHIP,
     ERR_UNKNOWN_SESSION,
     Caller,
@@ -141,7 +142,7 @@ class Metrics:
                                  registry=self.registry)
 
 
-_HTTP_STATUS = {ERR_UNKNOWN_SESSION: 404, ERR_CAPACITY: 429, ERR_BAD_REQUEST: 400, ERR_OWNERSHIP: 403}
+_HTTP_STATUS = {ERR_UNKNOWN_SESSION: 404, ERR_CAPACITY: 429, ERR_BAD_REQUEST: 400, ERR_OWNERSHIP: 403, ERR_MEMORY: 503}
 
 
 def _flag(value: str | None, default: bool) -> bool:

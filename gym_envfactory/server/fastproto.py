@@ -19,7 +19,9 @@ another client's request on one gets :data:`ERR_OWNERSHIP` unless it is shared.
 Errors use JSON-RPC codes: -32700 parse error, -32600 invalid request, -32601 unknown method,
 -32602 invalid params, and application codes: -32001 unknown session, -32002 capacity (``data``:
 ``{"scope": "server" | "client", "limit": n}``), -32003 bad request, -32004 unauthorized, -32005 the
-session belongs to another client.
+session belongs to another client, -32006 over the memory budget (``data``: ``{"scope": "memory",
+"limit": budget, "estimate", "used", "headroom"}`` in bytes; a frame whose reads would not fit gets it
+for every request, and none of them runs).
 
 Dispatch never holds the event loop: :func:`dispatch_frame_async` parses, runs and encodes a frame on
 the manager's worker thread (:mod:`.worker`) in slices of at most :data:`SLICE_REQUESTS` requests or
@@ -35,7 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gym_envfactory.errors import BadRequestError, CapacityError, SessionOwnershipError, UnknownSessionError
+from gym_envfactory.errors import (
+    BadRequestError,
+    CapacityError,
+    MemoryBudgetError,
+    SessionOwnershipError,
+    UnknownSessionError,
+)
 from gym_envfactory.server.manager import SessionManager
 
 #: Most requests one frame (a JSON-RPC batch) may carry, and most bytes one response frame may hold.
@@ -46,13 +54,14 @@ SLICE_REQUESTS = 256
 SLICE_SECONDS = 0.005
 
 __all__ = ["dispatch_frame", "dispatch_frame_async", "FrameJob", "Caller", "METHODS", "ERR_UNKNOWN_SESSION",
-           "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED", "ERR_OWNERSHIP", "SLICE_REQUESTS", "SLICE_SECONDS"]
+           "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED", "ERR_OWNERSHIP", "ERR_MEMORY", "SLICE_REQUESTS",
+           "SLICE_SECONDS"]
 
 log = logging.getLogger(__name__)
 
 ERR_PARSE, ERR_INVALID_REQUEST, ERR_METHOD, ERR_PARAMS, ERR_INTERNAL = -32700, -32600, -32601, -32602, -32603
 ERR_UNKNOWN_SESSION, ERR_CAPACITY, ERR_BAD_REQUEST, ERR_UNAUTHORIZED = -32001, -32002, -32003, -32004
-ERR_OWNERSHIP = -32005
+ERR_OWNERSHIP, ERR_MEMORY = -32005, -32006
 
 
 @dataclass
@@ -119,6 +128,11 @@ def _error(id_: Any, code: int, message: str, data: Any = None) -> dict[str, Any
     return {"jsonrpc": "2.0", "id": id_, "error": err}
 
 
+def _memory_error(id_: Any, exc: MemoryBudgetError) -> dict[str, Any]:
+    return _error(id_, ERR_MEMORY, str(exc), {"scope": exc.scope, "limit": exc.limit, "estimate": exc.estimate,
+                                             "used": exc.used, "headroom": exc.headroom})
+
+
 Observe = Callable[[str, bool], None]
 
 
@@ -157,6 +171,8 @@ def _call(m: SessionManager, req: dict[str, Any], id_: Any, observe: Observe | N
         return _error(id_, ERR_PARAMS, f"missing parameter {exc.args[0]!r} for {method}")
     except SessionOwnershipError as exc:
         return _error(id_, ERR_OWNERSHIP, str(exc))
+    except MemoryBudgetError as exc:
+        return _memory_error(id_, exc)
     except CapacityError as exc:
         return _error(id_, ERR_CAPACITY, str(exc), {"scope": exc.scope, "limit": exc.limit})
     except (BadRequestError, TypeError, ValueError) as exc:
@@ -215,6 +231,14 @@ class FrameJob:
             self._requests, self._batch = msg, True
         else:
             self._requests = [msg]
+        try:
+            self.manager.admit_frame(self._requests)  # reads' response size, before building any
+        except MemoryBudgetError as exc:
+            parts = [_encode(_memory_error(r["id"] if _valid_id(r.get("id")) else None, exc))
+                     for r in self._requests if isinstance(r, dict) and "id" in r]
+            if not parts:
+                return self._finish(None)
+            return self._finish("[" + ",".join(parts) + "]" if self._batch else parts[0])
         return False
 
     def _encoded(self, r: dict[str, Any]) -> str:

@@ -4,6 +4,10 @@ Every transport (the fast session protocol, the MCP endpoint, the HTTP control p
 one :class:`SessionManager`.  Sessions are identified by unguessable ids, expire after ``ttl_s``
 seconds without use, and are bounded by ``max_sessions`` and, per client, ``max_sessions_per_client``.
 
+Memory: every create, fork, restore and large read frame is checked against the server's memory budget
+first (:mod:`.admission`) and refused with :class:`MemoryBudgetError` (a :class:`CapacityError`) when it
+would not fit; a refused request changes nothing.
+
 Ownership: a session created with ``client=`` belongs to that client (the ``X-Envfactory-Client``
 header, :func:`client_identity`; every client without the header is :data:`ANONYMOUS_CLIENT`); another
 client's request on it raises :class:`SessionOwnershipError` unless it was created ``shared`` or the
@@ -28,21 +32,24 @@ from typing import Any, TypeVar
 
 from gym_envfactory.environment.catalog import get_environment, list_environments
 from gym_envfactory.environment.spec import EnvironmentSpec
-from gym_envfactory.environment.states import task_environments, task_initial_state
+from gym_envfactory.environment.states import resolve_initial_states, task_environments, task_initial_state
 from gym_envfactory.errors import (
     BadRequestError,
     CapacityError,
     EnvFactoryError,
+    MemoryBudgetError,
     SessionOwnershipError,
     UnknownSessionError,
 )
 from gym_envfactory.replay import task_reference
 from gym_envfactory.reward import RewardConfig, TurnRecord, score_episode
+from gym_envfactory.server.admission import Admission, MemoryBudget, detect_budget, tools_bytes
 from gym_envfactory.server.worker import Worker
 from gym_envfactory.session import Session
 
-__all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError",
-           "SessionOwnershipError", "CLIENT_HEADER", "ANONYMOUS_CLIENT", "client_identity"]
+__all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "MemoryBudgetError",
+           "BadRequestError", "SessionOwnershipError", "CLIENT_HEADER", "ANONYMOUS_CLIENT", "client_identity",
+           "READ_METHODS"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,8 @@ MAX_NOT_RECORDED = 1_000_000
 """HTTP header naming the client a request comes from (sessions are owned by the client that created them)."""
 ANONYMOUS_CLIENT = "anonymous"
 """The identity of every request without :data:`CLIENT_HEADER` (they share sessions and one quota)."""
+READ_METHODS = frozenset({"state", "snapshot", "info"})
+"""Protocol methods whose response size :meth:`SessionManager.admit_frame` estimates before a frame runs."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,6 +102,10 @@ class ManagedSession:
     #: The client that created it (``None``: anyone), and whether other clients may use it too.
     owner: str | None = None
     shared: bool = False
+    #: Bytes of state JSON it holds (at creation, fork or restore; a snapshot refreshes it), and the
+    #: bytes of memory budget it reserves (:meth:`~gym_envfactory.server.admission.Admission.session_cost`).
+    nbytes: int = 0
+    reserved: int = 0
 
 
 class SessionManager:
@@ -106,14 +119,18 @@ class SessionManager:
         max_sessions_per_client: most live sessions one client may own (default: half of
             ``max_sessions``, so no single client can lock the others out until its sessions expire).
         clock: monotonic time source in seconds (injectable for tests).
+        memory_budget: the memory budget (:mod:`.admission`): a size (bytes, ``"512M"``, ``"50%"``)
+            capping the cgroup limit, a :class:`MemoryBudget`, or an :class:`Admission` (tests); default:
+            the cgroup limit, else ``$ENVFACTORY_MEMORY_BUDGET``, else a share of physical memory.
 
     Raises:
         UnknownEnvironmentError, SpecError: a name in ``envs`` that does not load.
-        BadRequestError: serving the whole catalog, and no package of it loads.
+        BadRequestError: serving the whole catalog, and no package of it loads; a bad ``memory_budget``.
     """
 
     def __init__(self, envs: Sequence[str] | None = None, *, ttl_s: float = 900.0, max_sessions: int = 10_000,
-                 max_sessions_per_client: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_sessions_per_client: int | None = None, clock: Callable[[], float] = time.monotonic,
+                 memory_budget: int | str | MemoryBudget | Admission | None = None) -> None:
         names = list(envs) if envs else list_environments()
         self.specs: dict[str, EnvironmentSpec] = {}
         #: Catalog packages left out because they do not load (name → error), when serving the whole catalog.
@@ -149,6 +166,9 @@ class SessionManager:
         self.lock = threading.RLock()
         #: The thread the server runs session operations on (started on first use).
         self.worker = Worker()
+        #: Memory-aware admission: the budget, reservations and checks (:mod:`.admission`).
+        self.admission = memory_budget if isinstance(memory_budget, Admission) else Admission(
+            memory_budget if isinstance(memory_budget, MemoryBudget) else detect_budget(memory_budget))
 
     # ------------------------------------------------------------------ helpers
     def spec(self, name: str) -> EnvironmentSpec:
@@ -180,10 +200,12 @@ class SessionManager:
                                 f"--max-sessions-per-client", scope="client", limit=self.max_sessions_per_client)
 
     def _register(self, session: Session, env_names: list[str], task_id: str | None, owner: str | None = None,
-                  shared: bool = False) -> ManagedSession:
+                  shared: bool = False, nbytes: int = 0, reserved: int = 0) -> ManagedSession:
         now = self.clock()
         sid = secrets.token_hex(16)
-        ms = ManagedSession(sid, session, env_names, task_id, now, now, owner=owner, shared=shared)
+        ms = ManagedSession(sid, session, env_names, task_id, now, now, owner=owner, shared=shared, nbytes=nbytes,
+                            reserved=reserved)
+        self.admission.reserve(reserved)
         self.sessions[sid] = ms
         if owner is not None:
             self.owned[owner] = self.owned.get(owner, 0) + 1
@@ -192,6 +214,8 @@ class SessionManager:
 
     def _forget(self, session_id: str) -> ManagedSession | None:
         ms = self.sessions.pop(session_id, None)
+        if ms is not None:
+            self.admission.release(ms.reserved)
         if ms is not None and ms.owner is not None:
             left = self.owned.get(ms.owner, 1) - 1
             if left > 0:
@@ -244,6 +268,7 @@ class SessionManager:
         Raises:
             BadRequestError: unknown environment or task, invalid state or snapshot.
             CapacityError: too many sessions on the server or for ``client``.
+            MemoryBudgetError: the session would not fit in the memory budget (nothing is created).
         """
         if not isinstance(shared, bool):
             raise BadRequestError("shared must be true or false")
@@ -258,6 +283,7 @@ class SessionManager:
             raise BadRequestError("give at least one environment")
         specs = [self.spec(n) for n in names]
         self._check_room(client, 1)  # before building anything
+        raw = snapshot.encode() if isinstance(snapshot, str) else snapshot
         try:
             if task_id is not None:
                 tasks = specs[0].tasks
@@ -266,14 +292,21 @@ class SessionManager:
                     specs = task_environments(specs[0], task)
                     for s in specs:
                         self.spec(s.name)
-                session = Session.from_states(specs, task_initial_state(specs[0], task))
+                states = task_initial_state(specs[0], task)
             else:
-                session = Session(specs, initial_state)
-            if snapshot is not None:
-                session.restore(snapshot if isinstance(snapshot, bytes) else snapshot.encode())
+                states = resolve_initial_states(specs, initial_state)
+            nbytes = max(sum(len(b) for b in states.values()), len(raw) if raw is not None else 0)
+            cost = self.admission.session_cost(specs, nbytes)
+            self.admission.check(f"a session of {'+'.join(s.name for s in specs)} ({nbytes} bytes of state)",
+                                 cost + (self.admission.restore_transient(len(raw)) if raw is not None else 0))
+            session = Session.from_states(specs, states)
+            if raw is not None:
+                session.restore(raw)
+        except MemoryBudgetError:
+            raise
         except (EnvFactoryError, KeyError) as exc:
             raise BadRequestError(str(exc)) from None
-        return self._register(session, [s.name for s in specs], task_id, client, shared)
+        return self._register(session, [s.name for s in specs], task_id, client, shared, nbytes, cost)
 
     @_locked
     def fork(self, session_id: str, k: int = 1, *, client: str | None = None) -> list[ManagedSession]:
@@ -283,14 +316,20 @@ class SessionManager:
         Raises:
             BadRequestError: ``k`` not in 1..1024.
             UnknownSessionError, SessionOwnershipError: the source session.
-            CapacityError: ``k`` more sessions do not fit (nothing is created).
+            CapacityError: ``k`` more sessions do not fit (nothing is created); :class:`MemoryBudgetError`
+                when it is the memory budget they would not fit in (each fork reserves what the state
+                costs once parsed, however forks share it).
         """
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1024:
             raise BadRequestError("k must be an integer in 1..1024")
         src = self.get(session_id, client)
         owner = client if client is not None else src.owner
         self._check_room(owner, k)  # refuse before creating anything
-        return [self._register(s, list(src.envs), src.task_id, owner, src.shared) for s in src.session.fork_many(k)]
+        cost = self.admission.session_cost(src.session.envs.values(), src.nbytes)
+        self.admission.check(f"a fork of {k} session(s) of {'+'.join(src.envs)} ({src.nbytes} bytes of state each)",
+                             k * cost + src.nbytes)
+        return [self._register(s, list(src.envs), src.task_id, owner, src.shared, src.nbytes, cost)
+                for s in src.session.fork_many(k)]
 
     @_locked
     def close(self, session_id: str, *, client: str | None = None) -> bool:
@@ -382,7 +421,10 @@ class SessionManager:
             UnknownSessionError: no live session ``session_id``.
             SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
         """
-        return self.get(session_id, client).session.snapshot().decode()
+        ms = self.get(session_id, client)
+        text = ms.session.snapshot().decode()
+        ms.nbytes = len(text)  # the size later read frames are estimated with
+        return text
 
     @_locked
     def restore(self, session_id: str, snapshot: str | bytes, *, client: str | None = None) -> None:
@@ -392,13 +434,22 @@ class SessionManager:
             UnknownSessionError: no live session ``session_id``.
             SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
             BadRequestError: the snapshot is invalid (the session is left unchanged).
+            MemoryBudgetError: the restored session would not fit in the memory budget (unchanged).
         """
+        ms = self.get(session_id, client)
+        if not isinstance(snapshot, (str, bytes)):
+            raise BadRequestError("snapshot must be the string returned by the snapshot method")
+        raw = snapshot if isinstance(snapshot, bytes) else snapshot.encode()
+        cost = self.admission.session_cost(ms.session.envs.values(), len(raw))
+        self.admission.check(f"a restore of {len(raw)} bytes into session {session_id}",
+                             cost + self.admission.restore_transient(len(raw)))
         try:
-            self.get(session_id, client).session.restore(snapshot if isinstance(snapshot, bytes) else snapshot.encode())
+            ms.session.restore(raw)
         except EnvFactoryError as exc:
-            if isinstance(exc, (UnknownSessionError, SessionOwnershipError)):
-                raise
             raise BadRequestError(str(exc)) from None
+        self.admission.release(ms.reserved)
+        ms.nbytes, ms.reserved = len(raw), cost
+        self.admission.reserve(cost)
 
     @_locked
     def reset(self, session_id: str, *, client: str | None = None) -> None:
@@ -482,12 +533,41 @@ class SessionManager:
         return out
 
     @_locked
+    def admit_frame(self, requests: Sequence[Any]) -> None:
+        """Check, before a frame runs, that the responses of its :data:`READ_METHODS` requests fit in the
+        memory budget (each item: the session's :attr:`ManagedSession.nbytes`, or its tool schemas for
+        ``info``; :meth:`Admission.response_estimate`).  Malformed requests and unknown sessions are
+        left for dispatch to answer.
+
+        Raises:
+            MemoryBudgetError: the frame's responses would not fit; nothing of the frame may run.
+        """
+        sizes: list[int] = []
+        for req in requests:
+            if not isinstance(req, dict) or req.get("method") not in READ_METHODS:
+                continue
+            params = req.get("params")
+            sid = params.get("session_id") if isinstance(params, dict) else None
+            ms = self.sessions.get(sid) if isinstance(sid, str) else None
+            if ms is None:
+                continue
+            if req["method"] == "info":
+                sizes.append(sum(tools_bytes(s) for s in ms.session.envs.values()))
+            else:
+                sizes.append(ms.nbytes)
+        if sizes:
+            self.admission.check(f"a frame of {len(sizes)} state/snapshot/info read(s) of {sum(sizes)} bytes of "
+                                 f"state in all", self.admission.response_estimate(sizes), transient=True)
+
+    @_locked
     def stats(self, *, client: str | None = None) -> dict[str, Any]:
         """Live session count, the lifetime counters (created, closed, expired, calls, errors), the
-        environments served, the caps, and (given ``client``) how many sessions that client owns."""
+        environments served, the caps, the memory budget (:meth:`Admission.stats`: budget, source,
+        headroom, reserved, rss, used, refused; bytes) and (given ``client``) how many sessions that
+        client owns."""
         out = {"sessions": len(self.sessions), **self.counters, "envs": list(self.specs),
                "max_sessions": self.max_sessions, "max_sessions_per_client": self.max_sessions_per_client,
-               "clients": len(self.owned)}
+               "clients": len(self.owned), "memory": self.admission.stats()}
         if client is not None:
             out["client"] = {"id": client, "sessions": self.owned.get(client, 0)}
         return out
