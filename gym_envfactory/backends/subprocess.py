@@ -15,9 +15,11 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
+from gym_envfactory.environment.catalog import IMPORTING_ENV_VAR, get_environment
+from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import BackendError
 
-__all__ = ["start_server_process", "ServerProcess"]
+__all__ = ["start_server_process", "ServerProcess", "module_argument"]
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +120,34 @@ def _pump_lines(stream: IO[str], lines: queue.Queue[str | None], done: threading
 
 
 def _why(server: ServerProcess) -> str:
-    """``": <the log's last error line> (server log: PATH)"`` for a server that failed to start."""
+    """``": <the log's last error line>"`` for a server that failed to start (read before the log goes)."""
     error = server.last_error()
-    return f": {error} (server log: {server.log_path})" if error else f" (server log: {server.log_path})"
+    return f": {error}" if error else " (its log was empty)"
+
+
+def module_argument(spec: EnvironmentSpec) -> tuple[str, str | None] | None:
+    """How a server process imports a code-defined environment: ``(--module value, sys.path entry the
+    child needs or None)``; ``None`` for an environment with a package folder (the catalog finds it).
+
+    Raises:
+        BackendError: the environment was defined where importing a file again would not define it
+            (inside a function, an interactive session, a notebook cell, ``exec``).
+    """
+    if spec.path is not None:
+        return None
+    origin = spec.defined_in
+    file = origin[1] if origin is not None else None
+    if origin is None or file is None or not os.path.isfile(file):
+        raise BackendError(f"{spec.name} is defined in code that a server process cannot import again (inside a "
+                           f"function, an interactive session or a notebook): call define_environment at the top level "
+                           f"of a module file, or use backend='inprocess' (the default)")
+    name = origin[0]
+    if name == "__main__" or name.startswith("_envfactory_module_"):
+        return file, None  # a script run directly: imported by path, under its file stem
+    root = os.path.dirname(file)
+    for _ in range(name.count(".") + (os.path.basename(file) == "__init__.py")):
+        root = os.path.dirname(root)
+    return name, root
 
 
 def _write_token_file(token: str) -> str:
@@ -139,7 +166,8 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
     ``--token-file``, and deleted once the server has announced itself.
 
     Args:
-        envs: environment names the server serves.
+        envs: environment names the server serves; code-defined ones (``define_environment`` in an
+            importable module or script) are passed as ``--module`` so the server imports their definition.
         token: bearer token the server requires, or ``None`` for none (a ``$ENVFACTORY_TOKEN`` of this
             process is not passed on either way).
         timeout: seconds to wait for the server's ``{"listening": url}`` announcement; the wait never
@@ -150,11 +178,31 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
 
     Raises:
         BackendError: the server exited or did not announce itself within ``timeout``: one line with the
-            log's last error line (:func:`last_error_line`) and the log's path (kept for reading).
+            log's last error line (:func:`last_error_line`); its log and token files are removed.  A
+            code-defined environment that no server can import (:func:`module_argument`), or a start
+            from inside ``envfactory serve --module``'s import of a module.
     """
     deadline = time.monotonic() + timeout
+    if os.environ.get(IMPORTING_ENV_VAR):
+        raise BackendError(f"a server backend was started while `envfactory serve --module` imports "
+                           f"{os.environ[IMPORTING_ENV_VAR]}: put the code that makes envs under "
+                           f"`if __name__ == \"__main__\":` so importing the module only defines environments")
     cmd = [sys.executable, "-m", "gym_envfactory.cli", "serve", *envs, "--host", "127.0.0.1", "--port", "0", "--announce"]
     environ = {k: v for k, v in os.environ.items() if k not in ("ENVFACTORY_TOKEN", "ENVFACTORY_TOKEN_FILE")}
+    paths: list[str] = []
+    for name in envs:
+        try:
+            arg = module_argument(get_environment(name))
+        except BackendError:
+            raise
+        except Exception:  # noqa: BLE001 - an unknown name is the server's one-line error, as before
+            arg = None
+        if arg is not None:
+            cmd += ["--module", arg[0]]
+            if arg[1] is not None and arg[1] not in paths:
+                paths.append(arg[1])
+    if paths:
+        environ["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [environ.get("PYTHONPATH")])])
     # one error per line in the log (no rich wrapping at 80 columns, no boxed traceback): last_error_line reads it
     environ.update({"COLUMNS": "400", "TYPER_USE_RICH": "0", "TYPER_STANDARD_TRACEBACK": "1"})
     token_path = _write_token_file(token) if token else None
@@ -182,16 +230,18 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
         try:
             line = lines.get(timeout=max(0.0, left)) if left > 0 else lines.get_nowait()
         except queue.Empty:
-            server(keep_log=True)
-            raise BackendError(f"environment server did not start within {timeout} s{_why(server)}") from None
+            why = _why(server)
+            server()
+            raise BackendError(f"environment server did not start within {timeout} s{why}") from None
         if line is None:  # stdout closed: the server exited
             try:
                 proc.wait(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 pass
             code = proc.poll()
-            server(keep_log=True)
-            raise BackendError(f"environment server exited with {code}{_why(server)}")
+            why = _why(server)
+            server()  # stops it and removes its token and log files: a failed start leaves nothing behind
+            raise BackendError(f"environment server exited with {code}{why}")
         if line.startswith("{"):
             try:
                 url = json.loads(line)["listening"]

@@ -26,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from gym_envfactory.environment.catalog import get_environment, list_environments
+from gym_envfactory.environment.catalog import get_environment, import_environment_module, list_environments
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import EnvFactoryError
 
@@ -349,6 +349,7 @@ def serve_cmd(
     memory_budget: Annotated[str | None, typer.Option(envvar="ENVFACTORY_MEMORY_BUDGET", help="memory budget: 512M, 2G or 50% (of physical memory); caps the container's cgroup limit, which is the default (else 60% of physical memory); creates, forks, restores and read frames that would not fit are refused (-32006)")] = None,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
     transport: Annotated[str, typer.Option(help="http (every route below) or stdio (MCP for one environment over stdin/stdout)")] = "http",
+    module: Annotated[list[str] | None, typer.Option("--module", help="import this module (name, or a .py file) first and serve the environments it defines with define_environment (default: all of them when no names are given); repeatable")] = None,
 ) -> None:
     """Serve environments: MCP on /mcp/<Env> (and /mcp with one environment), fast session protocol
     on /v1/ws, control plane on /v1/rpc, /healthz, /readyz, /metrics.  With --transport stdio: one
@@ -364,6 +365,20 @@ def serve_cmd(
                           markup=False, highlight=False)  # markup would eat '[server]'
         raise typer.Exit(2) from None
 
+    defined: list[str] = []
+    for m in module or []:
+        try:
+            found = import_environment_module(m)
+        except EnvFactoryError as exc:
+            err_console.print(str(exc), style="red", markup=False, highlight=False)
+            raise typer.Exit(1) from None
+        if not found:
+            err_console.print(f"{m} defines no environment (define_environment)", style="red", markup=False,
+                              highlight=False)
+            raise typer.Exit(1)
+        defined += found
+    if defined and not envs and not all_:
+        envs = defined
     if token_file is not None:
         if token and _from_command_line(ctx, "token"):
             raise typer.BadParameter("give --token or --token-file, not both")

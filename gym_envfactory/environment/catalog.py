@@ -11,9 +11,12 @@ imports the package first (Gymnasium's ``module:env_id`` form).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
 import os
 import re
+import sys
 import threading
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,7 +30,7 @@ from gym_envfactory.environment.manifest import Manifest, Provenance
 from gym_envfactory.environment.package import load_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.tools import tool_spec_from_function
-from gym_envfactory.errors import UnknownEnvironmentError
+from gym_envfactory.errors import SpecError, UnknownEnvironmentError
 
 __all__ = [
     "ENTRY_POINT",
@@ -39,6 +42,8 @@ __all__ = [
     "add_environment",
     "forget_environment",
     "programmatic_environments",
+    "import_environment_module",
+    "IMPORTING_ENV_VAR",
     "register_catalog",
     "register_environment",
     "strip_gym_id",
@@ -226,9 +231,77 @@ def define_environment(
         tasks_source=tasks,
         scenarios_source=scenarios,
     )
+    spec.defined_in = _caller_module(sys._getframe(1))
     if register:
         add_environment(spec)
     return spec
+
+
+def _caller_module(frame: Any) -> tuple[str, str | None]:
+    """``(module name, file)`` of the code that called :func:`define_environment`; a script run as
+    ``python -m pkg.mod`` gives its real name (``__spec__.name``), not ``__main__``.  The file is
+    ``None`` when the call was not at a module's top level (inside a function, a notebook cell, ``exec``):
+    importing the module again would not define the environment."""
+    g = frame.f_globals
+    name = str(g.get("__name__", "__main__"))
+    mod_spec = g.get("__spec__")
+    if name == "__main__" and mod_spec is not None and getattr(mod_spec, "name", None):
+        name = mod_spec.name
+    f = g.get("__file__")
+    if frame.f_code.co_name != "<module>" or not isinstance(f, str):
+        return name, None
+    return name, str(Path(f).resolve())
+
+
+#: Set while :func:`import_environment_module` imports a module, so a server backend started by that
+#: import (an unguarded script calling ``gym.make(..., backend="subprocess")``) is refused, not recursive.
+IMPORTING_ENV_VAR = "ENVFACTORY_IMPORTING_MODULE"
+
+
+def import_environment_module(target: str) -> list[str]:
+    """Import the module that defines environments in code (``define_environment``) and return the
+    names it defined, for ``envfactory serve --module`` and the subprocess backend.
+
+    Args:
+        target: a module name importable from the current directory or ``sys.path``
+            (``my_pkg.envs``), or a ``.py`` file's path (imported under its file stem, so its
+            ``if __name__ == "__main__":`` block does not run).
+
+    Raises:
+        SpecError: the module cannot be found or raises while importing (the first line of the error).
+    """
+    before = set(_PROGRAMMATIC)
+    previous = os.environ.get(IMPORTING_ENV_VAR)
+    os.environ[IMPORTING_ENV_VAR] = target
+    try:
+        if target.endswith(".py") or os.sep in target:
+            path = Path(target)
+            if not path.is_file():
+                raise SpecError(f"no such module file: {target}")
+            mod_name = path.stem if path.stem not in sys.modules else f"_envfactory_module_{path.stem}"
+            mspec = importlib.util.spec_from_file_location(mod_name, path)
+            if mspec is None or mspec.loader is None:
+                raise SpecError(f"cannot import {target}: not a Python module")
+            module = importlib.util.module_from_spec(mspec)
+            sys.modules[mod_name] = module
+            mspec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path and "" not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            importlib.import_module(target)
+    except SpecError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any failure of user code, SystemExit included, is one line
+        first = (str(exc).splitlines() or [""])[0]
+        raise SpecError(f"importing {target} failed: {type(exc).__name__}: {first}") from None
+    finally:
+        if previous is None:
+            os.environ.pop(IMPORTING_ENV_VAR, None)
+        else:
+            os.environ[IMPORTING_ENV_VAR] = previous
+    defined = sorted(set(_PROGRAMMATIC) - before)
+    defined += sorted(n for n, s in _PROGRAMMATIC.items() if n in before and s.defined_in and s.defined_in[0] == target)
+    return defined
 
 
 def add_environment(spec: EnvironmentSpec, *, register: bool = True) -> None:

@@ -71,6 +71,9 @@ class EnvironmentSpec:
         self.description = manifest.description
         self.state_model = state_model
         self.path = path
+        #: ``(module name, file)`` whose import defines this environment (set by ``define_environment``
+        #: from its caller), so a server process can import it (``envfactory serve --module``); else ``None``.
+        self.defined_in: tuple[str, str | None] | None = None
         self.bookkeeping_fields = tuple(manifest.bookkeeping_fields)
         self.free_text_fields = tuple(manifest.free_text_fields)
         self.set_fields = tuple(manifest.set_fields)

@@ -160,20 +160,27 @@ def no_tasks_message(spec: EnvironmentSpec) -> str:
 
 def check_backend_serves(backend: Any, specs: Sequence[EnvironmentSpec]) -> None:
     """Refuse a code-defined environment (``define_environment``: no package folder) on a backend whose
-    server process loads environments from the catalog folders (``subprocess``, ``docker``): it would
-    not know it (docs/architecture.md, "Backends").
+    server cannot get its definition (docs/architecture.md, "Backends"): ``docker`` (the container
+    reads package folders), and ``subprocess`` when the defining code cannot be imported again (an
+    interactive session); from a module file the subprocess server imports it (``--module``).
 
     Raises:
-        BackendError: one of ``specs`` is defined in code and ``backend`` is ``"subprocess"`` or ``"docker"``.
+        BackendError: as above, saying what to use instead.
     """
     if backend not in ("subprocess", "docker"):
         return
+    from gym_envfactory.backends.subprocess import module_argument
+
     for spec in specs:
-        if spec.path is None:
-            raise BackendError(f"{spec.name} is defined in code (define_environment), which a {backend} server cannot "
-                               f"load (it reads environments from package folders); use backend='inprocess' (the default), "
-                               f"a server you start in the process that defines it, or make it a package folder on "
-                               f"$ENVFACTORY_CATALOG (docs/authoring.md)")
+        if spec.path is not None:
+            continue
+        if backend == "subprocess":
+            module_argument(spec)
+            continue
+        raise BackendError(f"{spec.name} is defined in code (define_environment), which a docker server cannot "
+                           f"load (it reads environments from package folders); use backend='subprocess' or "
+                           f"'inprocess', run `envfactory serve --module <your module>` and use backend='url', or make "
+                           f"it a package folder on $ENVFACTORY_CATALOG (docs/authoring.md)")
 
 
 class StepInfo(dict[str, Any]):
