@@ -286,6 +286,9 @@ def _plan_quote(state: FitnessDB, m: Member, plan_id: str) -> PlanChangeQuote:
         raise ToolError(f"{m.name} has used {m.guest_passes_used} guest passes this cycle and {new.name} includes "
                         f"{new.guest_passes}; the change is possible from the renewal on {m.cycle_end}",
                         code="limit_exceeded")
+    if m.freeze_days_used > new.max_freeze_days:
+        raise ToolError(f"{m.name} has {m.freeze_days_used} freeze days on record this year and {new.name} allows "
+                        f"{new.max_freeze_days}; unfreeze_membership first or keep the plan", code="limit_exceeded")
     if not new.all_locations:
         away = [b.booking_id for b in state.bookings.values()
                 if b.member_id == m.member_id and b.status in ("booked", "waitlisted")
@@ -550,7 +553,8 @@ def preview_plan_change(state: FitnessDB, *, member_id: MemberId, new_plan_id: P
     days_left_in_cycle, cycle_days, prorated_amount, credits_left_after, guest_passes_left_after}.
     Errors: not_found (member or plan), no_change (already on that plan), membership_frozen /
     invalid_state (frozen or cancelled membership), limit_exceeded (more credits or guest passes used
-    this cycle than the new plan includes), conflict (home-only plan while holding bookings elsewhere).
+    this cycle, or more freeze days this year, than the new plan includes), conflict (home-only plan
+    while holding bookings elsewhere).
     """
     return _plan_quote(state, _member(state, member_id), new_plan_id)
 
