@@ -13,8 +13,9 @@ estimated: the frame being parsed, the event loop, the interpreter's own growth.
 - a session (create, each member of a fork) reserves ``state bytes x (1 + parsed factor) +``
   :data:`SESSION_OVERHEAD`: the JSON bytes it holds plus the Pydantic models its first tool call
   parses them into.  The *parsed factor* is measured once per environment (:func:`parsed_factor`:
-  ``tracemalloc`` over one parse of its default initial state; 5-8 for the catalog).  Conservative
-  on purpose: it holds however states are shared between forks.
+  ``tracemalloc`` over one parse of its default initial state, 5-8 for the catalog, plus 25%).
+  Reserved for the session's life, conservative on purpose: it holds however states are shared
+  between forks, and whatever a state's models build on first use.
 - a restore (or a create from a snapshot) also needs the snapshot's dict for a moment
   (:data:`DICT_FACTOR` x its size).
 - a frame of ``state`` / ``snapshot`` / ``info`` reads needs ``3 x`` :data:`ENCODE_FACTOR` x the sum of
@@ -48,7 +49,8 @@ from gym_envfactory.errors import BadRequestError, MemoryBudgetError
 
 __all__ = ["MemoryBudget", "Admission", "detect_budget", "parse_size", "current_rss", "physical_memory",
            "cgroup_limit", "parsed_factor", "release_free_memory", "ENV_VAR", "DEFAULT_FRACTION",
-           "HEADROOM_FRACTION", "MIN_HEADROOM", "ENCODE_FACTOR", "DICT_FACTOR", "SESSION_OVERHEAD"]
+           "HEADROOM_FRACTION", "MIN_HEADROOM", "ENCODE_FACTOR", "DICT_FACTOR", "SESSION_OVERHEAD", "FACTOR_MARGIN",
+           "tools_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,11 @@ ENCODE_FACTOR = 1.25
 #: Bytes of a ``json.loads`` dict per JSON byte (measured 3.9-5.0 on the catalog's states).
 DICT_FACTOR = 6.0
 #: Parsed factor used when it cannot be measured (``tracemalloc`` already tracing; measured 5.1-7.8).
-DEFAULT_PARSED_FACTOR = 8.0
+DEFAULT_PARSED_FACTOR = 9.0
+#: Margin on a measured parsed factor: a state's models may build parts on first use (TeamCalendar's
+#: large state: 0.3 MiB resident after a first lookup, 3.4 MiB once its events are listed, 7x its bytes,
+#: where one parse of the small state measures 5.8x).
+FACTOR_MARGIN = 1.25
 #: Bytes one session costs besides its state (session, bookkeeping, log head).
 SESSION_OVERHEAD = 16 * 1024
 #: Transient estimates below this are admitted without reading the resident size.
@@ -225,8 +231,9 @@ def release_free_memory() -> None:
 
 def parsed_factor(spec: EnvironmentSpec) -> float:
     """Bytes of parsed Pydantic state per byte of its JSON for environment ``spec``: ``tracemalloc``
-    over one parse of its default initial state, measured once per environment and version
-    (:data:`DEFAULT_PARSED_FACTOR` when another caller is tracing, or the state does not load)."""
+    over one parse of its default initial state, times :data:`FACTOR_MARGIN`, measured once per
+    environment and version (:data:`DEFAULT_PARSED_FACTOR` when another caller is tracing, or the state
+    does not load)."""
     key = (spec.name, spec.version)
     factor = _FACTORS.get(key)
     if factor is None:
@@ -241,7 +248,7 @@ def parsed_factor(spec: EnvironmentSpec) -> float:
                 finally:
                     tracemalloc.stop()
                 del model
-                factor = max(2.0, used / max(1, len(raw)))
+                factor = max(2.0, FACTOR_MARGIN * used / max(1, len(raw)))
             except Exception as exc:  # noqa: BLE001 - an estimate: a package that cannot say gets the default
                 log.debug("parsed factor of %s not measured: %s", spec.name, exc)
         _FACTORS[key] = factor
