@@ -251,13 +251,91 @@ def _dotted(node: Any) -> str | None:
     return None
 
 
-def lint_source(source: str, filename: str = "<source>") -> list[str]:
+#: Methods that mutate a list, dict, set or deque in place.
+_MUTATING_METHODS = frozenset({
+    "append", "extend", "insert", "pop", "popitem", "remove", "clear", "update", "setdefault", "add", "discard",
+    "sort", "reverse", "difference_update", "intersection_update", "symmetric_difference_update", "appendleft",
+    "extendleft", "popleft", "rotate", "move_to_end", "__setitem__", "__delitem__", "__iadd__"})
+#: Functions that mutate their first argument in place.
+_MUTATING_FUNCTIONS = frozenset({"heappush", "heappop", "heapify", "heapreplace", "heappushpop", "insort",
+                                 "insort_left", "insort_right", "shuffle"})
+
+
+def module_mutations(tree: Any) -> dict[str, tuple[int, str]]:
+    """Module-level names of a parsed module (``ast.Module``) that code inside a function or method
+    mutates or aliases: ``{name: (line, how)}`` for the first such place.
+
+    Counted: a mutating method call on the name or anything under it (``items.append(x)``,
+    ``cache[k].update(...)``), item/attribute assignment, deletion or augmented assignment under it,
+    rebinding it after ``global``, passing it to ``heapq``/``bisect``/``random.shuffle`` style functions,
+    and binding it to another name or attribute (``self.items = ITEMS``: mutations through the alias
+    would reach the module's object).  A name a function shadows (parameter or local assignment) is
+    that function's own.  Code at module level (import-time setup) is not counted."""
+    import ast
+
+    module_names: set[str] = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        module_names.update(t.id for t in targets if isinstance(t, ast.Name))
+    found: dict[str, tuple[int, str]] = {}
+
+    def root(node: Any) -> str | None:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    def note(name: str | None, line: int, how: str, local: set[str]) -> None:
+        if name and name in module_names and name not in local and name not in found:
+            found[name] = (line, how)
+
+    def scan(fn: Any) -> None:
+        args = fn.args
+        params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+        params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+        declared = {n for sub in ast.walk(fn) for n in getattr(sub, "names", ()) if isinstance(sub, ast.Global)}
+        stored = {sub.id for sub in ast.walk(fn) if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store)}
+        local = (params | stored) - declared
+        for name in declared & stored:
+            line = next(sub.lineno for sub in ast.walk(fn) if isinstance(sub, ast.Name) and sub.id == name
+                        and isinstance(sub.ctx, ast.Store))
+            note(name, line, "is rebound after 'global'", set())
+        for sub in ast.walk(fn):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _MUTATING_METHODS:
+                note(root(sub.func.value), sub.lineno, f"is mutated (.{sub.func.attr}())", local)
+            elif isinstance(sub, ast.Call) and (_dotted(sub.func) or "").split(".")[-1] in _MUTATING_FUNCTIONS and sub.args:
+                note(root(sub.args[0]), sub.lineno, f"is mutated ({_dotted(sub.func)}())", local)
+            targets: list[Any] = []
+            if isinstance(sub, ast.Assign):
+                targets = list(sub.targets)
+                if isinstance(sub.value, ast.Name):
+                    note(sub.value.id, sub.lineno, "is aliased (bound to another name)", local)
+            elif isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                targets = list(sub.targets) if isinstance(sub, ast.Delete) else [sub.target]
+                if isinstance(sub, ast.AnnAssign) and isinstance(sub.value, ast.Name):
+                    note(sub.value.id, sub.lineno, "is aliased (bound to another name)", local)
+            for t in targets:
+                if isinstance(t, (ast.Attribute, ast.Subscript)):
+                    note(root(t), t.lineno, "is mutated (item or attribute assignment)", local)
+                elif isinstance(t, ast.Name) and isinstance(sub, ast.AugAssign):
+                    note(t.id, t.lineno, "is mutated (augmented assignment)", local)
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            scan(node)
+    return found
+
+
+def lint_source(source: str, filename: str = "<source>", *, module_state: str = "type") -> list[str]:
     """Determinism lint of one module's source (docs/authoring.md; EnvGen's generated code is checked the same way).
 
     Rejects: wall-clock reads (``datetime.now()``, ``date.today()``, ``time.time()``...), ``uuid1/uuid4``,
     the builtin ``hash()``, the global ``random`` module (``random.Random(seed)`` instances are allowed),
     ``global`` statements, and module-level mutable state (a lower-case module name bound to a
     dict/list/set display or constructor; UPPER_CASE names are read-only constants by convention).
+    ``module_state="mutation"`` (imported servers, whose names follow no convention) flags a
+    module-level dict/list/set, whatever its name, only where a function mutates it or aliases it
+    (:func:`module_mutations`), naming the line of the mutation.
     Returns ``"file:line: message"`` strings; empty means clean.  A syntax error is reported, not raised.
     """
     import ast
@@ -290,6 +368,7 @@ def lint_source(source: str, filename: str = "<source>") -> list[str]:
                 out.append(f"{filename}:{node.lineno}: {name}() uses the global random state; use random.Random(seed)")
         elif isinstance(node, ast.Global):
             out.append(f"{filename}:{node.lineno}: 'global {', '.join(node.names)}' is module-level mutable state")
+    mutated = module_mutations(tree) if module_state == "mutation" else None
     for node in tree.body:
         targets: list[Any] = []
         value = None
@@ -302,19 +381,29 @@ def lint_source(source: str, filename: str = "<source>") -> list[str]:
         if not mutable:
             continue
         for t in targets:
-            if isinstance(t, ast.Name) and not t.id.isupper() and not t.id.startswith("__"):
+            if mutated is not None and isinstance(t, ast.Name) and t.id in mutated and not t.id.startswith("__"):
+                line, how = mutated[t.id]
+                out.append(f"{filename}:{line}: module-level mutable {t.id!r} (line {node.lineno}) {how}, so it would be "
+                           "shared by every session; keep it in the API instance (load_scenario/save_scenario)")
+            elif mutated is None and isinstance(t, ast.Name) and not t.id.isupper() and not t.id.startswith("__"):
                 out.append(f"{filename}:{node.lineno}: module-level mutable {t.id!r} would be shared by every session; "
                            "keep it in the state model (or name a read-only constant in UPPER_CASE)")
     return out
 
 
 def lint_environment(spec: EnvironmentSpec) -> list[str]:
-    """:func:`lint_source` over every module of an environment folder (``build_states.py`` skipped)."""
+    """:func:`lint_source` over every module of an environment folder (``build_states.py`` skipped).
+
+    The unedited server of an imported package (``_source.py``, provenance kind ``"imported"``) is
+    linted with ``module_state="mutation"``: its module-level lists and dicts follow no naming
+    convention, so only mutated or aliased ones are flagged."""
     if spec.path is None:
         return []
+    imported = spec.manifest.provenance.kind == "imported"
     out = []
     for f in sorted(spec.path.rglob("*.py")):
         if f.name in LINT_SKIP or "__pycache__" in f.parts:
             continue
-        out += lint_source(f.read_text(encoding="utf-8"), str(f))
+        mode = "mutation" if imported and f.name == "_source.py" else "type"
+        out += lint_source(f.read_text(encoding="utf-8"), str(f), module_state=mode)
     return out
