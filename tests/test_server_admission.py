@@ -319,6 +319,12 @@ def test_the_remote_client_raises_the_typed_error():
             status, body = post(addr, {"jsonrpc": "2.0", "id": 1, "method": "fork",
                                        "params": {"session_id": s.session_id, "k": 100}})
             assert status == 503 and body["error"]["code"] == -32006
+            with urllib.request.urlopen(f"http://{addr}/metrics", timeout=30) as r:
+                metrics = r.read().decode()
+            values = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#"))
+            assert float(values["envfactory_memory_budget_bytes"]) == RSS + 6 * cost + 8 * MiB
+            assert float(values["envfactory_memory_refused_total"]) == 3  # the fork, the frame, the POSTed fork
+            assert float(values["envfactory_memory_reserved_bytes"]) == m.admission.reserved > 0
             # the session caps still come back as their own CapacityError, with scope and limit
             m.max_sessions = len(m.sessions)
             with pytest.raises(CapacityError) as ei2:

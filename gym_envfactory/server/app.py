@@ -129,6 +129,11 @@ class _ManagerCollector:
                            ("expired", "Sessions expired after the idle TTL"), ("calls", "Tool calls"),
                            ("errors", "Tool calls that returned a typed error")):
             yield CounterMetricFamily(f"envfactory_{key}", help_, value=m.counters[key])
+        adm = m.admission
+        yield GaugeMetricFamily("envfactory_memory_budget_bytes", "Memory budget (cgroup limit, --memory-budget or a "
+                                "share of physical memory)", value=adm.budget.limit)
+        yield GaugeMetricFamily("envfactory_memory_reserved_bytes", "Memory reserved by live sessions", value=adm.reserved)
+        yield CounterMetricFamily("envfactory_memory_refused", "Requests refused for the memory budget", value=adm.refused)
 
 
 class Metrics:
