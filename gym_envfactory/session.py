@@ -71,12 +71,15 @@ class _LiveState:
     with other sessions), and the successful write calls applied since (``redo``: ``(tool, canonical
     arguments, result fingerprint)``, so a rollback can tell a replay that diverges).  ``exposed``: the
     model was handed out by :meth:`Session.state_model`, so it may change outside calls: every write call
-    first takes a frozen copy of it as the new base, and a fork copies it instead of freezing it."""
+    first takes a frozen copy of it as the new base, and a fork copies it instead of freezing it.
+    ``pristine``: the model is a view of ``base`` that no call has touched yet, so a fork can share ``base``
+    as it is (repeated forks of one session then share one base)."""
 
     model: BaseModel
     base: BaseModel
     redo: list[tuple[ToolSpec, dict[str, Any], Any]]
     exposed: bool = False
+    pristine: bool = True
 
 
 
@@ -411,11 +414,13 @@ class Session:
         Raises:
             SessionClosedError: the session was closed (a programming error, not a model action).
         """
-        self._check_open()
+        if self._closed:
+            raise SessionClosedError("session is closed")
         result = self._run(name, arguments, call_id)
         raw = result.arguments if result.arguments is not None else _loggable(arguments)
-        self._log.append(ActionRecord(len(self._log), scrub(name) if isinstance(name, str) else safe_repr(name, 200),
-                                      raw, result, tag))
+        log = self._log
+        # result.name is the tool's name, or the unknown name scrubbed / safely repr'd by _run
+        log.append(ActionRecord(len(log), result.name, raw, result, tag))
         return result
 
     def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None,
@@ -459,14 +464,19 @@ class Session:
             return ToolResult(name=name, ok=False, error_type="invalid_arguments", error_code="invalid_arguments",
                               error=str(exc), details=exc.details, call_id=call_id)
         normalized = validated.model_dump(mode="json")
-        try:
-            state = self._model(tool.env)
-        except SpecError as exc:
-            return ToolResult(name=name, ok=False, error_type="internal_error", error_code="state_load_error",
-                              error=f"internal error in {name}: {exc}", arguments=normalized, call_id=call_id)
-        live = self._states[tool.env]
-        if live.exposed and not tool.read_only:
+        live = self._states.get(tool.env)
+        if live is None:
+            try:
+                self._model(tool.env)
+            except SpecError as exc:
+                return ToolResult(name=name, ok=False, error_type="internal_error", error_code="state_load_error",
+                                  error=f"internal error in {name}: {exc}", arguments=normalized, call_id=call_id)
+            live = self._states[tool.env]
+        read_only = tool.read_only
+        live.pristine = False
+        if live.exposed and not read_only:
             self._rebase(live)  # the model was handed out and may have changed outside calls: copy it
+        state = live.model
         before = state.model_dump_json() if self.check_writes else None
         try:
             result = self._execute(tool, state, validated, normalized, call_id)
@@ -482,9 +492,9 @@ class Session:
                 if problem:
                     result.error = f"{result.error} ({problem})"
         elif after is not None:
-            if not tool.read_only:  # validation mode: the write is checked, make it the rollback point
+            if not read_only:  # validation mode: the write is checked, make it the rollback point
                 self._rebase(live)
-        elif not tool.read_only:
+        elif not read_only:
             # the result as JSON text, not the object: the caller may edit the content it was handed
             live.redo.append((tool, normalized, _fingerprint(result.content)))
             if len(live.redo) > REDO_LIMIT:
@@ -573,7 +583,7 @@ class Session:
             live.base, live.redo = cow.frozen_copy(live.model), []
         else:
             live.base, live.redo = cow.freeze(live.model), []
-            live.model = cow.make_view(live.base)
+            live.model, live.pristine = cow.make_view(live.base), True
 
     def _roll_back(self, tool: ToolSpec, live: _LiveState, before: str | None) -> str | None:
         """Put ``tool.env``'s state back as it was before the failed call; returns ``None``, or a note
@@ -716,7 +726,8 @@ class Session:
             if live.exposed:
                 bases[n] = cow.frozen_copy(live.model)
             else:
-                self._rebase(live)
+                if not live.pristine:
+                    self._rebase(live)
                 bases[n] = live.base
         out = []
         for _ in range(k):

@@ -74,7 +74,7 @@ def _copy(value: Any, depth: int, limit: int) -> Any:
     if isinstance(value, str):
         _check_text(value)
         return str(value)
-    if isinstance(value, Mapping):
+    if type(value) is dict or isinstance(value, Mapping):  # exact dict first: no ABC check on the hot path
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
@@ -118,7 +118,7 @@ def decode_arguments(raw: Any) -> DecodedArguments:
     if raw is None:
         return DecodedArguments()
     value: Any
-    if isinstance(raw, Mapping):
+    if type(raw) is dict or isinstance(raw, Mapping):
         value = raw
     elif isinstance(raw, str):
         text = raw.strip()
@@ -138,7 +138,7 @@ def decode_arguments(raw: Any) -> DecodedArguments:
             raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
     else:
         raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
     # one walk: copy (the call owns its arguments), types, lone surrogates and depth together
     return DecodedArguments(copy_json_data(value, MAX_ARGUMENT_DEPTH))
