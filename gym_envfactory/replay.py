@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments, task_initial_state
-from gym_envfactory.environment.tasks import Task, TaskSet
+from gym_envfactory.environment.tasks import Task, TaskSet, check_tool_names
 from gym_envfactory.errors import DatasetError
 from gym_envfactory.session import Session
 
@@ -153,8 +153,10 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
     than ``spec.tasks`` holds it) in order in a fresh :class:`Session`.
 
     Raises:
-        DatasetError: a bad initial-state reference, or a ground-truth call that is unknown, has invalid
-            arguments, fails, or masks an argument the tool does not have (naming task, turn, call).
+        DatasetError: a bad initial-state reference, a bad tool set (``excluded_tools``/``added_tools``,
+            :func:`~gym_envfactory.environment.tasks.check_tool_names`), or a ground-truth call that is
+            unknown, has invalid arguments, fails, or masks an argument the tool does not have (naming
+            task, turn, call).
     """
     tasks = spec.tasks if tasks is None else tasks
     environments = task_environments(spec, task)
@@ -164,6 +166,8 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
     turn_calls: list[list[ReferenceCall]] = []
     where: _Where = {"file": tasks.source, "line": tasks.line_of(task.task_id), "task_id": task.task_id}
     try:
+        if task.has_tool_sets:  # excluded_tools / added_tools name tools of the task's environments
+            check_tool_names(task, session.tools, file=where["file"], line=where["line"])
         for ti, turn in enumerate(task.turns):
             calls = []
             for ci, call in enumerate(turn.ground_truth):

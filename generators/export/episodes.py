@@ -32,7 +32,9 @@ class Trajectory:
         split: the task's split (``"train"``, ``"test"``, ...).
         reward: the episode reward in [0, 1].
         messages: OpenAI-format chat messages (system, user, assistant with ``tool_calls``, tool).
-        tools: the OpenAI tool schemas the policy saw.
+        tools: the OpenAI tool schemas the policy saw in the task's turn 0; tools a later turn adds
+            (the task's ``added_tools``) are announced by a system note in ``messages`` before that
+            turn's user message (docs/architecture.md, "Tool sets per turn").
     """
 
     env: str
@@ -66,7 +68,8 @@ def oracle_trajectories(env_name: str, *, split: str | None = None) -> Iterator[
             if result.reward < 1.0:
                 raise DatasetError(f"the oracle scores {result.reward:.3f} < 1.0", task_id=task_id)
             task = env.tasks.get(task_id)
-            yield Trajectory(env_name, task_id, task.split, result.reward, result.messages, env.tools)
+            # turn 0's tools: those a later turn adds (added_tools) are in a system note of the messages
+            yield Trajectory(env_name, task_id, task.split, result.reward, result.messages, env.opening_tools)
     finally:
         env.close()
 

@@ -13,7 +13,15 @@ is left out, since every policy would get the same reward on it::
                    expected outputs and clarification flags}
     extra_info    {"index", "split", "env" (gym id), "envs" (environment names), "task_id", "turn",
                    "n_turns", "initial_state" (the task file's reference, JSON), "tools" (OpenAI tool
-                   schemas, JSON), "reset_options" {"task_id", "start_turn", "end_turn"}}
+                   schemas offered in the row's first turn, JSON), "tool_changes" (JSON list of
+                   {"turn", "added": [OpenAI tool schemas]} for each later turn of the window that adds
+                   tools; "[]" for most tasks), "reset_options" {"task_id", "start_turn", "end_turn"}}
+
+Tool sets per turn (a task's ``excluded_tools`` and ``added_tools``; docs/architecture.md, "Tool sets
+per turn"): excluded tools are in no row; the prompt of a row starting after a turn that added tools
+carries that turn's system note, as ``env.reset`` shows it; a trainer that sends native ``tools``
+switches to ``tools`` + the ``added`` schemas at each ``tool_changes`` turn (``info["tools"]`` of the
+step that opens it says the same).
 
 Nested values whose shape varies between rows (tool schemas, ground truth) are JSON strings, so one
 parquet schema holds every environment.  The reward is the environment's own: a trainer rebuilds the
@@ -89,6 +97,9 @@ def rl_rows(env_names: Iterable[str], *, split: str | None = None, per: str = "t
                             "n_turns": n,
                             "initial_state": json.dumps(task.initial_state, ensure_ascii=False),
                             "tools": json.dumps(info["tools"], ensure_ascii=False),
+                            "tool_changes": json.dumps([{"turn": t, "added": env.added_tools(t)}
+                                                        for t in range(start + 1, end) if env.added_tools(t)],
+                                                       ensure_ascii=False),
                             "reset_options": options,
                         },
                     })

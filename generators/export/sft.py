@@ -10,7 +10,10 @@
 
 Parallel calls of one assistant message become one ``function_call`` whose value is a JSON list of
 calls, followed by one ``observation`` holding a JSON list of their results, so human/observation and
-gpt/function_call keep alternating as LlamaFactory requires.  ``alpaca`` records (one per assistant
+gpt/function_call keep alternating as LlamaFactory requires.  A record's ``tools`` are those of the
+task's turn 0; a turn that adds tools (a task's ``added_tools``) brings a system note listing them
+(``gym_envfactory.envs.env.tools_note``), which the record puts at the head of that turn's ``human``
+value (LlamaFactory has no system role inside a conversation), separated by a blank line.  ``alpaca`` records (one per assistant
 action) carry the preceding exchange in ``history``; tool calls are written in the Hermes
 ``<tool_call>{...}</tool_call>`` form the environment parses back.
 """
@@ -51,6 +54,7 @@ def _turns(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, str]
     system = ""
     out: list[dict[str, str]] = []
     pending_results: list[str] = []
+    notes: list[str] = []  # system messages after the first (tools notes): they open the next human turn
 
     def flush() -> None:
         if pending_results:
@@ -62,10 +66,14 @@ def _turns(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, str]
         role = m.get("role")
         content = m.get("content") or ""
         if role == "system":
-            system = content
+            if system or out:
+                notes.append(content)
+            else:
+                system = content
         elif role == "user":
             flush()
-            out.append({"from": "human", "value": content})
+            out.append({"from": "human", "value": "\n\n".join([*notes, content])})
+            notes.clear()
         elif role == "assistant":
             flush()
             calls = [_call(tc) for tc in m.get("tool_calls") or []]

@@ -12,9 +12,17 @@ One task per line of ``tasks.jsonl``::
        {"user": "Book the cheapest ...",
         "ground_truth": [{"name": "search_hotels", "arguments": {...}, "masked_arguments": []}],
         "clarification": false,                   # true: the right answer is a question, no calls
-        "expected_outputs": ["450.00"]}           # strings the reply must contain at token boundaries
+        "expected_outputs": ["450.00"],           # strings the reply must contain at token boundaries
+        "added_tools": []}                        # tools offered from this turn on (unavailable before)
      ],
+     "excluded_tools": [],                        # tools never offered in this task
      "provenance": {"kind": "hand-written"}}
+
+Tool sets (docs/architecture.md, "Tasks"): a turn offers every tool of the task's environments except
+the task's ``excluded_tools`` and the tools a later turn adds (:meth:`Task.tools_at`).  A ground-truth
+call to a tool not offered at its turn, a tool both excluded and added, or added twice, is a
+:class:`~gym_envfactory.errors.DatasetError` at load; unknown names are checked against the
+environments' tools by :func:`check_tool_names` when the ground truth is replayed.
 
 The final state is never stored: :mod:`gym_envfactory.replay` derives it by replaying the ground truth
 (a replay error is a :class:`~gym_envfactory.errors.DatasetError` naming task, turn and call; C06).
@@ -23,7 +31,7 @@ The final state is never stored: :mod:`gym_envfactory.replay` derives it by repl
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +41,7 @@ from gym_envfactory.environment.arguments import format_validation_error
 from gym_envfactory.environment.manifest import parse_json_text
 from gym_envfactory.errors import DatasetError, UnknownTaskError
 
-__all__ = ["GroundTruthCall", "Turn", "Task", "TaskSet"]
+__all__ = ["GroundTruthCall", "Turn", "Task", "TaskSet", "check_tool_sets", "check_tool_names"]
 
 
 class GroundTruthCall(BaseModel):
@@ -53,8 +61,7 @@ class Turn(BaseModel):
     ground_truth: list[GroundTruthCall] = Field(default_factory=list)
     clarification: bool = False
     expected_outputs: list[str] = Field(default_factory=list)
-
-
+    added_tools: list[str] = Field(default_factory=list)
 
 
 class Task(BaseModel):
@@ -69,6 +76,7 @@ class Task(BaseModel):
     turns: list[Turn] = Field(min_length=1)
     provenance: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
+    excluded_tools: list[str] = Field(default_factory=list)
 
     @property
     def envs(self) -> list[str]:
@@ -87,9 +95,78 @@ class Task(BaseModel):
         """The number of ground-truth calls over all turns."""
         return sum(len(t.ground_truth) for t in self.turns)
 
+    @property
+    def has_tool_sets(self) -> bool:
+        """True when the offered tools differ from the environments' full list in some turn
+        (``excluded_tools`` or a turn's ``added_tools``)."""
+        return bool(self.excluded_tools) or any(t.added_tools for t in self.turns)
+
+    def tools_at(self, turn: int, tools: Iterable[str]) -> list[str]:
+        """The names among ``tools`` (every tool of the task's environments, in their order) offered in
+        ``turn`` (0-based): all but the ``excluded_tools`` and the tools a turn after ``turn`` adds."""
+        hidden = set(self.excluded_tools)
+        for t in self.turns[turn + 1:]:
+            hidden.update(t.added_tools)
+        return [n for n in tools if n not in hidden]
+
+    def added_at(self) -> dict[str, int]:
+        """``{tool name: the 0-based turn that adds it}`` (``added_tools`` of each turn)."""
+        return {n: ti for ti, t in enumerate(self.turns) for n in t.added_tools}
 
 
+def check_tool_sets(task: Task, *, file: Path | None = None, line: int | None = None) -> None:
+    """Check ``task``'s tool-set fields on their own (no environment needed): no tool named twice in
+    ``excluded_tools`` or added by two turns, none both excluded and added, and no ground-truth call to a
+    tool excluded or added only by a later turn.
 
+    Raises:
+        DatasetError: naming ``file``, ``line``, the task and the field (``excluded_tools``,
+            ``turns.<t>.added_tools`` or ``turns.<t>.ground_truth.<c>``).
+    """
+    at: dict[str, Any] = {"file": file, "line": line, "task_id": task.task_id}
+    excluded = set(task.excluded_tools)
+    if len(excluded) != len(task.excluded_tools):
+        raise DatasetError("excluded_tools names a tool twice", **at, field="excluded_tools")
+    added: dict[str, int] = {}
+    for ti, turn in enumerate(task.turns):
+        for name in turn.added_tools:
+            if name in excluded:
+                raise DatasetError(f"tool {name!r} is both excluded (excluded_tools) and added at turn {ti}",
+                                   **at, field=f"turns.{ti}.added_tools", turn=ti)
+            if name in added:
+                raise DatasetError(f"tool {name!r} is added twice (turns {added[name]} and {ti})",
+                                   **at, field=f"turns.{ti}.added_tools", turn=ti)
+            added[name] = ti
+    for ti, turn in enumerate(task.turns):
+        for ci, call in enumerate(turn.ground_truth):
+            if call.name in excluded:
+                raise DatasetError(f"ground-truth call to {call.name}, which the task excludes (excluded_tools)",
+                                   **at, field=f"turns.{ti}.ground_truth.{ci}", turn=ti, call=ci)
+            if added.get(call.name, 0) > ti:
+                raise DatasetError(f"ground-truth call to {call.name} at turn {ti}, before turn {added[call.name]} "
+                                   f"adds it (added_tools)", **at, field=f"turns.{ti}.ground_truth.{ci}",
+                                   turn=ti, call=ci)
+
+
+def check_tool_names(task: Task, tools: Collection[str], *, file: Path | None = None,
+                     line: int | None = None) -> None:
+    """Check that every name in ``task``'s ``excluded_tools`` and ``added_tools`` is one of ``tools``
+    (the tool names of the task's environments), after :func:`check_tool_sets`;
+    :mod:`gym_envfactory.replay` calls it before replaying the ground truth.
+
+    Raises:
+        DatasetError: an unknown name (or what :func:`check_tool_sets` finds), naming ``file``,
+            ``line``, the task and the field.
+    """
+    check_tool_sets(task, file=file, line=line)
+    at: dict[str, Any] = {"file": file, "line": line, "task_id": task.task_id}
+    fields: list[tuple[str, Sequence[str]]] = [("excluded_tools", task.excluded_tools)]
+    fields += [(f"turns.{ti}.added_tools", t.added_tools) for ti, t in enumerate(task.turns)]
+    for field, names in fields:
+        unknown = [n for n in names if n not in tools]
+        if unknown:
+            raise DatasetError(f"unknown tool(s) {unknown} in {field}; the task's tools are {sorted(tools)}",
+                               **at, field=field)
 
 
 class TaskSet:
@@ -161,6 +238,8 @@ class TaskSet:
             if turn.clarification and turn.ground_truth:
                 raise DatasetError("a clarification turn has no ground-truth calls",
                                    file=file, line=line, field=f"turns.{ti}.ground_truth", task_id=task.task_id)
+        if task.has_tool_sets:
+            check_tool_sets(task, file=file, line=line)
         return task
 
     # ---------------------------------------------------------------- access

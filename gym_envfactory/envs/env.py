@@ -46,9 +46,9 @@ from gym_envfactory.reward import (
     score_turn,
     turn_has_criteria,
 )
-from gym_envfactory.session import SessionProtocol
+from gym_envfactory.session import SessionProtocol, ToolResult
 
-__all__ = ["EnvFactoryEnv", "UserSource", "scripted_user", "DEFAULT_SYSTEM_PROMPT"]
+__all__ = ["EnvFactoryEnv", "UserSource", "scripted_user", "DEFAULT_SYSTEM_PROMPT", "TOOLS_NOTE_TEMPLATE", "tools_note"]
 
 #: ``user_source(conversation, task, turn_index) -> next user message, or None to end the episode``.
 UserSource = Callable[[list[dict[str, Any]], Task, int], "str | None"]
@@ -106,6 +106,20 @@ DEFAULT_SYSTEM_PROMPT = (
     "is missing or ambiguous, ask the user instead of guessing. When the request is handled, reply to the "
     "user without calling a tool."
 )
+
+
+#: The system note that opens a turn whose task adds tools (docs/architecture.md, "Tool sets per turn"):
+#: one OpenAI tool schema per line inside ``<tools></tools>``, as the Hermes / Qwen tools block writes them,
+#: so a model reading its tools from the prompt learns their signatures too.
+TOOLS_NOTE_TEMPLATE = ("New tools are available from now on, in addition to the earlier ones. Their function "
+                       "signatures are within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>")
+
+
+def tools_note(added: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The system message announcing ``added`` (OpenAI tool schemas) at the start of the turn that adds
+    them (:data:`TOOLS_NOTE_TEMPLATE`); it comes right before that turn's user message."""
+    text = "\n".join(json.dumps(t, ensure_ascii=False) for t in added)
+    return {"role": "system", "content": TOOLS_NOTE_TEMPLATE.format(tools=text)}
 
 
 #: The root field of an environment's state that holds its fixed clock (docs/authoring.md, "The state").
@@ -271,9 +285,15 @@ class EnvFactoryEnv(gym.Env):
 
     Observation: list of new chat messages (OpenAI format).  Action: see
     :class:`~gym_envfactory.envs.spaces.AssistantActionSpace`.  ``info`` keys: ``task_id``, ``turn``,
-    ``tools`` (reset), ``parsed_calls``, ``tool_results``, ``errors``, ``turn_ended``, ``turn_score``,
-    and at the end ``score`` (every reward component, :meth:`EpisodeScore.to_dict`),
+    ``tools`` (at reset; on a step only when the turn it opens offers other tools than the turn before:
+    a task's ``added_tools``), ``parsed_calls``, ``tool_results``, ``errors``, ``turn_ended``,
+    ``turn_score``, and at the end ``score`` (every reward component, :meth:`EpisodeScore.to_dict`),
     ``reward_components`` and ``state_diff``.
+
+    Tool sets per turn (docs/architecture.md, "Tool sets per turn"): a task's ``excluded_tools`` are
+    never offered and a turn's ``added_tools`` only from that turn on; :attr:`tools` is the current
+    turn's set, a system note (:func:`tools_note`) opens each turn that adds tools, and a call to a tool
+    not offered is answered here, before any backend, as an ``unknown_tool`` invalid call.
 
     Raises:
         UnknownEnvironmentError, SpecError: bad environment.  BackendError, BackendUnavailableError: a
@@ -366,6 +386,8 @@ class EnvFactoryEnv(gym.Env):
         self._episode = 0  # bumped by every reset: infos of an earlier episode stop scoring
         self._thread_lock = threading.Lock()
         self._rendered = 0
+        self._tool_sets: tuple[tuple[str, ...], ...] | None = None  # names offered per task turn; None: all
+        self._available: frozenset[str] = frozenset()  # names offered in the current turn (with _tool_sets)
 
     # ------------------------------------------------------------------ helpers
     def _pick_task(self, options: Mapping[str, Any]) -> Task:
@@ -384,10 +406,55 @@ class EnvFactoryEnv(gym.Env):
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        """OpenAI-format tool schemas of the current episode (all environments of its task)."""
+        """OpenAI-format tool schemas offered in the current turn of the episode (every tool of its
+        task's environments, less the task's ``excluded_tools`` and the tools later turns add)."""
         if self.session is None:
             return self.environment.openai_tools()
-        return [t.openai_schema() for t in self.session.tools.values()]
+        return self._schemas(self._turn_tools(self.turn))
+
+    @property
+    def opening_tools(self) -> list[dict[str, Any]]:
+        """The tool schemas offered in the task's turn 0: those a system prompt lists when tools are
+        written into it (``tool_format="prompt"``; SFT records), the later additions following as
+        system notes in the conversation (:func:`tools_note`)."""
+        if self.session is None:
+            return self.environment.openai_tools()
+        return self._schemas(self._turn_tools(0))
+
+    def _turn_tools(self, turn: int) -> Sequence[str]:
+        """The tool names offered in task turn ``turn`` (clamped to the task's turns)."""
+        assert self.session is not None
+        if self._tool_sets is None:
+            return list(self.session.tools)
+        return self._tool_sets[min(max(turn, 0), len(self._tool_sets) - 1)]
+
+    def _schemas(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        assert self.session is not None
+        tools = self.session.tools
+        return [tools[n].openai_schema() for n in names]
+
+    def added_tools(self, turn: int) -> list[dict[str, Any]]:
+        """The tool schemas task turn ``turn`` (0-based) of the current episode offers that the turn
+        before did not (its ``added_tools``); empty for turn 0, a turn adding none, or no episode."""
+        if self.session is None or self._tool_sets is None or turn <= 0 or turn >= len(self._tool_sets):
+            return []
+        before = set(self._tool_sets[turn - 1])
+        return self._schemas([n for n in self._tool_sets[turn] if n not in before])
+
+    def _tools_note(self, turn: int) -> dict[str, Any] | None:
+        """The system note opening ``turn`` when it offers tools the turn before did not, else ``None``."""
+        added = self.added_tools(turn)
+        return tools_note(added) if added else None
+
+    def _unavailable_call(self, call: ToolCall, call_id: str) -> ToolResult:
+        """A call to a tool the current turn does not offer: logged as an invalid call (state untouched,
+        nothing sent to the tool), answered as an unknown tool naming only the tools offered, so an
+        excluded tool stays as invisible as one that does not exist."""
+        assert self.session is not None
+        offered = ", ".join(self._turn_tools(self.turn))
+        message = f"unknown tool {scrub(call.name)!r}; available tools: {offered}"
+        logged = self.session.record_invalid(call.name, call.arguments, message, call_id=call_id, tag=self.turn)
+        return dataclasses.replace(logged, error_type="unknown_tool", error_code="unknown_tool")
 
     def _system_message(self, task: Task, environments: Sequence[EnvironmentSpec], initial: Any) -> str:
         """The episode's system prompt: the task's own ``system``, else the prompt with ``{description}``
@@ -401,10 +468,14 @@ class EnvFactoryEnv(gym.Env):
                                                                     clock=clock_line(environments, initial))
 
     def _ground_truth_history(self, task: Task, reference: TaskReference, start: int) -> list[dict[str, Any]]:
-        """The messages of turns before ``start`` as a correct agent would have produced them: the user
-        message, one assistant message per ground-truth call with its result, the closing reply."""
+        """The messages of turns before ``start`` as a correct agent would have produced them: the tools
+        note of a turn that adds tools, the user message, one assistant message per ground-truth call
+        with its result, the closing reply."""
         out: list[dict[str, Any]] = []
         for t in range(start):
+            note = self._tools_note(t)
+            if note is not None:
+                out.append(note)
             out.append({"role": "user", "content": task.turns[t].user})
             for i, call in enumerate(reference.turn_calls[t]):
                 call_id = f"call_gt{t}_{i}"
@@ -459,6 +530,11 @@ class EnvFactoryEnv(gym.Env):
                                                    task.task_id if start == 0 else None)
         self.task, self.reference = task, reference
         self.start_turn, self.end_turn = start, end
+        self._tool_sets = None
+        if task.has_tool_sets:
+            names = list(self.session.tools)
+            self._tool_sets = tuple(tuple(task.tools_at(t, names)) for t in range(n))
+            self._available = frozenset(self._tool_sets[start])
         if self.reward_mode == "turn":  # only turn mode needs it; it compares states, so not on every reset
             self._scored_turns = sum(1 for i in range(end - start) if turn_has_criteria(reference, i, self.reward_config))
         limit = _outer_time_limit(self)  # gym.make(max_episode_steps=N) wraps the env in a TimeLimit
@@ -466,6 +542,9 @@ class EnvFactoryEnv(gym.Env):
         initial = reference.initial if reference.initial is not None else _canonical_states(reference.initial_state)
         self.messages = [{"role": "system", "content": self._system_message(task, environments, initial)}]
         self.messages += self._ground_truth_history(task, full, start)
+        note = self._tools_note(start)
+        if note is not None:
+            self.messages.append(note)
         first = self.user([] if start == 0 else list(self.messages), task, start) or task.turns[start].user
         self.messages.append({"role": "user", "content": first})
         self.records = [TurnRecord()]
@@ -530,6 +609,8 @@ class EnvFactoryEnv(gym.Env):
                 res = self.session.record_invalid(name, raw, f"more than {self.max_calls_per_step} parallel calls in one message; this call was not executed", call_id=call_id, tag=self.turn)
             elif isinstance(item, ParseError):
                 res = self.session.record_invalid(item.name or "invalid_tool_call", item.raw, item.message, call_id=call_id, tag=self.turn)
+            elif self._tool_sets is not None and item.name not in self._available:
+                res = self._unavailable_call(item, call_id)  # refused here: never reaches a backend
             else:
                 res = self.session.call(item.name, item.arguments, call_id=call_id, tag=self.turn)
             results.append(res)
@@ -588,6 +669,13 @@ class EnvFactoryEnv(gym.Env):
             if nxt is None:
                 terminated = True
             else:
+                note = self._tools_note(self.turn)
+                if note is not None:  # the new turn offers more tools: say so, and hand the new set over
+                    assert self._tool_sets is not None
+                    self._available = frozenset(self._tool_sets[self.turn])
+                    self.messages.append(note)
+                    obs.append(dict(note))
+                    info["tools"] = self.tools
                 user_msg = {"role": "user", "content": nxt}
                 self.messages.append(user_msg)
                 obs.append(dict(user_msg))

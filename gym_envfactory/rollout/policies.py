@@ -436,10 +436,10 @@ class OpenAIPolicy(Policy):
 
     def request(self, env: EnvFactoryEnv) -> dict[str, Any]:
         """The keyword arguments of the chat-completions request for ``env``'s episode so far."""
-        tools = env.tools
+        tools = env.tools  # the current turn's (a task may add tools at a turn)
         kwargs: dict[str, Any] = {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens}
-        if self.tool_format == "prompt":
-            kwargs["messages"] = prompt_messages(env.messages, tools)
+        if self.tool_format == "prompt":  # turn 0's tools in the system message; later ones in system notes
+            kwargs["messages"] = prompt_messages(env.messages, env.opening_tools)
         else:
             kwargs["messages"] = native_messages(env.messages)
             if tools:

@@ -108,7 +108,7 @@ def run_episode(env: EnvFactoryEnv, policy: Policy, *, task_id: str | None = Non
         truncated=truncated,
         perturbations=list(policy.perturbations),
         errors=errors,
-        tools=env.tools,
+        tools=env.opening_tools,  # turn 0's; tools a later turn adds are in a system note of messages
         error=failure,
     )
 
