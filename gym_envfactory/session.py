@@ -197,9 +197,10 @@ class SessionProtocol(Protocol):
         ...
 
     def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None,
-                       tag: Any = None, not_recorded: int = 0) -> ToolResult:
-        """Log a call that could not be parsed (``parse_error``); ``not_recorded`` > 0: the record stands
-        for that many calls the env did not log one by one (``calls_not_recorded``)."""
+                       tag: Any = None, not_recorded: int = 0, error_type: str = "parse_error") -> ToolResult:
+        """Log a call that could not be parsed (``parse_error``), or one the env refused as an
+        ``unknown_tool`` (a tool its task does not offer in this turn); ``not_recorded`` > 0: the record
+        stands for that many calls the env did not log one by one (``calls_not_recorded``)."""
         ...
 
     def state(self) -> Any:
@@ -424,8 +425,10 @@ class Session:
         return result
 
     def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None,
-                       not_recorded: int = 0) -> ToolResult:
-        """Log a call that could not even be parsed (``parse_error``) so the trajectory keeps it.
+                       not_recorded: int = 0, error_type: str = "parse_error") -> ToolResult:
+        """Log a call that could not even be parsed (``parse_error``) so the trajectory keeps it, or,
+        with ``error_type="unknown_tool"``, a call the env refused because its task does not offer that
+        tool in this turn (docs/architecture.md, "Tool sets per turn"); the tool never runs.
 
         ``not_recorded`` > 0 marks the record as the summary of that many invalid calls the env did not
         log one by one (error code ``calls_not_recorded``, ``raw`` = ``{"not_recorded": n}``): only this
@@ -433,8 +436,9 @@ class Session:
         once in ``P_len`` (a model writing ``{"not_recorded": 10**6}`` is one invalid call)."""
         self._check_open()
         n = not_recorded if isinstance(not_recorded, int) and not isinstance(not_recorded, bool) else 0
-        code = "calls_not_recorded" if n > 0 else "parse_error"
-        result = ToolResult(name=scrub(name), ok=False, error_type="parse_error", error=scrub(message),
+        kind: ErrorType = "unknown_tool" if error_type == "unknown_tool" and n == 0 else "parse_error"
+        code = "calls_not_recorded" if n > 0 else kind
+        result = ToolResult(name=scrub(name), ok=False, error_type=kind, error=scrub(message),
                             error_code=code, call_id=call_id)
         self._log.append(ActionRecord(len(self._log), result.name, {"not_recorded": n} if n > 0 else _loggable(raw),
                                       result, tag))

@@ -131,6 +131,7 @@ def test_an_unavailable_tool_is_refused_before_the_backend(env):
     log = session.action_log
     assert [r.name for r in log] == ["set_fee", "return_book", "get_book"]
     assert [r.result.is_invalid_call for r in log] == [True, True, False]
+    assert [r.result.error_type for r in log] == ["unknown_tool", "unknown_tool", None]
 
 
 def test_a_window_starting_after_the_change_shows_the_note_and_the_new_set(env):
@@ -229,3 +230,68 @@ def test_tasks_without_tool_sets_are_unchanged(library):
         assert step["errors"][0]["type"] == "unknown_tool"
     finally:
         e.close()
+
+
+REMOTE_MODULE = '''
+from pydantic import BaseModel
+from gym_envfactory import define_environment, tool
+
+class Pantry(BaseModel):
+    items: dict[str, int] = {"rice": 2}
+
+@tool(read_only=True)
+def count_item(state: Pantry, *, item: str) -> int:
+    """How many of an item the pantry holds."""
+    return state.items.get(item, 0)
+
+@tool
+def stock_item(state: Pantry, *, item: str, n: int) -> int:
+    """Add n of an item; returns the new count."""
+    state.items[item] = state.items.get(item, 0) + n
+    return state.items[item]
+
+define_environment("ToolSetPantry", Pantry, [count_item, stock_item], tasks=[
+    {"task_id": "p1", "turns": [
+        {"user": "How much rice is there?", "ground_truth": [{"name": "count_item", "arguments": {"item": "rice"}}],
+         "expected_outputs": ["2"]},
+        {"user": "Add three beans.", "added_tools": ["stock_item"],
+         "ground_truth": [{"name": "stock_item", "arguments": {"item": "beans", "n": 3}}]}]}])
+'''
+
+REMOTE_DRIVER = '''
+import json
+import gymnasium as gym
+import pantry_tool_sets
+from gym_envfactory.rollout.policies import OraclePolicy
+from gym_envfactory.rollout.runner import run_episode
+
+if __name__ == "__main__":
+    env = gym.make("envfactory/ToolSetPantry-v0", backend="subprocess").unwrapped
+    env.reset(options={"task_id": "p1"})
+    _, _, _, _, info = env.step({"name": "stock_item", "arguments": {"item": "beans", "n": 3}})
+    log = [[r.name, r.result.error_type] for r in env.session.action_log]
+    state = env.session.state()
+    reward = run_episode(env, OraclePolicy(), task_id="p1").reward
+    out = {"error": info["errors"][0]["type"], "log": log, "state": state, "reward": reward,
+           "backend": type(env.backend).__name__}
+    env.close()
+    print(json.dumps(out))
+'''
+
+
+def test_an_unavailable_tool_on_a_remote_backend_is_an_unknown_tool_in_the_servers_log(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "pantry_tool_sets.py").write_text(REMOTE_MODULE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", REMOTE_DRIVER], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=180, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "InProcess" not in out["backend"]
+    assert out["error"] == "unknown_tool" and out["log"] == [["stock_item", "unknown_tool"]]
+    assert out["state"] == {"items": {"rice": 2}} and out["reward"] == 1.0

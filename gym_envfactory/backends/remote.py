@@ -398,16 +398,18 @@ class RemoteSession:
         return [_tool_result(r) for r in res]
 
     def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None,
-                       not_recorded: int = 0) -> ToolResult:
-        """Log a call that could not be parsed (``parse_error``) in the server's action log; ``raw`` that
-        is not JSON-serialisable is sent as its ``repr``."""
+                       not_recorded: int = 0, error_type: str = "parse_error") -> ToolResult:
+        """Log a call that could not be parsed (``parse_error``), or one the env refused as an
+        ``unknown_tool``, in the server's action log; ``raw`` that is not JSON-serialisable is sent as
+        its ``repr``."""
         try:
             json.dumps(raw)
         except (TypeError, ValueError):
             raw = repr(raw)
         return _tool_result(self.client.request("record_invalid", session_id=self.session_id, name=name, raw=raw,
                                                 message=message, call_id=call_id, tag=tag,
-                                                **({"not_recorded": not_recorded} if not_recorded else {})))
+                                                **({"not_recorded": not_recorded} if not_recorded else {}),
+                                                **({"error_type": error_type} if error_type != "parse_error" else {})))
 
     def state(self) -> Any:
         """The canonical state (one env: its dict; several: ``{env_name: dict}``), fetched from the server."""

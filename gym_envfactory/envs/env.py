@@ -453,8 +453,8 @@ class EnvFactoryEnv(gym.Env):
         assert self.session is not None
         offered = ", ".join(self._turn_tools(self.turn))
         message = f"unknown tool {scrub(call.name)!r}; available tools: {offered}"
-        logged = self.session.record_invalid(call.name, call.arguments, message, call_id=call_id, tag=self.turn)
-        return dataclasses.replace(logged, error_type="unknown_tool", error_code="unknown_tool")
+        return self.session.record_invalid(call.name, call.arguments, message, call_id=call_id, tag=self.turn,
+                                           error_type="unknown_tool")
 
     def _system_message(self, task: Task, environments: Sequence[EnvironmentSpec], initial: Any) -> str:
         """The episode's system prompt: the task's own ``system``, else the prompt with ``{description}``

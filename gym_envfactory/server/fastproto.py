@@ -6,7 +6,7 @@ Methods (params → result):
 
 - ``create`` {env: str | [str], task_id?, initial_state?, snapshot?, shared?} → {session_id, envs, tools}
 - ``call`` {session_id, name, arguments, call_id?, tag?} → ToolResult dict (typed errors inside)
-- ``record_invalid`` {session_id, name, raw, message, call_id?, tag?} → ToolResult dict
+- ``record_invalid`` {session_id, name, raw, message, call_id?, tag?, error_type?} → ToolResult dict
 - ``state`` / ``snapshot`` / ``action_log`` / ``info`` {session_id} → state dict / snapshot str / list / dict
 - ``restore`` {session_id, snapshot}, ``reset`` {session_id}, ``close`` {session_id} → null/bool
 - ``fork`` {session_id, k} → [session_id, ...]
@@ -104,7 +104,8 @@ METHODS: dict[str, Callable[[SessionManager, dict[str, Any], Caller], Any]] = {
                                    tag=p.get("tag"), client=c.client),
     "record_invalid": lambda m, p, c: m.record_invalid(p["session_id"], p["name"], p.get("raw"), p["message"],
                                                        call_id=p.get("call_id"), tag=p.get("tag"), client=c.client,
-                                                       not_recorded=p.get("not_recorded", 0)),
+                                                       not_recorded=p.get("not_recorded", 0),
+                                                       error_type=p.get("error_type", "parse_error")),
     "state": lambda m, p, c: m.state(p["session_id"], client=c.client),
     "snapshot": lambda m, p, c: m.snapshot(p["session_id"], client=c.client),
     "restore": lambda m, p, c: m.restore(p["session_id"], p["snapshot"], client=c.client),

@@ -389,8 +389,10 @@ class SessionManager:
 
     @_locked
     def record_invalid(self, session_id: str, name: str, raw: Any, message: str, *, call_id: str | None = None,
-                       tag: Any = None, client: str | None = None, not_recorded: int = 0) -> dict[str, Any]:
-        """Log a call the client could not parse (``parse_error``); returns :meth:`ToolResult.to_dict`.
+                       tag: Any = None, client: str | None = None, not_recorded: int = 0,
+                       error_type: str = "parse_error") -> dict[str, Any]:
+        """Log a call the client could not parse (``parse_error``) or refused as an ``unknown_tool`` (a
+        tool the task does not offer in this turn); returns :meth:`ToolResult.to_dict`.
 
         Raises:
             UnknownSessionError: no live session ``session_id``.
@@ -401,7 +403,10 @@ class SessionManager:
         n = not_recorded if isinstance(not_recorded, int) and not isinstance(not_recorded, bool) else 0
         if not 0 <= n <= MAX_NOT_RECORDED:
             raise BadRequestError(f"not_recorded must be an integer in [0, {MAX_NOT_RECORDED}]")
-        return ms.session.record_invalid(name, raw, message, call_id=call_id, tag=tag, not_recorded=n).to_dict()
+        if error_type not in ("parse_error", "unknown_tool"):
+            raise BadRequestError("error_type of record_invalid must be 'parse_error' or 'unknown_tool'")
+        return ms.session.record_invalid(name, raw, message, call_id=call_id, tag=tag, not_recorded=n,
+                                         error_type=error_type).to_dict()
 
     @_locked
     def state(self, session_id: str, *, client: str | None = None) -> Any:
