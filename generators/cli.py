@@ -224,42 +224,60 @@ def gen_resume(
 
 
 def import_cmd(
-    file: Annotated[Path, typer.Argument(help="a single-file tool server (FastMCP wrappers over an API class) or a plain Python class")],
-    name: Annotated[str | None, typer.Option("--name", help="environment name (CamelCase)")] = None,
+    file: Annotated[Path, typer.Argument(help="a single-file tool server (FastMCP wrappers over an API class), or a folder "
+                                         "of them (each *.py imported; a summary table at the end)")],
+    name: Annotated[str | None, typer.Option("--name", help="environment name (CamelCase; one file only)")] = None,
     out: Annotated[Path, typer.Option("--out", help="output catalog folder (add it to $ENVFACTORY_CATALOG to use its environments)")] = DEFAULT_OUT,
     domain: Annotated[str | None, typer.Option("--domain", help="environment domain")] = None,
-    initial_state: Annotated[Path | None, typer.Option("--initial-state", help="scenario JSON used as the small initial state")] = None,
-    tasks: Annotated[Path | None, typer.Option("--tasks", help="tasks.jsonl to copy in")] = None,
-    scenarios: Annotated[Path | None, typer.Option("--scenarios", help="scenarios.jsonl to copy in")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing folder of the same name")] = False,
+    initial_state: Annotated[Path | None, typer.Option("--initial-state", help="scenario JSON used as the small initial state "
+                                                       "(for a folder: a folder of <server stem>.json files; default "
+                                                       "<stem>.json or <stem>_scenario.json beside each server)")] = None,
+    tasks: Annotated[Path | None, typer.Option("--tasks", help="tasks.jsonl to copy in (one file only)")] = None,
+    scenarios: Annotated[Path | None, typer.Option("--scenarios", help="scenarios.jsonl to copy in (one file only)")] = None,
+    api_class: Annotated[str | None, typer.Option("--api-class", help="the API class, when the file has several with "
+                                                  "load_scenario/save_scenario")] = None,
+    state_model: Annotated[str | None, typer.Option("--state-model", help="the root scenario model, when the scenario data "
+                                                    "and the load_scenario/save_scenario annotations do not decide")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace a previous import of the same name in --out "
+                                            "(never a shipped or hand-written package)")] = False,
     validate: Annotated[bool, typer.Option("--validate/--no-validate", help="run the validation scenarios afterwards")] = True,
     sandbox: Annotated[str, typer.Option("--sandbox", help="where the file's code runs while it is imported: auto (docker "
                                          "when the runtime image is there, else process), docker, process, inline "
                                          "(this process: trusted files only)")] = "auto",
 ) -> None:
-    """Import an existing single-file tool server into the catalog without editing it.
+    """Import existing single-file tool servers into the catalog without editing them.
 
-    The file's code runs only in the sandbox (``--sandbox``); this process never loads it."""
-    from .importer import import_server_package
-
-    kwargs: dict[str, Any] = {"name": name, "out_dir": out, "domain": domain, "initial_state": initial_state,
-                              "tasks": tasks, "scenarios": scenarios}
-    try:
-        done = import_server_package(file, overwrite=overwrite, validate=validate, sandbox=sandbox,
-                                     **{k: v for k, v in kwargs.items() if v is not None})
-    except PackageExistsError as exc:
-        err_console.print(f"[red]import failed: {escape(str(exc.file))} exists; pass --overwrite to replace it[/red]",
-                          soft_wrap=True)
-        raise typer.Exit(1) from None
-    except (EnvFactoryError, ValueError, OSError, ImportError) as exc:
-        err_console.print(f"[red]import failed: {escape(str(exc))}[/red]", soft_wrap=True)
-        raise typer.Exit(1) from None
-    table = Table(title=f"imported {file.name} ({done.sandbox} sandbox)")
-    for col in ("environment", "tools (write)", "initial states", "path"):
-        table.add_column(col)
-    writes = sum(not ro for ro in done.tools.values())
-    table.add_row(done.name, f"{len(done.tools)} ({writes})", ", ".join(done.initial_states), str(done.path))
-    console.print(table)
+    FILE is one server or a folder of servers (each imported on its own; the others are still written
+    when one is refused, and the exit code is 1 if any was).  The file's code runs only in the
+    sandbox (``--sandbox``); this process never loads it."""
+    options: dict[str, Any] = {"out_dir": out, "domain": domain, "api_class": api_class, "state_model": state_model,
+                               "overwrite": overwrite, "validate": validate, "sandbox": sandbox}
+    if file.is_dir():
+        if name or tasks or scenarios:
+            err_console.print("[red]--name, --tasks and --scenarios apply to one file; import a folder without them[/red]")
+            raise typer.Exit(2)
+        servers = sorted(p for p in file.glob("*.py") if p.is_file() and not p.name.startswith("_"))
+        if not servers:
+            err_console.print(f"[red]import failed: no *.py server files in {escape(str(file))}[/red]", soft_wrap=True)
+            raise typer.Exit(1)
+        rows = []
+        for src in servers:
+            state = _scenario_for(src, initial_state)
+            err_console.print(f"[dim]importing {escape(src.name)}[/dim]", soft_wrap=True)
+            rows.append(_import_one(src, {**options, "initial_state": state}))
+        _print_import_table(f"imported {file} ({len(rows)} files)", rows)
+        _print_catalog_hint(out)
+        failed = sum(r["error"] is not None for r in rows)
+        console.print(f"{len(rows) - failed} of {len(rows)} imported"
+                      + (" and validated" if validate else " (not validated)") + (f"; {failed} refused" if failed else ""))
+        raise typer.Exit(1 if failed else 0)
+    row = _import_one(file, {**options, "name": name, "initial_state": initial_state, "tasks": tasks,
+                             "scenarios": scenarios})
+    if row["error"] is not None:
+        err_console.print(f"[red]import failed: {escape(row['error'])}[/red]", soft_wrap=True)
+        raise typer.Exit(1)
+    done = row["done"]
+    _print_import_table(f"imported {file.name} ({done.sandbox} sandbox)", [row])
     if not (done.path / "tasks.jsonl").is_file():
         console.print(f"{done.name} has no tasks: its tools run in a Session, but gym.make(...).reset() needs tasks; "
                       f"import again with --tasks tasks.jsonl --overwrite", style="yellow", markup=False, soft_wrap=True)
@@ -280,6 +298,69 @@ def import_cmd(
         console.print("  coverage gaps: add scenarios (envfactory import ... --scenarios FILE) so every tool's success "
                       "and error paths run")
     raise typer.Exit(0 if ok else 1)
+
+
+def _scenario_for(src: Path, given: Path | None) -> Path | None:
+    """The scenario JSON for server ``src`` in a folder import: ``given`` (a file, or a folder holding
+    ``<stem>.json``), else ``<stem>.json`` or ``<stem>_scenario.json`` beside the server, else ``None``."""
+    if given is not None and given.is_file():
+        return given
+    places = [given] if given is not None else []
+    places.append(src.parent)
+    for d in places:
+        for cand in (d / f"{src.stem}.json", d / f"{src.stem}_scenario.json"):
+            if cand.is_file():
+                return cand
+    return None
+
+
+def _import_one(src: Path, options: dict[str, Any]) -> dict[str, Any]:
+    """Import one server (:func:`~.importer.import_server_package`); a row for :func:`_print_import_table`:
+    ``{"file", "done" (an ImportedPackage or None), "error" (the refusal, or None)}``."""
+    from .importer import import_server_package
+
+    kwargs = {k: v for k, v in options.items() if v is not None}
+    try:
+        done = import_server_package(src, **kwargs)
+    except PackageExistsError as exc:
+        return {"file": src, "done": None, "error": f"{exc.file} exists; pass --overwrite to replace it"}
+    except (EnvFactoryError, ValueError, OSError, ImportError) as exc:
+        return {"file": src, "done": None, "error": str(exc)}
+    report = done.validation
+    if report is not None and not (report["scenarios_passed"] == report["scenarios"] and not report["task_failures"]
+                                   and not report["lint_failures"]):
+        failures = "; ".join(f for f in report["failures"] if f not in report["coverage_failures"])
+        return {"file": src, "done": done, "error": f"imported but failed validation: {failures}"}
+    return {"file": src, "done": done, "error": None}
+
+
+def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
+    """The import summary: file, environment, tools, reads/writes, result (imported + validated, or the
+    refusal with file:line and reason), and notes (no-op writes the probe observed, tools read-only after it)."""
+    table = Table(title=title)
+    for col in ("file", "environment", "tools", "reads/writes", "result", "notes"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        done = r["done"]
+        if done is None:
+            table.add_row(r["file"].name, "-", "-", "-", f"[red]refused: {escape(r['error'])}[/red]", "")
+            continue
+        writes = sum(not ro for ro in done.tools.values())
+        if r["error"] is not None:
+            result = f"[red]{escape(r['error'])}[/red]"
+        elif done.validation is not None:
+            v = done.validation
+            result = f"[green]imported + validated[/green] (scenarios {v['scenarios_passed']}/{v['scenarios']})"
+        else:
+            result = "[yellow]imported (not validated)[/yellow]"
+        notes = []
+        if done.noop_writes:
+            notes.append("no-op writes observed: " + ", ".join(done.noop_writes))
+        if done.reclassified:
+            notes.append("read-only (probe saw no change): " + ", ".join(done.reclassified))
+        table.add_row(r["file"].name, done.name, str(len(done.tools)), f"{len(done.tools) - writes}/{writes}", result,
+                      escape("; ".join(notes)))
+    console.print(table)
 
 
 # ------------------------------------------------------------------------------------------ gen tasks

@@ -40,10 +40,48 @@ _DESTRUCTIVE_PREFIXES = ("cancel", "delete", "remove", "clear", "drop", "void", 
 _MUTATORS = {"append", "extend", "insert", "pop", "popitem", "remove", "clear", "update", "setdefault",
              "add", "discard", "sort", "reverse", "__setitem__", "__delitem__"}
 _STATE_INTERFACE = ("load_scenario", "save_scenario")
+#: Verbs that write (used to find the verb of a name with a service prefix, ``hotel_book_room``).
+_WRITE_VERBS = ("add", "create", "make", "book", "set", "update", "edit", "modify", "change", "place", "submit",
+                "send", "post", "put", "register", "assign", "apply", "reserve", "transfer", "pay", "start", "stop",
+                "open", "move", "rename", "upload", "schedule", "reschedule", "login", "logout", "approve", "mark",
+                "enroll", "insert", "save", "write", "issue", "confirm", "toggle", "checkout", "deposit", "withdraw")
 
 
 def _verb(name: str) -> str:
-    return re.split(r"_|(?<=[a-z])(?=[A-Z])", name, maxsplit=1)[0].lower()
+    """The verb of a tool or method name: its first word that is a known reading or destructive verb
+    (``hotel_get_room`` -> ``get``, ``crmListLeads`` -> ``list``), else its first word."""
+    words = [w.lower() for w in re.split(r"_|(?<=[a-z])(?=[A-Z])", name) if w]
+    for w in words[:3]:
+        if w in _READ_PREFIXES or w in _DESTRUCTIVE_PREFIXES or w in _WRITE_VERBS:
+            return w
+    return words[0] if words else ""
+
+
+def mcp_annotations(node: ast.FunctionDef | ast.AsyncFunctionDef | None) -> dict[str, bool]:
+    """The MCP tool annotations a wrapper's decorator gives, read from its source:
+    ``@mcp.tool(annotations={"readOnlyHint": True})`` or ``annotations=ToolAnnotations(readOnlyHint=True,
+    destructiveHint=False)``.  Returns ``{"readOnlyHint": ..., "destructiveHint": ...}`` for the hints
+    given as literal booleans (empty when none)."""
+    out: dict[str, bool] = {}
+    if node is None:
+        return out
+    for deco in node.decorator_list:
+        if not isinstance(deco, ast.Call):
+            continue
+        for kw in deco.keywords:
+            if kw.arg != "annotations":
+                continue
+            pairs: list[tuple[Any, ast.AST]] = []
+            if isinstance(kw.value, ast.Dict):
+                pairs = [(k.value if isinstance(k, ast.Constant) else None, v)
+                         for k, v in zip(kw.value.keys, kw.value.values, strict=True)]
+            elif isinstance(kw.value, ast.Call):
+                pairs = [(k.arg, k.value) for k in kw.value.keywords]
+            for key, value in pairs:
+                if key in ("readOnlyHint", "destructiveHint") and isinstance(value, ast.Constant) \
+                        and isinstance(value.value, bool):
+                    out[key] = value.value
+    return out
 
 
 def _rooted_at(node: ast.AST, names: set[str]) -> bool:
@@ -120,25 +158,39 @@ def _mutates_self(cls: type, method: str, seen: set[str] | None = None) -> bool:
 
 
 def classify_tool(name: str, cls: type | None, methods: Sequence[str], read_only: Mapping[str, bool] | None,
-                  destructive: Mapping[str, bool] | None) -> tuple[bool, bool]:
+                  destructive: Mapping[str, bool] | None,
+                  annotations: Mapping[str, bool] | None = None) -> tuple[bool, bool]:
     """The MCP annotations ``(read_only, destructive)`` of tool ``name`` calling ``methods`` of ``cls``.
 
-    Read-only when the verbs of the tool and of every method it calls are reading verbs (``get``,
-    ``list``, ``search`` ...) and none of the methods visibly mutates ``self``; destructive when it is
-    not read-only and a verb is ``cancel``, ``delete``, ``remove`` ...  ``read_only`` and
-    ``destructive`` map tool names to overrides.  A heuristic: the validator's write checks catch a
+    In order: the overrides (``read_only``/``destructive`` map tool names to values), the server's own
+    MCP annotations (``annotations``: ``readOnlyHint``/``destructiveHint``, :func:`mcp_annotations`),
+    then a guess: read-only when the verbs of the tool and of every method it calls are reading verbs
+    (``get``, ``list``, ``search`` ...; a service prefix is skipped, ``hotel_get_room`` reads) and none
+    of the methods visibly mutates ``self``; destructive when it is not read-only and a verb is
+    ``cancel``, ``delete``, ``remove`` ...  The import probe then reclassifies a guessed write whose
+    name reads and whose calls changed nothing (:mod:`.probe`); the validator's write checks catch a
     wrong guess.
     """
+    given = dict(annotations or {})
     verbs = {_verb(name)} | {_verb(m) for m in methods}
-    ro = all(v in _READ_PREFIXES for v in verbs)
-    if ro and cls is not None and methods:
-        ro = not any(_mutates_self(cls, m) for m in methods)
+    if "readOnlyHint" in given:
+        ro = bool(given["readOnlyHint"])
+    else:
+        ro = all(v in _READ_PREFIXES for v in verbs)
+        if ro and cls is not None and methods:
+            ro = not any(_mutates_self(cls, m) for m in methods)
     if read_only and name in read_only:
         ro = bool(read_only[name])
-    de = not ro and any(v in _DESTRUCTIVE_PREFIXES for v in verbs)
+    de = not ro and (bool(given["destructiveHint"]) if "destructiveHint" in given
+                     else any(v in _DESTRUCTIVE_PREFIXES for v in verbs))
     if destructive and name in destructive:
         de = bool(destructive[name])
     return ro, de
+
+
+def reads_by_name(name: str) -> bool:
+    """True when the verb of ``name`` (service prefix skipped) is a reading verb."""
+    return _verb(name) in _READ_PREFIXES
 
 
 # ============================================================================ server analysis
@@ -159,6 +211,8 @@ class ToolPlan:
         self.context_params = context_params
         self.read_only = read_only
         self.destructive = destructive
+        #: True when read_only came from the server's MCP annotations or an override, not a guess.
+        self.annotated = False
 
 
 class ServerAnalysis:
@@ -190,7 +244,54 @@ def _is_context(annotation: Any) -> bool:
     return getattr(annotation, "__name__", "") == "Context"
 
 
-def _pick_state_model(module: types.ModuleType, empty: dict[str, Any], wanted: str | None) -> type[BaseModel]:
+def _interface_models(cls: type, models: list[type[BaseModel]]) -> list[type[BaseModel]]:
+    """Models the state interface names: ``save_scenario``'s return annotation, ``load_scenario``'s
+    parameter annotations, else the models ``load_scenario`` builds from its argument
+    (``Model(**scenario)``, ``Model.model_validate(scenario)``, ``Model.parse_obj(scenario)``)."""
+    by_name = {m.__name__: m for m in models}
+    found: list[type[BaseModel]] = []
+
+    def add(m: Any) -> None:
+        if isinstance(m, type) and m in models and m not in found:
+            found.append(m)
+
+    for meth in _STATE_INTERFACE:
+        fn = getattr(cls, meth, None)
+        try:
+            hints = get_type_hints(fn) if callable(fn) else {}
+        except Exception:  # noqa: BLE001 - unresolvable annotations name nothing
+            hints = {}
+        for key, hint in hints.items():
+            if (meth == "save_scenario") == (key == "return"):
+                add(hint)
+    if found:
+        return found
+    node = function_node(getattr(cls, "load_scenario", None)) if callable(getattr(cls, "load_scenario", None)) else None
+    if node is not None:
+        args = node.args.posonlyargs + node.args.args
+        params = {a.arg for a in args[1:]}
+        for sub in ast.walk(node):
+            if not isinstance(sub, ast.Call):
+                continue
+            passes = any(isinstance(a, ast.Name) and a.id in params for a in sub.args) or any(
+                isinstance(k.value, ast.Name) and k.value.id in params for k in sub.keywords)
+            target = sub.func
+            if isinstance(target, ast.Attribute) and target.attr in ("model_validate", "parse_obj", "validate"):
+                target = target.value
+            if passes and isinstance(target, ast.Name) and target.id in by_name:
+                add(by_name[target.id])
+    return found
+
+
+def _pick_state_model(module: types.ModuleType, empty: dict[str, Any], wanted: str | None,
+                      cls: type | None = None, sample: Mapping[str, Any] | None = None) -> type[BaseModel]:
+    """The root scenario model, in order: ``wanted`` (``--state-model``); the one model the state
+    interface names (:func:`_interface_models`) that accepts ``sample`` (the scenario given, else the
+    empty ``save_scenario()``) or, with no sample given, whose fields hold the keys of the empty state;
+    else the models whose fields hold the keys of ``sample`` (or of the empty state), ranked by
+    validating ``sample``, exact key match, a name like ``*Scenario``/``*State``/``*DB`` and fewest
+    fields.  The empty state only ranks: it is never required to validate (a required field
+    legitimately fails on it).  Raises ImporterError when none or several equally good models fit."""
     models = [v for v in vars(module).values()
               if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__]
     if wanted:
@@ -199,34 +300,53 @@ def _pick_state_model(module: types.ModuleType, empty: dict[str, Any], wanted: s
                 return m
         raise ImporterError(f"no Pydantic model {wanted!r} in the server module; models: "
                             f"{', '.join(m.__name__ for m in models) or 'none'}")
-    keys = set(empty)
-    scored = []
-    for m in models:
-        names = set(m.model_fields) | {f.alias for f in m.model_fields.values() if f.alias}
-        if not keys <= names:
-            continue
+    data = dict(sample) if sample is not None else empty
+    keys = set(data) if sample is not None else set(empty)
+
+    def validates(m: type[BaseModel]) -> bool:
         try:
-            m.model_validate(empty)
+            m.model_validate(data)
         except ValidationError:
+            return False
+        return True
+
+    def holds(m: type[BaseModel]) -> bool:
+        names = set(m.model_fields) | {f.alias for f in m.model_fields.values() if f.alias}
+        return keys <= names
+
+    named = [m for m in (_interface_models(cls, models) if cls is not None else []) if holds(m)]
+    if len(named) == 1:
+        return named[0]
+    scored = []
+    for m in (named or models):
+        if not holds(m):
+            continue
+        ok = validates(m)
+        if sample is not None and not ok:
             continue
         exact = set(m.model_fields) == keys
         hint = any(w in m.__name__.lower() for w in ("scenario", "state", "db", "database"))
-        scored.append((exact, hint, -len(m.model_fields), m))
+        scored.append((ok, exact, hint, -len(m.model_fields), m))
+    what = "the initial state given" if sample is not None else "what save_scenario() returns"
     if not scored:
         raise ImporterError(
-            f"no Pydantic model of the server matches what save_scenario() returns (keys {sorted(keys)}); "
-            "name the root scenario model with state_model=")
-    scored.sort(key=lambda t: t[:3], reverse=True)
-    if len(scored) > 1 and scored[0][:3] == scored[1][:3]:
-        raise ImporterError(f"several models match save_scenario(): {scored[0][3].__name__}, "
-                            f"{scored[1][3].__name__}; choose one with state_model=")
-    return scored[0][3]
+            f"no Pydantic model of the server matches {what} (keys {sorted(keys)}); "
+            "name the root scenario model with --state-model NAME (state_model=)")
+    scored.sort(key=lambda t: t[:4], reverse=True)
+    if len(scored) > 1 and scored[0][:4] == scored[1][:4]:
+        raise ImporterError(f"several models match {what}: {scored[0][4].__name__}, "
+                            f"{scored[1][4].__name__}; choose one with --state-model NAME (state_model=)")
+    return scored[0][4]
 
 
 def analyze_tool_server(path: str | Path, *, api_class: str | None = None,
                         state_model: str | None = None, read_only: Mapping[str, bool] | None = None,
-                        destructive: Mapping[str, bool] | None = None) -> ServerAnalysis:
+                        destructive: Mapping[str, bool] | None = None,
+                        sample_state: Mapping[str, Any] | None = None) -> ServerAnalysis:
     """Load a server file (FastMCP stubbed; nothing served) and find its parts.  Raises ImporterError.
+
+    ``sample_state``: the scenario the import was given (its ``small`` initial state), used to choose
+    the root model (:func:`_pick_state_model`) unless ``state_model`` names it.
 
     This executes the file's module top level (and the API's constructor and ``save_scenario``) **in
     this process**: :func:`~.server.import_tool_server` calls it only inside its sandbox
@@ -249,7 +369,8 @@ def analyze_tool_server(path: str | Path, *, api_class: str | None = None,
     if len(classes) != 1:
         raise ImporterError(
             "expected exactly one API class with load_scenario() and save_scenario(), found "
-            f"{', '.join(c.__name__ for c in classes) or 'none'}" + ("" if api_class else "; choose one with api_class="),
+            f"{', '.join(c.__name__ for c in classes) or 'none'}"
+            + ("" if api_class else "; choose one with --api-class NAME (api_class=)"),
             file=path)
     cls = classes[0]
     for attr, value in vars(cls).items():
@@ -264,7 +385,10 @@ def analyze_tool_server(path: str | Path, *, api_class: str | None = None,
         raise ImporterError(f"{cls.__name__}() or its save_scenario() failed: {exc!r}", file=path) from exc
     if not isinstance(empty, dict):
         raise ImporterError(f"{cls.__name__}.save_scenario() must return a dict, got {type(empty).__name__}", file=path)
-    root = _pick_state_model(module, empty, state_model)
+    try:
+        root = _pick_state_model(module, empty, state_model, cls, sample_state)
+    except ImporterError as exc:
+        raise ImporterError(str(exc.args[0]) if exc.args else str(exc), file=path) from None
     instances = tuple(n for n, v in vars(module).items() if isinstance(v, cls))
     regs = bridge.registrations(module)
     if not regs:
@@ -329,8 +453,11 @@ def analyze_tool_server(path: str | Path, *, api_class: str | None = None,
                 raise ImporterError(f"wrapper {name}: parameter {p.name!r} has no type annotation", file=path)
             params.append(p)
         description = reg.description if reg.description is not None else (inspect.getdoc(fn) or "")
-        ro, de = classify_tool(name, cls, methods, read_only, destructive)
-        tools.append(ToolPlan(name, fn, node, description, methods, params, ctx, ro, de))
+        hints = mcp_annotations(node)
+        ro, de = classify_tool(name, cls, methods, read_only, destructive, hints)
+        plan = ToolPlan(name, fn, node, description, methods, params, ctx, ro, de)
+        plan.annotated = "readOnlyHint" in hints or bool(read_only and name in read_only)
+        tools.append(plan)
     if not tools:
         raise ImporterError("the server has no tools besides load_scenario/save_scenario", file=path)
     return ServerAnalysis(path, source, module, cls, instances, tuple(helpers), root, empty, tools, hidden)

@@ -8,9 +8,26 @@ so a package runs without the importer, fastmcp or any MCP SDK: edit this file, 
 ``_source.py`` is the original server, copied verbatim.  It is executed with a stand-in for FastMCP
 (``fastmcp`` and ``mcp.server*`` imports resolve to stubs that record ``@mcp.tool()`` registrations), so
 the package needs neither fastmcp nor a particular MCP SDK version.  Its module-level API instance is
-replaced by a guard: every tool call builds a fresh API instance from the session's state
-(``load_scenario``), runs the original wrapper with its API name bound to that instance, and writes
-``save_scenario()`` back into the state.  Nothing is shared between sessions.
+replaced by a guard.
+
+**One live instance per session** (issue 12, part 2): the first tool call on a session's state builds
+an API instance (``load_scenario(state)``) and keeps it in the state model's private storage
+(:class:`LiveInstance`, under :data:`LIVE_KEY`); later calls run the original wrapper against that same
+instance, so private attributes (a login token, a counter) survive between calls and a call costs what
+the original method costs.  The state model's fields are brought up to date from ``save_scenario()``
+lazily, only when someone reads them (serialisation for scoring, snapshots, forks, comparisons; the
+root model's attribute access is hooked by :func:`install_live_hooks`).  Copying the state model (a
+session's fork, rebase or rollback view) deep-copies the instance, private attributes included, so a
+rolled-back session replays onto the instance as it was at its rollback point.  A model edited from
+outside (``Session.state_model()``) is reloaded into a fresh instance before the next call when its
+content changed.  A state built from bytes (reset, restore, a new session) gets a fresh instance.
+
+**Determinism without editing** (issue 12, part 3): the server's ``import random``, ``import uuid``,
+``import time``, ``import datetime`` (and ``from X import ...``) resolve to stand-ins that draw from the
+calling session's :class:`Entropy` (a ``random.Random`` seeded from the state the instance was built
+from, and a clock that starts at :data:`CLOCK_START` and advances :data:`CLOCK_STEP` seconds per read),
+and its builtin ``hash`` is :func:`stable_hash`; so the same calls give the same state in any process,
+whatever ``PYTHONHASHSEED``.  Only the server's module sees them, never the rest of the process.
 
 It imports only the standard library, pydantic and ``gym_envfactory.ToolError``.
 """
@@ -19,13 +36,21 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
+import copy
+import datetime
+import hashlib
 import importlib.util
 import inspect
 import json
+import random
 import re
 import sys
 import threading
+import time
 import types
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +64,7 @@ SERVER_CLASSES = ("FastMCP", "MCPServer")
 #: Exceptions that mean a bug in the imported code, not a domain failure: they stay internal errors.
 PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError, AssertionError, ImportError, RecursionError,
                       NotImplementedError, SyntaxError, ZeroDivisionError, UnicodeError)
-_ERROR_TEXT = re.compile(r"^(error|failed|failure)\b\s*[:\-]", re.IGNORECASE)
+_ERROR_TEXT = re.compile(r"^(error|failed|failure|exception)\b", re.IGNORECASE)
 
 
 class Anything:
@@ -122,10 +147,219 @@ def stub_module(name: str) -> types.ModuleType:
 
 def stub_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
     """``__import__`` for the server's module: :data:`STUBBED_MODULES` resolve to :func:`stub_module`,
-    everything else imports normally."""
+    :data:`SEEDED_MODULES` to :func:`seeded_module`, everything else imports normally."""
     if level == 0 and any(name == m or name.startswith(m + ".") for m in STUBBED_MODULES):
         return stub_module(name if fromlist else name.partition(".")[0])
+    if level == 0 and name in SEEDED_MODULES:
+        return seeded_module(name)
     return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+# --------------------------------------------------------------------------- determinism (issue 12, part 3)
+#: Where every stand-in clock starts: 2025-01-01T00:00:00Z, in seconds since the epoch.
+CLOCK_START = 1735689600.0
+#: Seconds the stand-in clock advances per read (so two reads never return the same instant).
+CLOCK_STEP = 1.0
+#: Modules the server's imports get as stand-ins (:func:`seeded_module`).
+SEEDED_MODULES = ("random", "uuid", "time", "datetime")
+#: Calls the stand-ins make deterministic (the importer's static check does not refuse them): the global
+#: ``random`` functions, ``uuid1``/``uuid4``, clock reads and the builtin ``hash``.
+SEEDED_CALLS = ("random", "randint", "randrange", "choice", "choices", "sample", "shuffle", "uniform", "gauss",
+                "normalvariate", "getrandbits", "randbytes", "triangular", "betavariate", "expovariate",
+                "gammavariate", "lognormvariate", "vonmisesvariate", "paretovariate", "weibullvariate", "seed",
+                "uuid1", "uuid4", "now", "utcnow", "today", "time", "time_ns", "monotonic", "monotonic_ns",
+                "perf_counter", "perf_counter_ns", "localtime", "gmtime", "hash")
+_utc_struct = time.gmtime  # always called with explicit seconds from an Entropy clock
+
+
+class Entropy:
+    """What the stand-ins draw from: ``rng`` (a ``random.Random``) and ``clock`` (seconds since the epoch,
+    advanced :data:`CLOCK_STEP` per read).  One per live instance (deep-copied with it on a fork)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.clock = CLOCK_START
+
+    def now(self) -> float:
+        """The next clock reading (seconds since the epoch)."""
+        self.clock += CLOCK_STEP
+        return self.clock
+
+
+#: What code of the server running outside a tool call (its module body at import) draws from.
+IMPORT_ENTROPY = Entropy(0)
+_CALLING = threading.local()
+
+
+def current_entropy() -> Entropy:
+    """The :class:`Entropy` of the tool call running in this thread, else :data:`IMPORT_ENTROPY`."""
+    return getattr(_CALLING, "entropy", None) or IMPORT_ENTROPY
+
+
+@contextlib.contextmanager
+def drawing_from(entropy: Entropy | None) -> Iterator[None]:
+    """Make ``entropy`` what the stand-ins draw from in this thread for the ``with`` block."""
+    previous = getattr(_CALLING, "entropy", None)
+    _CALLING.entropy = entropy
+    try:
+        yield
+    finally:
+        _CALLING.entropy = previous
+
+
+def state_seed(data: Any) -> int:
+    """The seed of a fresh instance's :class:`Entropy`: the first 8 bytes of the SHA-256 of the state it was
+    loaded from, as JSON (so the same state gives the same draws in any process)."""
+    return int.from_bytes(hashlib.sha256(pydantic_core.to_json(data)).digest()[:8], "big")
+
+
+def stable_hash(obj: Any) -> int:
+    """The server's builtin ``hash``: for ``str``/``bytes`` (and tuples and frozensets of them) the first 8
+    bytes of a BLAKE2b digest as a signed integer, the same in every process; anything else as
+    ``builtins.hash`` (numbers, None and objects hash the same in every process already)."""
+    if isinstance(obj, str):
+        obj = obj.encode("utf-8", "surrogatepass")
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return int.from_bytes(hashlib.blake2b(bytes(obj), digest_size=8).digest(), "big", signed=True)
+    if isinstance(obj, tuple):
+        return stable_hash(b"(" + b",".join(stable_hash(x).to_bytes(8, "big", signed=True) for x in obj))
+    if isinstance(obj, frozenset):
+        return stable_hash(b"{" + b",".join(sorted(stable_hash(x).to_bytes(8, "big", signed=True) for x in obj)))
+    return builtins.hash(obj)
+
+
+def _seeded_random(name: str) -> Any:
+    real = getattr(random, name)
+    if not (isinstance(real, types.MethodType) and isinstance(real.__self__, random.Random)):
+        return real  # Random, SystemRandom, constants
+
+    def seeded(*args: Any, **kwargs: Any) -> Any:
+        return getattr(current_entropy().rng, name)(*args, **kwargs)
+
+    seeded.__name__ = seeded.__qualname__ = name
+    seeded.__doc__ = real.__doc__
+    return seeded
+
+
+def _uuid4() -> uuid.UUID:
+    return uuid.UUID(int=current_entropy().rng.getrandbits(128), version=4)
+
+
+def _uuid1(node: Any = None, clock_seq: Any = None) -> uuid.UUID:
+    return uuid.UUID(int=current_entropy().rng.getrandbits(128), version=1)
+
+
+def _clock() -> float:
+    return current_entropy().now()
+
+
+def _clock_ns() -> int:
+    return int(current_entropy().now() * 1_000_000_000)
+
+
+def _sleep(seconds: float) -> None:
+    current_entropy().clock += max(0.0, float(seconds))
+
+
+def _struct(seconds: float | None = None) -> time.struct_time:
+    return _utc_struct(current_entropy().now() if seconds is None else seconds)
+
+
+def _strftime(fmt: str, t: Any = None) -> str:
+    return time.strftime(fmt, _struct() if t is None else t)
+
+
+def _ctime(seconds: float | None = None) -> str:
+    return time.asctime(_struct(seconds))
+
+
+TIME_STANDINS = {"time": _clock, "monotonic": _clock, "perf_counter": _clock, "process_time": _clock,
+                  "time_ns": _clock_ns, "monotonic_ns": _clock_ns, "perf_counter_ns": _clock_ns,
+                  "process_time_ns": _clock_ns, "sleep": _sleep, "localtime": _struct, "gmtime": _struct,
+                  "strftime": _strftime, "ctime": _ctime}
+
+
+class _RealClassCheck(type):
+    """Metaclass of the clock classes: ``isinstance(x, SeededDatetime)`` is ``isinstance(x, datetime)``."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls.__mro__[1])
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return isinstance(sub, type) and issubclass(sub, cls.__mro__[1])
+
+
+class SeededDatetime(datetime.datetime, metaclass=_RealClassCheck):
+    """The server's ``datetime.datetime``: ``now``/``utcnow``/``today`` read the session's clock (UTC; naive
+    unless a ``tz`` is given); constructors and every other method give real ``datetime`` objects."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """A real ``datetime`` (the constructors of the stand-in class give real objects)."""
+        return datetime.datetime(*args, **kwargs)
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+        """The session clock's next reading."""
+        moment = datetime.datetime.fromtimestamp(current_entropy().now(), datetime.UTC)
+        return moment.replace(tzinfo=None) if tz is None else moment.astimezone(tz)
+
+    @classmethod
+    def utcnow(cls) -> Any:  # type: ignore[override]
+        """The session clock's next reading, naive UTC."""
+        return cls.now()
+
+    @classmethod
+    def today(cls) -> Any:  # type: ignore[override]
+        """The session clock's next reading, naive UTC."""
+        return cls.now()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        return handler(datetime.datetime)
+
+
+class SeededDate(datetime.date, metaclass=_RealClassCheck):
+    """The server's ``datetime.date``: ``today()`` is the session clock's date (UTC)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """A real ``date``."""
+        return datetime.date(*args, **kwargs)
+
+    @classmethod
+    def today(cls) -> Any:  # type: ignore[override]
+        """The date of the session clock's next reading."""
+        return datetime.datetime.fromtimestamp(current_entropy().now(), datetime.UTC).date()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        return handler(datetime.date)
+
+
+def seeded_module(name: str) -> types.ModuleType:
+    """The stand-in the server gets for ``import <name>`` (one of :data:`SEEDED_MODULES`): the real module's
+    attributes, except that the global ``random`` functions draw from the calling session's
+    ``Entropy.rng``, ``uuid1``/``uuid4`` from the same generator, clock reads (``time.time``,
+    ``monotonic``, ``perf_counter``, ``localtime``/``gmtime``/``strftime``/``ctime`` without a time,
+    ``datetime.now``/``utcnow``/``today``, ``date.today``) from its clock, and ``time.sleep`` advances
+    that clock instead of sleeping."""
+    real = sys.modules.get(name) or importlib.import_module(name)
+    mod = types.ModuleType(name, real.__doc__)
+    if name == "random":
+        mod.__getattr__ = _seeded_random  # type: ignore[method-assign]  # PEP 562
+        return mod
+    overrides: dict[str, Any] = {}
+    if name == "uuid":
+        overrides = {"uuid4": _uuid4, "uuid1": _uuid1}
+    elif name == "time":
+        overrides = TIME_STANDINS
+    elif name == "datetime":
+        overrides = {"datetime": SeededDatetime, "date": SeededDate}
+
+    def attr(item: str) -> Any:
+        return overrides[item] if item in overrides else getattr(real, item)
+
+    mod.__getattr__ = attr  # type: ignore[method-assign]  # PEP 562
+    return mod
 
 
 def load_source(module_name: str, path: str | Path) -> types.ModuleType:
@@ -134,7 +368,7 @@ def load_source(module_name: str, path: str | Path) -> types.ModuleType:
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
-    module.__builtins__ = dict(vars(builtins), __import__=stub_import)
+    module.__builtins__ = dict(vars(builtins), __import__=stub_import, hash=stable_hash)
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
@@ -187,7 +421,19 @@ def as_tool_error(exc: BaseException) -> ToolError:
 
 
 def error_in(result: Any) -> tuple[str, str] | None:
-    """(message, code) when a result reports a failure instead of raising, else None."""
+    """(message, code) when a result reports a failure instead of raising, else None.
+
+    The rule (docs/authoring.md, "Importing a tool server"): a result is a failure when it is
+
+    * a dict (or a Pydantic model, or a string holding a JSON object) with a truthy ``error`` or
+      ``errors`` key, ``success``/``ok`` false, or ``status``/``result`` one of ``error``, ``failed``,
+      ``failure``, ``fail`` (any case);
+    * free text whose first word is ``Error``, ``Failed``, ``Failure`` or ``Exception`` (any case),
+      e.g. ``"Error: no such room"``, ``"Failed to book"``.
+
+    The message is the ``error``/``message``/``detail``/``reason`` value (or the text); the code is
+    the result's ``error_code``/``code`` (or the error object's ``code``/``type``), else ``tool_error``.
+    """
     obj = result
     if isinstance(obj, BaseModel):
         obj = obj.model_dump(mode="json")
@@ -204,14 +450,19 @@ def error_in(result: Any) -> tuple[str, str] | None:
             return None
     if not isinstance(obj, dict):
         return None
-    err = obj.get("error")
+    err = obj.get("error") or obj.get("errors")
     code = obj.get("error_code") or obj.get("code")
+    failed_words = ("error", "failed", "failure", "fail")
+    status = next((str(obj[k]).strip().lower() for k in ("status", "result") if isinstance(obj.get(k), str)), "")
     if err:
         if isinstance(err, dict):
             code = code or err.get("code") or err.get("type")
             err = err.get("message") or json.dumps(err, sort_keys=True)
-        message = str(err)
-    elif obj.get("success") is False or obj.get("ok") is False or obj.get("status") in ("error", "failed"):
+        elif isinstance(err, list):
+            err = "; ".join(str(e) for e in err)
+        message = str(err) if not isinstance(err, bool) else str(obj.get("message") or json.dumps(obj, sort_keys=True,
+                                                                                                       default=str))
+    elif obj.get("success") is False or obj.get("ok") is False or status in failed_words:
         message = str(obj.get("message") or obj.get("detail") or obj.get("reason")
                       or json.dumps(obj, sort_keys=True, default=str))
     else:
@@ -220,7 +471,8 @@ def error_in(result: Any) -> tuple[str, str] | None:
 
 
 def run_awaitable(awaitable: Any) -> Any:
-    """Result of an async wrapper, from sync code (in a helper thread when a loop already runs here)."""
+    """Result of an async wrapper, from sync code (in a helper thread when a loop already runs here; the
+    helper draws from the caller's :class:`Entropy`)."""
 
     async def wait() -> Any:
         return await awaitable
@@ -230,10 +482,12 @@ def run_awaitable(awaitable: Any) -> Any:
     except RuntimeError:
         return asyncio.run(wait())
     box: dict[str, Any] = {}
+    entropy = getattr(_CALLING, "entropy", None)
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(wait())
+            with drawing_from(entropy):
+                box["value"] = asyncio.run(wait())
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
 
@@ -269,20 +523,184 @@ class SharedInstanceGuard:
     def __getattr__(self, item: str) -> Any:
         if item.startswith("__"):
             raise AttributeError(item)
-        raise RuntimeError(f"{self._what} was used; imported tools get a fresh instance per call")
+        raise RuntimeError(f"{self._what} was used; imported tools get a live instance per session")
 
     def __setattr__(self, item: str, value: Any) -> None:
-        raise RuntimeError(f"{self._what} was written; imported tools get a fresh instance per call")
+        raise RuntimeError(f"{self._what} was written; imported tools get a live instance per session")
+
+
+# --------------------------------------------------------------------------- live instances (issue 12, part 2)
+#: The key of a state model's ``__pydantic_private__`` holding its :class:`LiveInstance`.
+LIVE_KEY = "__envfactory_live__"
+#: Attribute reads of a state model that see its data, besides its fields: they bring it up to date first.
+DATA_ATTRIBUTES = frozenset({"__dict__", "__pydantic_extra__", "__pydantic_fields_set__"})
+
+
+class LiveInstance:
+    """The live API instance behind one session's state model, and its stand-ins' :class:`Entropy`.
+
+    ``owner`` (an :class:`ImportedServer`, or the bridge of an imported class) turns the instance into a
+    validated state model (``owner.saved_model(api)``) and builds fresh ones (``owner.build(data)``).
+    ``dirty``: calls ran since the model's fields were last brought up to date.  ``observed``: someone read
+    the model's data since the last call (the next call then brings it up to date inside the call, so a
+    ``save_scenario()`` that does not fit the state model is that call's error: validation mode).
+    ``exposed``/``seen``: a field of the model was handed out (it may be edited from outside); ``seen`` is
+    the model's JSON at that moment, compared before the next call.  ``holder``: ``id`` of the model the
+    instance belongs to (set on first use; a shallow copy of the model, which shares this object, gets a
+    fresh instance instead).
+
+    A deep copy (what copying the state model does: a fork, a rebase, a rollback view) copies the instance
+    with ``copy.deepcopy``, private attributes included; an instance that cannot be deep-copied is rebuilt
+    from the copied model's fields on its next use.  Pickling keeps nothing (rebuilt from the fields).
+    """
+
+    __slots__ = ("owner", "api", "entropy", "dirty", "observed", "exposed", "seen", "holder")
+
+    def __init__(self, owner: Any, api: Any, entropy: Entropy) -> None:
+        self.owner, self.api, self.entropy = owner, api, entropy
+        self.dirty = self.observed = self.exposed = False
+        self.seen: str | None = None
+        self.holder: int | None = None
+
+    def __deepcopy__(self, memo: dict) -> LiveInstance:
+        try:
+            api = copy.deepcopy(self.api, memo)
+        except Exception:  # noqa: BLE001 - an instance holding a lock, a file...: rebuilt from the fields
+            api = None
+        new = LiveInstance(self.owner, api, copy.deepcopy(self.entropy, memo))
+        new.dirty, new.exposed, new.seen = self.dirty and api is not None, self.exposed, self.seen
+        return new
+
+    def __copy__(self) -> LiveInstance:
+        return self
+
+    def __reduce__(self) -> Any:
+        return (type(None), ())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LiveInstance)  # the data is compared through the model's fields
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def sync(self, model: BaseModel) -> None:
+        """Bring ``model``'s fields up to date from the instance (``owner.saved_model``); a failure leaves
+        the instance dirty and raises."""
+        self.dirty = False
+        try:
+            with drawing_from(self.entropy):
+                saved = self.owner.saved_model(self.api)
+        except BaseException:
+            self.dirty = True
+            raise
+        write_back(model, saved)
+
+    def expose(self, model: BaseModel) -> None:
+        """A field of ``model`` was handed out or written: remember its JSON now (once)."""
+        if not self.exposed:
+            self.exposed = True
+            self.seen = model.model_dump_json()
+
+
+def live_slot(model: Any) -> LiveInstance | None:
+    """The :class:`LiveInstance` of ``model`` (a state model), or None (none yet, or it belongs to another
+    model: ``model`` is a shallow copy)."""
+    try:
+        private = object.__getattribute__(model, "__pydantic_private__")
+    except AttributeError:
+        return None
+    if not private:
+        return None
+    slot = private.get(LIVE_KEY)
+    if slot is None or (slot.holder is not None and slot.holder != id(model)):
+        return None
+    return slot
+
+
+def attach(model: BaseModel, slot: LiveInstance) -> LiveInstance:
+    """Make ``slot`` the live instance of ``model`` (in a private dict of its own)."""
+    private = object.__getattribute__(model, "__pydantic_private__")
+    private = dict(private or {})
+    private[LIVE_KEY] = slot
+    object.__setattr__(model, "__pydantic_private__", private)
+    slot.holder = id(model)
+    return slot
+
+
+def install_live_hooks(model_cls: type[BaseModel]) -> None:
+    """Hook attribute access of ``model_cls`` (the root state model; idempotent) so that reading its data
+    (a field, ``__dict__``: serialisation, copies, comparisons) first brings a model with a dirty
+    :class:`LiveInstance` up to date, and handing out or writing a field marks it exposed.  Models without
+    a live instance pay one dictionary lookup per such access."""
+    if model_cls.__dict__.get("__envfactory_live_hooks__"):
+        return
+    fields = frozenset(model_cls.model_fields)
+    plain_get = model_cls.__getattribute__
+    plain_set = model_cls.__setattr__
+    plain_del = model_cls.__delattr__
+
+    def __getattribute__(self: Any, name: str) -> Any:
+        if name in DATA_ATTRIBUTES or name in fields:
+            slot = live_slot(self)
+            if slot is not None:
+                slot.observed = True
+                if slot.dirty:
+                    slot.sync(self)
+                if name in fields:
+                    slot.expose(self)
+        return plain_get(self, name)
+
+    def touch(self: Any) -> None:
+        slot = live_slot(self)
+        if slot is not None:
+            slot.observed = True
+            if slot.dirty:
+                slot.sync(self)
+            slot.expose(self)
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        touch(self)
+        plain_set(self, name, value)
+
+    def __delattr__(self: Any, name: str) -> None:
+        touch(self)
+        plain_del(self, name)
+
+    type.__setattr__(model_cls, "__getattribute__", __getattribute__)
+    type.__setattr__(model_cls, "__setattr__", __setattr__)
+    type.__setattr__(model_cls, "__delattr__", __delattr__)
+    type.__setattr__(model_cls, "__envfactory_live_hooks__", True)
+
+
+def live_instance(owner: Any, state: BaseModel) -> LiveInstance:
+    """The live instance of ``state`` for a tool call: its own, else one built from its fields
+    (``owner.build(data)``); a model whose exposed fields changed since they were handed out is reloaded
+    into a fresh instance (keeping the :class:`Entropy`)."""
+    slot = live_slot(state)
+    if slot is None or slot.api is None:
+        data = state.model_dump(mode="json")
+        fresh = owner.build(data)
+        if slot is not None:
+            fresh.entropy = slot.entropy
+        slot = attach(state, fresh)
+    elif slot.holder is None:
+        slot.holder = id(state)
+    if slot.exposed:
+        slot.exposed = False
+        if state.model_dump_json() != slot.seen:
+            slot.api = owner.build(state.model_dump(mode="json")).api
+        slot.seen = None
+    return slot
 
 
 class ImportedServer:
-    """The imported server inside a package: runs one wrapper per call on a fresh API instance.
+    """The imported server inside a package: runs one wrapper per call on the session's live API instance.
 
     Args:
         module: the loaded ``_source`` module.
         api_class: name of the API class (has ``load_scenario``/``save_scenario``).
         instances: module-level names bound to the shared API instance (rebound per call).
-        state_model: name of the root scenario model.
+        state_model: name of the root scenario model (its attribute access is hooked:
+            :func:`install_live_hooks`).
         helpers: module-level functions (not wrappers) that also use an instance name; rebound too.
         context_params: per tool, parameters typed as an MCP ``Context`` (passed ``None``).
     """
@@ -299,17 +717,36 @@ class ImportedServer:
         for name in self.instances:
             if not isinstance(vars(module).get(name), SharedInstanceGuard):
                 setattr(module, name, SharedInstanceGuard(name, api_class))
+        install_live_hooks(self.state_model)
+
+    def build(self, data: dict) -> LiveInstance:
+        """A fresh live instance: ``api_class()`` then ``load_scenario(data)``, drawing from a new
+        :class:`Entropy` seeded by :func:`state_seed` of ``data``."""
+        entropy = Entropy(state_seed(data))
+        with drawing_from(entropy):
+            api = self.api_class()
+            api.load_scenario(data)
+        return LiveInstance(self, api, entropy)
 
     def new_api(self, state: BaseModel) -> Any:
         """A fresh API instance loaded from ``state`` (``load_scenario(state.model_dump(mode="json"))``)."""
-        api = self.api_class()
-        api.load_scenario(state.model_dump(mode="json"))
-        return api
+        return self.build(state.model_dump(mode="json")).api
+
+    def saved_model(self, api: Any) -> BaseModel:
+        """``api.save_scenario()`` validated by the root model (through JSON data, so the model shares no
+        object with the instance).  Raises ``pydantic.ValidationError`` when it does not fit."""
+        return self.state_model.model_validate(pydantic_core.to_jsonable_python(api.save_scenario()))
 
     def call(self, state: BaseModel, tool_name: str, arguments: dict) -> Any:
-        """Run the wrapper registered as ``tool_name`` against a fresh API loaded from ``state``."""
+        """Run the wrapper registered as ``tool_name`` against the live API instance of ``state``
+        (:func:`live_instance`).  The instance is changed in place; the session's rollback (a fresh view
+        of its rollback point, whose instance is a copy of the one it had then, and a replay of the
+        writes since) undoes a failed call.  Raises :class:`ToolError` for a domain failure (an exception
+        of the API, an error-looking result) and programming errors as they are."""
         fn = self.wrappers[tool_name]
-        api = self.new_api(state)
+        slot = live_instance(self, state)
+        eager, slot.observed = slot.observed, False
+        api = slot.api
         scope = dict(fn.__globals__)
         for name in self.instances:
             scope[name] = api
@@ -318,10 +755,12 @@ class ImportedServer:
         kwargs = dict(arguments)
         for name in self.context_params.get(tool_name, ()):
             kwargs[name] = None
+        slot.dirty = True
         try:
-            result = rebind(fn, scope)(**kwargs)
-            if inspect.isawaitable(result):
-                result = run_awaitable(result)
+            with drawing_from(slot.entropy):
+                result = rebind(fn, scope)(**kwargs)
+                if inspect.isawaitable(result):
+                    result = run_awaitable(result)
         except ToolError:
             raise
         except PROGRAMMING_ERRORS:
@@ -331,6 +770,6 @@ class ImportedServer:
         problem = error_in(result)
         if problem is not None:
             raise ToolError(problem[0], code=problem[1])
-        saved = self.state_model.model_validate(pydantic_core.to_jsonable_python(api.save_scenario()))
-        write_back(state, saved)
+        if eager:
+            slot.sync(state)
         return result

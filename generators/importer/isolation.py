@@ -21,7 +21,7 @@ from ..checks import run_differences
 from . import bridge
 from .analysis import ImporterError, ServerAnalysis
 
-__all__ = ["check_session_isolation", "shared_module_globals"]
+__all__ = ["check_session_isolation", "shared_module_globals", "static_refusals"]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,29 @@ def shared_module_globals(a: ServerAnalysis) -> dict[str, list[str]]:
                     roots.append((n, classes[n]))
     return {n: sorted(v) for n, v in sorted(used.items())}
 
+
+
+def static_refusals(source: str, filename: str) -> list[str]:
+    """What makes a server refused before anything runs: the determinism lint of its source
+    (:func:`gym_envfactory.validation.lint_source` with ``module_state="mutation"``) as
+    ``"file:line: the call or name: why"`` lines.
+
+    Flagged: wall-clock reads, ``uuid1``/``uuid4``, the builtin ``hash()``, the global ``random``
+    module, ``global`` statements, and module-level lists/dicts/sets a function mutates or aliases (a
+    module constant no code mutates is fine, whatever its name or type).  Calls the bridge replaces
+    with per-session seeded stand-ins (``bridge.SEEDED_CALLS``, when the bridge has them) are not
+    refused."""
+    from gym_envfactory.validation import lint_source
+
+    covered = tuple(getattr(bridge, "SEEDED_CALLS", ()) or ())
+    out = []
+    for line in lint_source(source, filename, module_state="mutation"):
+        message = line[len(filename):] if line.startswith(filename) else line
+        if covered and any(f" {c}()" in message or f".{c}()" in message or f"import {c}'" in message
+                           for c in covered):
+            continue
+        out.append(line)
+    return out
 
 
 def check_session_isolation(a: ServerAnalysis, spec: EnvironmentSpec) -> None:

@@ -70,22 +70,34 @@ def _candidates(pname: str, schema: Mapping[str, Any], values: dict[str, list[An
     return out[:3]
 
 
-def probe_scenarios(spec: EnvironmentSpec, taken: set[str]) -> list[dict[str, Any]]:
+def probe_scenarios(spec: EnvironmentSpec, taken: set[str],
+                    observed: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Scenarios recorded by calling every tool once from the default initial state.
 
     They pin the imported code's current behaviour (characterisation tests): a success path per tool
     where simple arguments drawn from the state reach one, and an error path (an unknown id, else an
-    unknown parameter).  Re-running them at validation also checks that the import is deterministic."""
+    unknown parameter).  Re-running them at validation also checks that the import is deterministic.
+
+    ``observed`` (filled when given): per tool, ``{"ok": calls that succeeded, "noop": calls of a write
+    tool that reported success without changing the state (the validation mode's contract check),
+    "arguments": the first such arguments}``; the importer treats a guessed write whose name reads and
+    that changed nothing as read-only, and reports the other no-op writes in its summary."""
     from gym_envfactory.session import Session
 
     state = json.loads(spec.initial_state_json())
     values, keys = _state_values(state)
     out: list[dict[str, Any]] = []
+    seen: dict[str, dict[str, Any]] = {} if observed is None else observed
 
     def run(tool_name: str, args: dict[str, Any]) -> Any:
         s = Session(spec, check_writes=True)
         try:
-            return s.call(tool_name, args)
+            res = s.call(tool_name, args)
+            noop = (not res.ok and res.error_code == "contract_violation" and "no-op" in str(res.error))
+            if res.ok or noop:
+                entry = seen.setdefault(tool_name, {"ok": 0, "noop": 0, "arguments": args})
+                entry["ok" if res.ok else "noop"] += 1
+            return res
         finally:
             s.close()
 

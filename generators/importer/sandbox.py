@@ -82,27 +82,42 @@ def _analyze(root: Path, req: Mapping[str, Any], file: str) -> ServerAnalysis:
     from .analysis import analyze_tool_server
 
     return analyze_tool_server(root / file, api_class=req.get("api_class"), state_model=req.get("state_model"),
-                               read_only=req.get("read_only"), destructive=req.get("destructive"))
+                               read_only=req.get("read_only"), destructive=req.get("destructive"),
+                               sample_state=(req.get("states") or {}).get("small"))
 
 
 def _build(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
     from pydantic import ValidationError
 
+    from .analysis import reads_by_name
     from .codegen import generate_tools_py
+    from .isolation import shared_module_globals, static_refusals
 
     a = _analyze(root, req, req["source"])
+    problems = static_refusals(a.source, str(req.get("display") or a.path.name)) if req.get("check_isolation", True) else []
+    if problems:
+        shared = "; ".join(f"{n} (used by {', '.join(users)})" for n, users in shared_module_globals(a).items())
+        raise ImporterError("sessions of the imported environment are not isolated or not deterministic:\n  "
+                            + "\n  ".join(problems)
+                            + (f"\n  module-level state used by the API or its tools: {shared}" if shared else ""))
     states = dict(req["states"])
     states = {"small": states.pop("small", a.empty_scenario), **states}
     for k, v in states.items():
         try:
             a.state_model.model_validate(v)
         except ValidationError as exc:
-            raise ImporterError(f"initial state {k!r} does not validate with {a.state_model.__name__}: "
-                                f"{exc.error_count()} error(s): {exc.errors()[0]['msg']}") from None
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "(root)"
+            hint = (" (the empty state of the API; pass a scenario with --initial-state FILE)" if k == "small"
+                    and "small" not in req["states"] else "")
+            raise ImporterError(f"initial state {k!r}{hint} does not validate with {a.state_model.__name__}: "
+                                f"{exc.error_count()} error(s), first at {where}: {first['msg']}") from None
     env_name = req.get("name") or _default_env_name(a)
     return {"env_name": env_name, "state_model": a.state_model.__name__, "api_class": a.api_class.__name__,
             "module_doc": a.module_doc, "states": states, "tools_py": generate_tools_py(a, env_name),
-            "tools": {t.name: t.read_only for t in a.tools}}
+            "tools": {t.name: t.read_only for t in a.tools},
+            "annotated": sorted(t.name for t in a.tools if t.annotated),
+            "reads_by_name": sorted(t.name for t in a.tools if reads_by_name(t.name))}
 
 
 def _load(root: Path, req: Mapping[str, Any]) -> Any:
@@ -119,7 +134,9 @@ def _probe(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
     from .probe import probe_scenarios
 
     try:
-        return {"scenarios": probe_scenarios(_load(root, req), set(req["taken"]))}
+        observed: dict[str, dict[str, Any]] = {}
+        scenarios = probe_scenarios(_load(root, req), set(req["taken"]), observed)
+        return {"scenarios": scenarios, "observed": observed}
     finally:
         purge_modules(req["env_name"])
 
@@ -174,8 +191,8 @@ def run_stage_here(stage: str, root: str | Path, request: Mapping[str, Any]) -> 
     try:
         try:
             out: dict[str, Any] = {"result": _STAGES[stage](Path(root), request)}
-        except ImporterError as exc:
-            out = {"error": str(exc.args[0]) if exc.args else str(exc)}
+        except ImporterError as exc:  # the parent names the original file: drop this side's (temporary) path
+            out = {"error": str(getattr(exc, "message", None) or (exc.args[0] if exc.args else exc))}
         except Exception as exc:  # noqa: BLE001 - whatever the imported code raised is its answer
             out = {"error": f"{type(exc).__name__}: {exc}"}
     finally:

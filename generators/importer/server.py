@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,10 @@ class ImportedPackage:
         validation: counts and failures of the validation run (``None`` without ``validate``): keys
             ``scenarios``, ``scenarios_passed``, ``tools``, ``tools_covered``, ``tasks``,
             ``task_failures``, ``lint_failures``, ``failures``, ``coverage_failures``.
+        noop_writes: write tools the probe saw report success without changing the state (silent
+            no-op writes), as ``"name(arguments)"``; reported, not fatal, and not pinned by a scenario.
+        reclassified: tools guessed as writes whose names read (service prefix skipped) and whose
+            probe calls changed nothing: imported read-only.
     """
 
     name: str
@@ -93,6 +98,55 @@ class ImportedPackage:
     sandbox: str
     digest: str
     validation: dict[str, Any] | None = None
+    noop_writes: tuple[str, ...] = ()
+    reclassified: tuple[str, ...] = ()
+
+
+def _shipped_dirs() -> list[Path]:
+    from gym_envfactory.environment import catalog
+
+    here = Path(catalog.__file__).resolve().parent.parent  # the gym_envfactory package folder
+    return [(here / "_catalog").resolve(), (here.parent / "env_images").resolve()]
+
+
+def _previous_import(folder: Path) -> bool:
+    """True when ``folder`` holds an imported package (provenance kind ``imported``) outside the
+    shipped catalog: the only kind of folder ``overwrite`` may replace."""
+    if folder.resolve().parent in _shipped_dirs():
+        return False
+    try:
+        raw = tomllib.loads((folder / "environment.toml").read_text(encoding="utf-8"))
+        return str(dict(raw.get("provenance") or {}).get("kind")) == "imported"
+    except Exception:  # noqa: BLE001 - unreadable or not a package: not ours to replace
+        return False
+
+
+def name_collision(env_name: str, folder: Path) -> str | None:
+    """Why ``env_name`` may not be imported to ``folder``, or ``None``: a registered environment of that
+    name (the shipped catalog, a catalog folder on ``$ENVFACTORY_CATALOG``, one defined in code) that
+    is not a previous import at ``folder`` itself (nor an earlier import registered in this process)."""
+    from gym_envfactory.environment import catalog
+
+    target = folder.resolve()
+    where: Path | None = None
+    folders = catalog.catalog_folders()
+    if env_name in folders:
+        where = folders[env_name]
+    elif env_name in catalog.programmatic_environments():
+        path = catalog.get_environment(env_name).path
+        if path is None:
+            return (f"{env_name} is the name of an environment defined in code; importing it would shadow that "
+                    "environment: choose another name with --name NAME (name=)")
+        if _previous_import(Path(path)):
+            return None  # an earlier import registered in this process: the new one replaces it
+        where = Path(path)
+    if where is None:
+        return None
+    if where.resolve() == target and _previous_import(target):
+        return None
+    kind = "the shipped catalog" if where.resolve().parent in _shipped_dirs() else str(where)
+    return (f"{env_name} is the name of a registered environment ({kind}: {where}); importing it would shadow "
+            "that environment: choose another name with --name NAME (name=)")
 
 
 def _publish(pkg: Path, dest: Path, digest: str, *, overwrite: bool) -> None:
@@ -111,6 +165,9 @@ def _publish(pkg: Path, dest: Path, digest: str, *, overwrite: bool) -> None:
         if dest.exists():
             if not overwrite:
                 raise PackageExistsError(f"{dest.name} exists; pass overwrite=True to replace it", file=dest)
+            if not _previous_import(dest):
+                raise ImporterError(f"refused to replace {dest}: overwrite replaces only a previous import in the "
+                                    "output folder, never a shipped or hand-written package", file=dest)
             os.replace(dest, tmp / "old")
         os.replace(tmp / dest.name, dest)
     finally:
@@ -190,14 +247,21 @@ def import_server_package(
         (work / "src").mkdir()
         (work / "src" / src.name).write_bytes(src_bytes)
         try:
-            built = run_stage("build", work, {"source": f"src/{src.name}", "name": name, "states": states_in, **options},
-                              sandbox=mode, timeout_s=timeout_s, image=image)
+            build_req = {"source": f"src/{src.name}", "display": str(src), "name": name, "states": states_in,
+                         "check_isolation": check_isolation, **options}
+            built = run_stage("build", work, build_req, sandbox=mode, timeout_s=timeout_s, image=image)
         except ImporterError as exc:
             raise ImporterError(str(exc.args[0]) if exc.args else str(exc), file=src) from None
         env_name = str(built["env_name"])
         folder = out / env_name
+        clash = name_collision(env_name, folder)
+        if clash:
+            raise ImporterError(clash, file=src)
         if folder.exists() and not overwrite:
             raise PackageExistsError(f"{folder.name} exists; pass overwrite=True to replace it", file=folder)
+        if folder.exists() and not _previous_import(folder):
+            raise ImporterError(f"refused to replace {folder}: overwrite replaces only a previous import in the "
+                                "output folder, never a shipped or hand-written package", file=src)
         model = str(built["state_model"])
         desc = description or (str(built["module_doc"]).splitlines()[0] if built["module_doc"]
                                else f"Imported from {src.name}")
@@ -222,12 +286,32 @@ def import_server_package(
         write_environment_package(pkg, manifest, files=files, initial_states=states, scenarios=user_scenarios or None,
                                   tasks=task_objs or None, sort_state_keys=True, replace=True)
         digest = package_digest(pkg)
+        options = {**options, "api_class": str(built["api_class"]), "state_model": model}
         stage_req = {"env_name": env_name, "source": str(src), **options}
+        noop_writes: list[str] = []
+        reclassified: list[str] = []
         if probe:
-            recorded = run_stage("probe", work, {**stage_req, "taken": [s.get("scenario_id", "") for s in user_scenarios]},
-                                 sandbox=mode, timeout_s=timeout_s, image=image)["scenarios"]
+            probed = run_stage("probe", work, {**stage_req, "taken": [s.get("scenario_id", "") for s in user_scenarios]},
+                               sandbox=mode, timeout_s=timeout_s, image=image)
+            recorded = list(probed["scenarios"])
             _check_digest(pkg, digest, "probe")
-            (pkg / "scenarios.jsonl").write_text(jsonl_text(user_scenarios + list(recorded)), encoding="utf-8")
+            reclassified, noop_writes = _read_after_probe(built, dict(probed.get("observed") or {}))
+            if reclassified:  # regenerate tools.py with those tools read-only, and probe them again
+                overrides = {**dict(read_only or {}), **{t: True for t in reclassified}}
+                options = {**options, "read_only": overrides}
+                stage_req = {**stage_req, "read_only": overrides}
+                built = run_stage("build", work, {**build_req, **options, "name": env_name},
+                                  sandbox=mode, timeout_s=timeout_s, image=image)
+                (pkg / "tools.py").write_text(str(built["tools_py"]), encoding="utf-8")
+                digest = package_digest(pkg)
+                probed = run_stage("probe", work, {**stage_req, "taken": [s.get("scenario_id", "") for s in user_scenarios]},
+                                   sandbox=mode, timeout_s=timeout_s, image=image)
+                recorded = list(probed["scenarios"])
+                _check_digest(pkg, digest, "probe")
+            for t in noop_writes:
+                log.warning("%s: %s reported success without changing the state (a silent no-op write) when the "
+                            "probe called it; no scenario pins it", env_name, t)
+            (pkg / "scenarios.jsonl").write_text(jsonl_text(user_scenarios + recorded), encoding="utf-8")
             digest = package_digest(pkg)
         summary = None
         if check_isolation or validate:
@@ -247,7 +331,29 @@ def import_server_package(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return ImportedPackage(name=env_name, path=folder, tools={str(k): bool(v) for k, v in built["tools"].items()},
-                           initial_states=list(states), sandbox=mode, digest=digest, validation=summary)
+                           initial_states=list(states), sandbox=mode, digest=digest, validation=summary,
+                           noop_writes=tuple(noop_writes), reclassified=tuple(reclassified))
+
+
+def _read_after_probe(built: Mapping[str, Any], observed: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """From the probe's observations: (tools to import read-only instead, no-op writes to report).
+
+    A tool guessed as a write (not annotated by the server or an override) whose name reads
+    (``hotel_get_room``) and whose probe calls all changed nothing is read-only; any other write tool
+    the probe saw succeed without a change is a silent no-op write, reported as ``name(arguments)``."""
+    annotated = set(built.get("annotated") or ())
+    reads = set(built.get("reads_by_name") or ())
+    to_read, noops = [], []
+    for tool, ro in dict(built["tools"]).items():
+        seen = observed.get(tool)
+        if ro or not seen or not seen.get("noop"):
+            continue
+        if tool in reads and tool not in annotated and not seen.get("ok"):
+            to_read.append(tool)
+        else:
+            args = ", ".join(f"{k}={v!r}" for k, v in dict(seen.get("arguments") or {}).items())
+            noops.append(f"{tool}({args})")
+    return to_read, noops
 
 
 def import_tool_server(

@@ -418,7 +418,7 @@ def test_state_derived_ids_and_constants_import_fine(tmp_path, caplog):
 
 def test_isolation_check_can_be_switched_off(tmp_path):
     spec = import_tool_server(COUNTER_SERVER, name="TicketsUnchecked", out_dir=tmp_path, check_isolation=False,
-                              register=False)
+                              register=False, validate=False)  # validation's lint still names the mutated AUDIT
     assert set(spec.tools) == {"open_ticket", "list_tickets"}
 
 
