@@ -605,6 +605,9 @@ class Session:
         """
         model_cls = self.envs[tool.env].state_model
         if before is not None:
+            if not live.exposed and not live.redo:  # nothing since the base: it is the state before the call
+                live.model = cow.make_view(live.base)  # (a view keeps what bytes cannot: an imported API instance)
+                return None
             live.base = model_cls.model_validate_json(before)
             live.model, live.redo, live.exposed = cow.make_view(live.base), [], False
             return None

@@ -30,19 +30,23 @@ The package written to ``out_dir/<Name>/``::
     scenarios.jsonl         scenarios given, plus scenarios recorded by probing every tool
     tasks.jsonl             tasks given (optional)
 
-How a tool call runs (``_bridge.ImportedServer.call``): a **fresh** API instance is built, loaded with
-``load_scenario(state.model_dump(mode="json"))``; the original wrapper function runs with its
-module-level API name (``api``) bound to that fresh instance (the function is re-created over a copy of
-the module globals, so argument conversion and post-processing in the wrapper are kept exactly); then
-``save_scenario()`` is validated with the root model and written into the session's state in place.
+How a tool call runs (``_bridge.ImportedServer.call``): each session's state holds **one live API
+instance** (built on its first call with ``load_scenario(state.model_dump(mode="json"))``); the original
+wrapper function runs with its module-level API name (``api``) bound to that instance (the function is
+re-created over a copy of the module globals, so argument conversion and post-processing in the wrapper
+are kept exactly), so private attributes survive between calls and a call costs what the method costs.
+The state's fields are refreshed from ``save_scenario()`` (validated by the root model) only when they
+are read: scoring, snapshots, forks, comparisons; a fork or rollback point deep-copies the instance.
+The server's ``random``, ``uuid``, ``time``, ``datetime`` imports and builtin ``hash`` are per-session
+seeded stand-ins (the same calls give the same state in any process).  See :mod:`.bridge`.
 An exception raised by the API (``ValueError``, ``KeyError``, a custom error class) or an error-looking
-result (``{"error": ...}``, ``{"success": False, ...}``, ``"Error: ..."``) becomes a :class:`ToolError`
-and the state is **not** written back, so every failing call leaves the state unchanged even where the
-API mutated its instance before raising.  Programming errors (``TypeError``, ``AttributeError``...)
-stay internal errors.  The module-level instance of the package's own copy is replaced by a guard that
-raises on use, so nothing can reach a shared instance; the original module (if imported elsewhere) is
-never touched.  ``load_scenario``/``save_scenario`` are the state interface only: wrappers that expose
-them as tools are not imported.
+result (``{"error": ...}``, ``{"success": False, ...}``, ``"Error: ..."``) becomes a :class:`ToolError`;
+the session rolls the failed call back (a fresh view of its rollback point, with a copy of the instance
+as it was there, and a replay of the writes since).  Programming errors (``TypeError``,
+``AttributeError``...) stay internal errors.  The module-level instance of the package's own copy is
+replaced by a guard that raises on use, so nothing can reach a shared instance; the original module (if
+imported elsewhere) is never touched.  ``load_scenario``/``save_scenario`` are the state interface only:
+wrappers that expose them as tools are not imported.
 
 :func:`import_python_class` turns a plain class into a programmatic environment: public attributes of
 an instance are the state (a generated Pydantic model), public methods with typed signatures are the
