@@ -175,6 +175,7 @@ def define_environment(
     bookkeeping_fields: Sequence[str] = (),
     free_text_fields: Sequence[str] = (),
     set_fields: Sequence[str] = (),
+    strict_arguments: bool = False,
     register: bool = True,
 ) -> EnvironmentSpec:
     """Define an environment in code, without a folder, and (by default) register it with Gymnasium.
@@ -199,6 +200,9 @@ def define_environment(
 
     ``initial_state`` is stored as ``"small"`` (the default); ``initial_states`` names several.  Tasks
     follow the JSON Lines task format (:mod:`gym_envfactory.environment.tasks`); ``env`` defaults to ``name``.
+    ``strict_arguments=True``: the tools validate arguments in Pydantic's strict mode (no string → number
+    or number → string coercion; docs/argument-policy.md, "Strict mode"), as ``strict_arguments = true``
+    in an ``environment.toml`` does.
 
     Raises:
         SpecError: bad name/version/domain or a tool signature that breaks the authoring contract.
@@ -212,6 +216,7 @@ def define_environment(
         bookkeeping_fields=list(bookkeeping_fields),
         free_text_fields=list(free_text_fields),
         set_fields=list(set_fields),
+        strict_arguments=strict_arguments,
         provenance=Provenance(kind="programmatic"),
     )
     manifest.check(None)

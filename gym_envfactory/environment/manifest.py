@@ -115,7 +115,10 @@ class Manifest(BaseModel):
     the package), ``tools_module``, ``default_initial_state``, ``bookkeeping_fields`` (dotted paths
     excluded from state equivalence, ``*`` matches any key), ``set_fields`` (lists compared as
     multisets), ``free_text_fields`` (dotted paths of free text such as notes and reasons that tasks
-    mask in calls; excluded from state equivalence, since any faithful wording is right), ``provenance``.
+    mask in calls; excluded from state equivalence, since any faithful wording is right),
+    ``strict_arguments`` (``true``: the environment's tools validate arguments in Pydantic's strict mode,
+    so no string becomes a number or a boolean and no number a string; docs/argument-policy.md, "Strict
+    mode"), ``provenance``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -130,6 +133,7 @@ class Manifest(BaseModel):
     bookkeeping_fields: list[str] = Field(default_factory=list)
     free_text_fields: list[str] = Field(default_factory=list)
     set_fields: list[str] = Field(default_factory=list)
+    strict_arguments: bool = False
     provenance: Provenance = Field(default_factory=Provenance)
 
     def check(self, file: Path | None) -> None:
@@ -155,8 +159,8 @@ class Manifest(BaseModel):
         """``environment.toml`` text for this manifest, symmetric with loading:
         ``Manifest.model_validate(tomllib.loads(m.to_toml())) == m``.
 
-        Top-level fields come first in declaration order (empty field lists are left out; they load
-        back as the same empty default), then a ``[provenance]`` table: ``kind``, the standard fields
+        Top-level fields come first in declaration order (empty field lists and ``strict_arguments =
+        false`` are left out; they load back as the same default), then a ``[provenance]`` table: ``kind``, the standard fields
         that are set, then extra fields in insertion order.  TOML has no null, so a provenance value of
         ``None`` (standard or extra) is left out; standard ones load back as ``None``.  Strings,
         booleans, integers, floats (``inf``/``nan`` included), dates and times, lists and tables
@@ -201,7 +205,7 @@ class Manifest(BaseModel):
             raise ValueError(f"{type(v).__name__} values cannot be written to TOML")
 
         lines = [f"{key(k)} = {value(v)}" for k, v in self.model_dump(exclude={"provenance"}).items()
-                 if not (isinstance(v, list) and not v)]
+                 if not (isinstance(v, list) and not v) and not (k == "strict_arguments" and v is False)]
         lines += ["", "[provenance]"]
         prov = self.provenance
         fields = {"kind": prov.kind, "model": prov.model, "date": prov.date, "source": prov.source,

@@ -82,6 +82,7 @@ class EnvironmentSpec:
             if t.name in self.tools:
                 raise SpecError(f"duplicate tool name {t.name!r}", file=path, field="tools")
             t.env = self.name
+            t.strict_arguments = manifest.strict_arguments  # docs/argument-policy.md, "Strict mode"
             self.tools[t.name] = t
         if not self.tools:
             raise SpecError("an environment needs at least one tool", file=path, field="tools")

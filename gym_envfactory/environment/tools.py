@@ -77,6 +77,8 @@ class ToolSpec:
         output_adapter: validates and serialises the return value.
         annotations: MCP annotations (read-only / destructive / idempotent).
         env: name of the environment that owns the tool (set by the spec).
+        strict_arguments: validate in Pydantic's strict mode on the arguments as JSON (the manifest's
+            ``strict_arguments``, set by the spec; docs/argument-policy.md, "Strict mode").
     """
 
     name: str
@@ -89,6 +91,7 @@ class ToolSpec:
     structured_params: frozenset[str] = frozenset()
     input_schema: dict[str, Any] = field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
+    strict_arguments: bool = False
 
     @property
     def read_only(self) -> bool:
@@ -112,11 +115,22 @@ class ToolSpec:
                     except (ValueError, RecursionError):
                         pass  # leave it; validation reports the type error
         try:
+            if self.strict_arguments:  # JSON input: dates and enums still come as strings, numbers never do
+                return self.input_model.model_validate_json(self._json_text(arguments), strict=True)
             return self.input_model.model_validate(arguments)
         except ValidationError as exc:
             details = format_validation_error(exc)
             msg = "; ".join(f"{d['field']}: {d['message']}" for d in details)
             raise ArgumentError(f"invalid arguments for {self.name}: {msg}", details) from None
+
+    def _json_text(self, arguments: dict[str, Any]) -> str:
+        """``arguments`` as JSON text for strict validation.  Raises :class:`ArgumentError` for values
+        that are not JSON data (a decoded call's never are)."""
+        try:
+            return json.dumps(arguments)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ArgumentError(f"invalid arguments for {self.name}: {exc}",
+                                [{"field": "<arguments>", "message": str(exc)}]) from None
 
     def normalize_arguments(self, arguments: Any) -> dict[str, Any]:
         """Validated arguments in canonical JSON form (used to compare calls, docs/reward.md)."""
