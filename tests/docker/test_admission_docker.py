@@ -1,0 +1,87 @@
+"""Memory-aware admission on the Docker engine (issue 10, part 4): a server in a container limited to
+512 MB refuses, with the typed capacity error, what would take it past its memory (a client filling it
+with large-state sessions, then a frame of 1,000 ``state`` reads of them and a 200-member group), and is
+never OOM-killed: the container still runs and another client's session still answers.
+
+The budget comes from the container's cgroup limit; nothing is configured for it here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gym_envfactory.backends.remote import SessionClient
+from gym_envfactory.containers.run import start_container
+from gym_envfactory.errors import CapacityError, MemoryBudgetError
+
+from .test_docker_backend import http
+
+ENV = "TeamCalendar"
+# a call that builds the whole parsed state (a lookup alone builds a tenth of it)
+EVENTS = {"person_id": "P-002", "start": "2026-12-03T00:00:00", "end": "2026-12-04T00:00:00"}
+MiB = 1024 * 1024
+MAX_FILL = 400  # large sessions the filler tries at most (a 512 MB server holds far fewer of them)
+
+
+@pytest.fixture
+def small_container(docker_images):
+    url, stop, token = start_container([ENV], mem_limit="512m", timeout=120)
+    yield url, stop, token
+    stop()
+
+
+def test_a_full_512mb_container_refuses_instead_of_dying(small_container, docker_client, monkeypatch):
+    url, stop, token = small_container
+    monkeypatch.setenv("ENVFACTORY_CLIENT", "bystander")
+    bystander = SessionClient(url, token=token, timeout=120)
+    monkeypatch.setenv("ENVFACTORY_CLIENT", "filler")
+    filler = SessionClient(url, token=token, timeout=120)
+    try:
+        mine = bystander.request("create", env=ENV)["session_id"]
+        assert bystander.request("call", session_id=mine, name="find_person", arguments={"query": "Omar"})["ok"]
+        memory = filler.request("stats")["memory"]
+        assert memory["budget"] == 512 * MiB and "cgroup" in memory["source"], memory
+
+        # Fill the server with large-state sessions, each parsed by a call, until it says no.
+        sessions, refused = [], None
+        for _ in range(MAX_FILL):
+            try:
+                sid = filler.request("create", env=ENV, initial_state="large")["session_id"]
+            except MemoryBudgetError as exc:
+                refused = exc
+                break
+            assert filler.request("call", session_id=sid, name="list_events", arguments=EVENTS)["ok"]
+            sessions.append(sid)
+        assert refused is not None, f"{len(sessions)} large sessions admitted into 512 MB"
+        assert len(sessions) >= 10, "the budget left room for next to nothing"
+        assert refused.budget == 512 * MiB and refused.estimate and refused.used
+        assert "raise the container's memory limit" in str(refused)
+
+        # The reviewer's frame: 1,000 state reads (~112 KB of requests, ~500 MB of answers).
+        answers = filler.batch([("state", {"session_id": sessions[i % len(sessions)]}) for i in range(1000)])
+        assert len(answers) == 1000 and all(isinstance(a, MemoryBudgetError) for a in answers), \
+            {type(a).__name__ for a in answers}
+        # A GRPO group of 200 on a large state: refused whole, nothing created.
+        before = filler.request("stats")["client"]["sessions"]
+        with pytest.raises(CapacityError) as ei:
+            filler.request("fork", session_id=sessions[0], k=200)
+        assert isinstance(ei.value, MemoryBudgetError) and "fork of 200" in str(ei.value)
+        assert filler.request("stats")["client"]["sessions"] == before
+
+        # Still alive, never OOM-killed, and the other client is still served.
+        c = docker_client.containers.get(stop.id)
+        c.reload()
+        assert c.attrs["State"]["OOMKilled"] is False and c.attrs["State"]["Running"] is True
+        assert http(url + "/healthz")[0] == 200
+        assert bystander.request("call", session_id=mine, name="find_person", arguments={"query": "Omar"})["ok"]
+        assert bystander.request("state", session_id=mine)["people"]
+
+        # Closing sessions gives the room back.
+        for sid in sessions[: len(sessions) // 2]:
+            filler.request("close", session_id=sid)
+        filler.request("create", env=ENV, initial_state="large")
+        c.reload()
+        assert c.attrs["State"]["OOMKilled"] is False and c.attrs["State"]["Running"] is True
+    finally:
+        filler.close()
+        bystander.close()
