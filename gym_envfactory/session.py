@@ -428,7 +428,7 @@ class Session:
                        not_recorded: int = 0, error_type: str = "parse_error") -> ToolResult:
         """Log a call that could not even be parsed (``parse_error``) so the trajectory keeps it, or,
         with ``error_type="unknown_tool"``, a call the env refused because its task does not offer that
-        tool in this turn (docs/architecture.md, "Tool sets per turn"); the tool never runs.
+        tool in this turn (docs/authoring.md, "Tool sets per turn"); the tool never runs.
 
         ``not_recorded`` > 0 marks the record as the summary of that many invalid calls the env did not
         log one by one (error code ``calls_not_recorded``, ``raw`` = ``{"not_recorded": n}``): only this

@@ -34,7 +34,7 @@ class Trajectory:
         messages: OpenAI-format chat messages (system, user, assistant with ``tool_calls``, tool).
         tools: the OpenAI tool schemas the policy saw in the task's turn 0; tools a later turn adds
             (the task's ``added_tools``) are announced by a system note in ``messages`` before that
-            turn's user message (docs/architecture.md, "Tool sets per turn").
+            turn's user message (docs/authoring.md, "Tool sets per turn").
     """
 
     env: str

@@ -17,7 +17,7 @@ is left out, since every policy would get the same reward on it::
                    {"turn", "added": [OpenAI tool schemas]} for each later turn of the window that adds
                    tools; "[]" for most tasks), "reset_options" {"task_id", "start_turn", "end_turn"}}
 
-Tool sets per turn (a task's ``excluded_tools`` and ``added_tools``; docs/architecture.md, "Tool sets
+Tool sets per turn (a task's ``excluded_tools`` and ``added_tools``; docs/authoring.md, "Tool sets
 per turn"): excluded tools are in no row; the prompt of a row starting after a turn that added tools
 carries that turn's system note, as ``env.reset`` shows it; a trainer that sends native ``tools``
 switches to ``tools`` + the ``added`` schemas at each ``tool_changes`` turn (``info["tools"]`` of the

@@ -18,7 +18,7 @@ One task per line of ``tasks.jsonl``::
      "excluded_tools": [],                        # tools never offered in this task
      "provenance": {"kind": "hand-written"}}
 
-Tool sets (docs/architecture.md, "Tasks"): a turn offers every tool of the task's environments except
+Tool sets (docs/authoring.md, "Tool sets per turn"): a turn offers every tool of the task's environments except
 the task's ``excluded_tools`` and the tools a later turn adds (:meth:`Task.tools_at`).  A ground-truth
 call to a tool not offered at its turn, a tool both excluded and added, or added twice, is a
 :class:`~gym_envfactory.errors.DatasetError` at load; unknown names are checked against the

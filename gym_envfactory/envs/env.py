@@ -108,7 +108,7 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-#: The system note that opens a turn whose task adds tools (docs/architecture.md, "Tool sets per turn"):
+#: The system note that opens a turn whose task adds tools (docs/authoring.md, "Tool sets per turn"):
 #: one OpenAI tool schema per line inside ``<tools></tools>``, as the Hermes / Qwen tools block writes them,
 #: so a model reading its tools from the prompt learns their signatures too.
 TOOLS_NOTE_TEMPLATE = ("New tools are available from now on, in addition to the earlier ones. Their function "
@@ -290,7 +290,7 @@ class EnvFactoryEnv(gym.Env):
     ``turn_score``, and at the end ``score`` (every reward component, :meth:`EpisodeScore.to_dict`),
     ``reward_components`` and ``state_diff``.
 
-    Tool sets per turn (docs/architecture.md, "Tool sets per turn"): a task's ``excluded_tools`` are
+    Tool sets per turn (docs/authoring.md, "Tool sets per turn"): a task's ``excluded_tools`` are
     never offered and a turn's ``added_tools`` only from that turn on; :attr:`tools` is the current
     turn's set, a system note (:func:`tools_note`) opens each turn that adds tools, and a call to a tool
     not offered is answered here, before any backend, as an ``unknown_tool`` invalid call.
