@@ -467,7 +467,7 @@ class Session:
         except ArgumentError as exc:
             return ToolResult(name=name, ok=False, error_type="invalid_arguments", error_code="invalid_arguments",
                               error=str(exc), details=exc.details, call_id=call_id)
-        normalized = validated.model_dump(mode="json")
+        normalized = validated.__pydantic_serializer__.to_python(validated, mode="json")  # = model_dump(mode="json")
         live = self._states.get(tool.env)
         if live is None:
             try:
@@ -532,8 +532,9 @@ class Session:
             return ToolResult(name=name, ok=False, error_type="internal_error", error_code="internal_error",
                               error=f"internal error in {name}: {type(exc).__name__}: {exc}",
                               arguments=normalized, call_id=call_id)
-        try:
-            content = tool.output_adapter.dump_python(tool.output_adapter.validate_python(raw), mode="json")
+        adapter = tool.output_adapter
+        try:  # the TypeAdapter's own validator and serializer: validate_python / dump_python(mode="json")
+            content = adapter.serializer.to_python(adapter.validator.validate_python(raw), mode="json")
         except ValidationError as exc:
             text, details = describe_validation_error(exc, "result")
             log.warning("tool %s returned a value that fails its return type: %s", name, text)
