@@ -21,10 +21,12 @@ from typing import Any
 
 import pytest
 import uvicorn
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from gym_envfactory import get_environment
+from gym_envfactory import define_environment, get_environment, tool
 from gym_envfactory.backends.remote import RemoteSession, SessionClient, client_identity
+from gym_envfactory.environment.catalog import add_environment, forget_environment
 from gym_envfactory.errors import BadRequestError, CapacityError, MemoryBudgetError, RemoteError
 from gym_envfactory.server import SessionManager, fastproto, listening_socket
 from gym_envfactory.server.admission import (
@@ -253,6 +255,41 @@ def test_a_refused_frame_runs_none_of_its_calls():
     out = json.loads(fastproto.dispatch_frame(m, json.dumps(reqs)))
     assert len(out) == 201 and out[0]["id"] == "c" and out[0]["error"]["code"] == fastproto.ERR_MEMORY
     assert m.action_log(sid) == [] and m.sessions[sid].calls == 0
+
+
+class Blob(BaseModel):
+    calls: int = 0
+
+
+@tool
+def blob(state: Blob, *, kib: int) -> str:
+    """Return ``kib`` KiB of text."""
+    state.calls += 1
+    return "x" * (kib * 1024)
+
+
+@pytest.fixture
+def blob_env() -> Iterator[str]:
+    add_environment(define_environment("AdmissionBlob", Blob, [blob], register=False), register=False)
+    yield "AdmissionBlob"
+    forget_environment("AdmissionBlob")
+
+
+def test_answers_that_outgrow_the_budget_stop_the_frame(blob_env):
+    """Call results cannot be sized up front: the answers are checked as they grow, and once they could
+    not be joined and sent within the budget, the requests not yet run are refused (and do not run)."""
+    adm = Admission(MemoryBudget(RSS + 8 * MiB, "test budget", 0), rss=lambda: RSS, trim=lambda: None)
+    m = SessionManager([blob_env], memory_budget=adm)
+    sid = m.create(blob_env).session_id
+    frame = json.dumps([{"jsonrpc": "2.0", "id": i, "method": "call",
+                         "params": {"session_id": sid, "name": "blob", "arguments": {"kib": 256}}} for i in range(64)])
+    out = json.loads(fastproto.dispatch_frame(m, frame))
+    assert [r["id"] for r in out] == list(range(64))
+    done = [r for r in out if "result" in r]
+    assert 4 <= len(done) < 32 and all(r["result"]["ok"] for r in done)
+    assert all(r["error"]["code"] == fastproto.ERR_MEMORY for r in out[len(done):])
+    assert "the rest of a frame" in out[-1]["error"]["message"]
+    assert m.sessions[sid].calls == len(done) and m.state(sid) == {"calls": len(done)}  # the refused ones never ran
 
 
 def test_small_reads_and_calls_never_measure():

@@ -21,7 +21,8 @@ Errors use JSON-RPC codes: -32700 parse error, -32600 invalid request, -32601 un
 ``{"scope": "server" | "client", "limit": n}``), -32003 bad request, -32004 unauthorized, -32005 the
 session belongs to another client, -32006 over the memory budget (``data``: ``{"scope": "memory",
 "limit": budget, "estimate", "used", "headroom"}`` in bytes; a frame whose reads would not fit gets it
-for every request, and none of them runs).
+for every request, and none of them runs; a frame whose answers outgrow the budget while it runs gets
+it for the requests not yet run, checked each :data:`RESPONSE_CHECK_BYTES` of answers).
 
 Dispatch never holds the event loop: :func:`dispatch_frame_async` parses, runs and encodes a frame on
 the manager's worker thread (:mod:`.worker`) in slices of at most :data:`SLICE_REQUESTS` requests or
@@ -52,10 +53,12 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 #: One slice of a frame's dispatch: at most this many requests, or this much time (checked after each request).
 SLICE_REQUESTS = 256
 SLICE_SECONDS = 0.005
+#: Bytes of answers a frame builds between two checks of the memory budget (:meth:`SessionManager.admit_response`).
+RESPONSE_CHECK_BYTES = 1024 * 1024
 
 __all__ = ["dispatch_frame", "dispatch_frame_async", "FrameJob", "Caller", "METHODS", "ERR_UNKNOWN_SESSION",
            "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED", "ERR_OWNERSHIP", "ERR_MEMORY", "SLICE_REQUESTS",
-           "SLICE_SECONDS"]
+           "SLICE_SECONDS", "RESPONSE_CHECK_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +214,7 @@ class FrameJob:
         self._pos = 0
         self._parts: list[str] = []
         self._size = 0
+        self._next_check = RESPONSE_CHECK_BYTES
 
     def _finish(self, text: str | None) -> bool:
         self.text, self.done, self._requests, self._parts = text, True, [], []
@@ -242,6 +246,15 @@ class FrameJob:
             return self._finish("[" + ",".join(parts) + "]" if self._batch else parts[0])
         return False
 
+    def _refuse_rest(self, exc: MemoryBudgetError) -> None:
+        """Answer every request not yet run with ``exc`` (the answers so far outgrew the budget)."""
+        for r in self._requests[self._pos:]:
+            if isinstance(r, dict) and "id" in r:
+                part = _encode(_memory_error(r["id"] if _valid_id(r.get("id")) else None, exc))
+                self._parts.append(part)
+                self._size += len(part) + 1
+        self._pos = len(self._requests)
+
     def _encoded(self, r: dict[str, Any]) -> str:
         try:
             return _encode(r)
@@ -268,6 +281,13 @@ class FrameJob:
                     part = self._encoded(r)
                     self._parts.append(part)
                     self._size += len(part) + 1
+                    if self._size >= self._next_check:  # room to join and send what the answers hold?
+                        self._next_check = self._size + RESPONSE_CHECK_BYTES
+                        try:
+                            m.admit_response(self._size)
+                        except MemoryBudgetError as exc:
+                            self._refuse_rest(exc)
+                            break
             if time.perf_counter() - t0 >= budget:
                 break
         if self._pos < len(self._requests):

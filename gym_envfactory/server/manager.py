@@ -565,6 +565,17 @@ class SessionManager:
                                  f"state in all", self.admission.response_estimate(sizes), transient=True)
 
     @_locked
+    def admit_response(self, nbytes: int) -> None:
+        """Check, while a frame runs, that answers already holding ``nbytes`` (encoded) can still be
+        joined and sent (two more copies) within the memory budget.
+
+        Raises:
+            MemoryBudgetError: they cannot; the frame's remaining requests must not run.
+        """
+        self.admission.check(f"the rest of a frame whose answers already hold {nbytes} bytes", 2 * nbytes,
+                             transient=True)
+
+    @_locked
     def stats(self, *, client: str | None = None) -> dict[str, Any]:
         """Live session count, the lifetime counters (created, closed, expired, calls, errors), the
         environments served, the caps, the memory budget (:meth:`Admission.stats`: budget, source,
