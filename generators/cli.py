@@ -244,6 +244,9 @@ def import_cmd(
     sandbox: Annotated[str, typer.Option("--sandbox", help="where the file's code runs while it is imported: auto (docker "
                                          "when the runtime image is there, else process), docker, process, inline "
                                          "(this process: trusted files only)")] = "auto",
+    class_name: Annotated[str | None, typer.Option("--class", help="import the plain Python class NAME of FILE (public "
+                                                   "attributes are the state, typed public methods the tools; the "
+                                                   "file runs in this process)")] = None,
 ) -> None:
     """Import existing single-file tool servers into the catalog without editing them.
 
@@ -252,6 +255,19 @@ def import_cmd(
     sandbox (``--sandbox``); this process never loads it."""
     options: dict[str, Any] = {"out_dir": out, "domain": domain, "api_class": api_class, "state_model": state_model,
                                "overwrite": overwrite, "validate": validate, "sandbox": sandbox}
+    if class_name is not None:  # issue 12 part 4: a plain class (gym_envfactory.generators.importer.python_class)
+        from .importer.python_class import import_class_package
+
+        try:
+            folder = import_class_package(file, class_name, name=name, out_dir=out, domain=domain or "utilities",
+                                          initial_state=initial_state, tasks=tasks, scenarios=scenarios,
+                                          validate=validate, overwrite=overwrite)
+        except (EnvFactoryError, ValueError, OSError) as exc:
+            err_console.print(f"[red]import failed: {escape(str(exc))}[/red]", soft_wrap=True)
+            raise typer.Exit(1) from None
+        console.print(f"imported class {class_name} of {file.name} as {folder}", markup=False, soft_wrap=True)
+        _print_catalog_hint(out)
+        return
     if file.is_dir():
         if name or tasks or scenarios:
             err_console.print("[red]--name, --tasks and --scenarios apply to one file; import a folder without them[/red]")

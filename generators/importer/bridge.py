@@ -601,27 +601,34 @@ class LiveInstance:
             self.seen = model.model_dump_json()
 
 
-def live_slot(model: Any) -> LiveInstance | None:
-    """The :class:`LiveInstance` of ``model`` (a state model), or None (none yet, or it belongs to another
-    model: ``model`` is a shallow copy)."""
+def live_slot(model: Any, *, take: bool = False) -> LiveInstance | None:
+    """The :class:`LiveInstance` of ``model`` (a state model), or None.
+
+    Without ``take`` (attribute hooks): only an instance this model has used (``holder``), looked up
+    without copying anything.  With ``take`` (a tool call): the private storage hands the instance out
+    (a copy-on-write view of a state copies its rollback point's instance now) and one no model has
+    used yet is claimed; one used by another model (``model`` is a shallow copy) is None."""
     try:
         private = object.__getattribute__(model, "__pydantic_private__")
     except AttributeError:
         return None
     if not private:
         return None
-    slot = private.get(LIVE_KEY)
-    if slot is None or (slot.holder is not None and slot.holder != id(model)):
+    slot = private.get(LIVE_KEY) if take else dict.get(private, LIVE_KEY)
+    if not isinstance(slot, LiveInstance):
         return None
-    return slot
+    if slot.holder is None and take:
+        slot.holder = id(model)
+    return slot if slot.holder == id(model) else None
 
 
 def attach(model: BaseModel, slot: LiveInstance) -> LiveInstance:
-    """Make ``slot`` the live instance of ``model`` (in a private dict of its own)."""
-    private = object.__getattribute__(model, "__pydantic_private__")
-    private = dict(private or {})
-    private[LIVE_KEY] = slot
-    object.__setattr__(model, "__pydantic_private__", private)
+    """Make ``slot`` the live instance of ``model`` (in a private dict of its own; other private
+    attributes are handed over as the model's storage hands them out)."""
+    private = object.__getattribute__(model, "__pydantic_private__") or {}
+    own = {k: private[k] for k in dict.keys(private) if k != LIVE_KEY}
+    own[LIVE_KEY] = slot
+    object.__setattr__(model, "__pydantic_private__", own)
     slot.holder = id(model)
     return slot
 
@@ -675,15 +682,13 @@ def live_instance(owner: Any, state: BaseModel) -> LiveInstance:
     """The live instance of ``state`` for a tool call: its own, else one built from its fields
     (``owner.build(data)``); a model whose exposed fields changed since they were handed out is reloaded
     into a fresh instance (keeping the :class:`Entropy`)."""
-    slot = live_slot(state)
+    slot = live_slot(state, take=True)
     if slot is None or slot.api is None:
         data = state.model_dump(mode="json")
         fresh = owner.build(data)
         if slot is not None:
             fresh.entropy = slot.entropy
         slot = attach(state, fresh)
-    elif slot.holder is None:
-        slot.holder = id(state)
     if slot.exposed:
         slot.exposed = False
         if state.model_dump_json() != slot.seen:

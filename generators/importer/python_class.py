@@ -1,70 +1,53 @@
-"""``import_python_class``: a plain Python class becomes a programmatic environment.
+"""Plain Python classes as environments (issue 12, part 4).
 
-Public attributes of an instance are the state (a generated Pydantic model), public methods with
-typed signatures are the tools (parameters keyword-only); every call constructs its own instance,
-sets the attributes from the session's state, calls the method and reads the attributes back.
+:func:`import_python_class` takes a live class object (runs in this process: only pass classes you
+trust) and defines a programmatic environment; :func:`import_class_package` (``envfactory import FILE
+--class NAME``) loads a file through the runtime bridge (FastMCP stubbed, seeded ``random``/``uuid``/
+clock/``hash`` stand-ins) and writes an environment package that runs the class unedited.  Both build
+on :func:`.classbridge.class_environment`: public attributes are the state, public typed methods the
+tools, and each session keeps one live instance (private attributes survive between calls).
 """
 
 from __future__ import annotations
 
-import ast
-import copy
-import functools
-import inspect
-import sys
-import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel
 
-from gym_envfactory.authoring import ToolError, tool
 from gym_envfactory.environment.catalog import define_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 
-from . import bridge
-from .analysis import ImporterError, classify_tool, function_node
+from ..errors import PackageExistsError
+from . import bridge, classbridge
+from .analysis import ImporterError, classify_tool
 
-__all__ = ["import_python_class"]
-
-
-def _infer_type(value: Any) -> Any:
-    if value is None:
-        return Any
-    if isinstance(value, (bool, int, float, str)):
-        return type(value)
-    if isinstance(value, list):
-        kinds = {_infer_type(v) for v in value}
-        return list[kinds.pop()] if len(kinds) == 1 else list[Any]
-    if isinstance(value, tuple):
-        return list[Any]
-    if isinstance(value, dict):
-        kinds = {_infer_type(v) for v in value.values()}
-        key = str if all(isinstance(k, str) for k in value) else Any
-        return dict[key, kinds.pop()] if len(kinds) == 1 else dict[key, Any]  # type: ignore[valid-type]
-    if isinstance(value, set):
-        return list[Any]
-    return type(value)
+__all__ = ["import_class_package", "import_python_class"]
 
 
-def _init_annotations(cls: type) -> dict[str, Any]:
-    """``self.x: T = ...`` annotations in ``__init__`` (evaluated in the class's module)."""
-    init = cls.__dict__.get("__init__")
-    node = function_node(init) if isinstance(init, types.FunctionType) else None
-    if node is None:
-        return {}
-    self_name = (node.args.posonlyargs + node.args.args)[0].arg if node.args.args else "self"
-    ns = dict(vars(sys.modules.get(cls.__module__, types.ModuleType("x"))))
-    out = {}
-    for sub in ast.walk(node):
-        if (isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Attribute)
-                and isinstance(sub.target.value, ast.Name) and sub.target.value.id == self_name):
-            try:
-                out[sub.target.attr] = eval(ast.unparse(sub.annotation), ns)  # noqa: S307 - the class's own code
-            except Exception:  # noqa: BLE001 - fall back to inference
-                pass
-    return out
+def _classify(cls: type, methods: Sequence[str], read_only: Mapping[str, bool] | None,
+              destructive: Mapping[str, bool] | None) -> tuple[dict[str, bool], dict[str, bool]]:
+    ro: dict[str, bool] = {}
+    de: dict[str, bool] = {}
+    for m in methods:
+        ro[m], de[m] = classify_tool(m, cls, [m], read_only, destructive)
+    return ro, de
+
+
+def _state_dict(initial_state: Mapping[str, Any] | BaseModel | str | Path | None) -> dict[str, Any] | None:
+    if initial_state is None:
+        return None
+    if isinstance(initial_state, (str, Path)):
+        return dict(json.loads(Path(initial_state).read_text(encoding="utf-8")))
+    if isinstance(initial_state, BaseModel):
+        return initial_state.model_dump(mode="json")
+    return dict(initial_state)
 
 
 def import_python_class(
@@ -77,6 +60,7 @@ def import_python_class(
     version: str = "0.1.0",
     description: str | None = None,
     initial_state: Mapping[str, Any] | BaseModel | None = None,
+    loader: str | None = None,
     tasks: Iterable[Mapping[str, Any]] | str | Path | None = None,
     scenarios: Iterable[Mapping[str, Any]] | str | Path | None = None,
     read_only: Mapping[str, bool] | None = None,
@@ -86,107 +70,184 @@ def import_python_class(
 ) -> EnvironmentSpec:
     """A plain Python class as a programmatic environment (registered with Gymnasium by default).
 
-    State: the public attributes of ``cls(*init_args, **init_kwargs)`` become a Pydantic model
-    ``<name>State`` (types from ``self.x: T`` annotations in ``__init__`` or class annotations, else
-    inferred from the values; the values are the defaults, i.e. the initial state).  Tools: public
-    instance methods with fully typed parameters (``*args``/``**kwargs`` rejected), keyword-only in the
-    tool signature.  Each call constructs its own instance, sets the attributes from the session's
-    state (deep copies), calls the method, and reads the attributes back; an exception the method raises
-    (other than programming errors) or an error-looking result is a ToolError and the state is left
-    unchanged.
+    State: the public attributes of ``cls(*init_args, **init_kwargs)`` (after ``loader(initial_state)``
+    when the class loads scenarios: ``_load_scenario``/``load_scenario`` by default) become a Pydantic
+    model ``<name>State``: types from class annotations or ``self.x: T`` annotations in ``__init__``
+    (attributes only annotated count too), else inferred (``set`` kept, serialised sorted; ``int`` dict
+    keys kept); a class with ``to_dict``/``from_dict`` or its own ``__getstate__``/``__setstate__`` is
+    read and rebuilt through them.  Tools: public methods with typed parameters (keyword-only).  Each
+    session keeps one live instance: private attributes survive between calls, a call costs what the
+    method costs, and the state's fields are refreshed from the instance only when read
+    (:mod:`.bridge`).  An exception the method raises (other than programming errors) or an
+    error-looking result is a ToolError, and the session rolls the call back.  The class's module is
+    not changed: for seeded ``random``/``uuid``/clock stand-ins load the file with
+    :func:`import_class_package`.
 
     Raises:
-        ImporterError: untyped or variadic method parameters, attributes that are not JSON data, no tools.
+        ImporterError: no state (naming the class and what to do), untyped or variadic method
+            parameters, attributes that are not JSON data, no tools.
     """
-    init_kwargs = dict(init_kwargs or {})
     try:
-        proto = cls(*init_args, **init_kwargs)
-    except Exception as exc:
-        raise ImporterError(f"constructing {cls.__qualname__} failed: {exc!r}") from exc
-    attrs = {k: v for k, v in vars(proto).items()
-             if not k.startswith("_") and k not in exclude and not callable(v)}
-    hints: dict[str, Any] = {}
-    try:
-        hints.update({k: v for k, v in get_type_hints(cls).items() if not k.startswith("_")})
-    except Exception:  # noqa: BLE001
-        pass
-    hints.update(_init_annotations(cls))
-    fields: dict[str, Any] = {}
-    for k, v in attrs.items():
-        typ = hints.get(k, _infer_type(v))
-        fields[k] = (typ, Field(default_factory=functools.partial(copy.deepcopy, v)))
-    State = create_model(f"{name}State", __doc__=(cls.__doc__ or f"State of {name}").strip(), **fields)  # type: ignore[call-overload]
-    try:
-        State().model_dump_json()
-    except Exception as exc:
-        raise ImporterError(f"the public attributes of {cls.__qualname__} are not JSON data: {exc}") from exc
-    field_names = tuple(attrs)
-
-    methods: list[tuple[str, Callable[..., Any]]] = []
-    seen: set[str] = set()
-    for klass in cls.__mro__[:-1]:
-        for attr, member in vars(klass).items():
-            if attr.startswith("_") or attr in seen or attr in exclude:
-                continue
-            seen.add(attr)
-            if isinstance(member, types.FunctionType):
-                methods.append((attr, member))
-    if not methods:
-        raise ImporterError(f"{cls.__qualname__} has no public methods to use as tools")
-
-    def make(method_name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        sig = inspect.signature(fn)
-        try:
-            mhints = get_type_hints(fn, include_extras=True)
-        except Exception as exc:
-            raise ImporterError(f"{cls.__qualname__}.{method_name}: cannot resolve type hints: {exc}") from exc
-        params = list(sig.parameters.values())[1:]
-        pos_only = [p.name for p in params if p.kind is p.POSITIONAL_ONLY]
-        new_params = [inspect.Parameter("_state", inspect.Parameter.POSITIONAL_ONLY, annotation=State)]
-        annotations: dict[str, Any] = {"_state": State}
-        for p in params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise ImporterError(f"{cls.__qualname__}.{method_name}: *args/**kwargs cannot be a tool schema")
-            if p.name not in mhints:
-                raise ImporterError(f"{cls.__qualname__}.{method_name}: parameter {p.name!r} has no type annotation")
-            new_params.append(inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY,
-                                                default=p.default, annotation=mhints[p.name]))
-            annotations[p.name] = mhints[p.name]
-        ret = mhints.get("return", Any)
-        annotations["return"] = ret
-
-        def call(_state: BaseModel, /, **kwargs: Any) -> Any:
-            obj = cls(*init_args, **init_kwargs)
-            for f in field_names:
-                setattr(obj, f, copy.deepcopy(getattr(_state, f)))
-            args = [kwargs.pop(p) for p in pos_only]
-            try:
-                result = getattr(obj, method_name)(*args, **kwargs)
-            except ToolError:
-                raise
-            except bridge.PROGRAMMING_ERRORS:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a domain failure of the class
-                raise bridge.as_tool_error(exc) from exc
-            problem = bridge.error_in(result)
-            if problem is not None:
-                raise ToolError(problem[0], code=problem[1])
-            new = State.model_validate({f: copy.deepcopy(getattr(obj, f)) for f in field_names})
-            bridge.write_back(_state, new)
-            return result
-
-        call.__name__ = method_name
-        call.__qualname__ = f"{cls.__qualname__}.{method_name}"
-        call.__doc__ = inspect.getdoc(fn) or method_name
-        call.__signature__ = inspect.Signature(new_params, return_annotation=ret)  # type: ignore[attr-defined]
-        call.__annotations__ = annotations
-        ro, de = classify_tool(method_name, cls, [method_name], read_only, destructive)
-        return tool(read_only=ro, destructive=de)(call)
-
-    tool_fns = [make(n, f) for n, f in methods]
-    init_state = State() if initial_state is None else initial_state
+        ro, de = _classify(cls, [m for m, _ in classbridge.public_methods(cls, exclude)], read_only, destructive)
+        state_model, tools, start = classbridge.class_environment(
+            cls, name=name, init_args=init_args, init_kwargs=init_kwargs, initial_state=_state_dict(initial_state),
+            loader=loader, exclude=exclude, read_only=ro, destructive=de)
+    except classbridge.ClassImportError as exc:
+        raise ImporterError(str(exc)) from None
     return define_environment(
-        name, State, tool_fns, initial_state=init_state, tasks=tasks, scenarios=scenarios, domain=domain,
-        version=version, description=description or (cls.__doc__ or name).strip().splitlines()[0],
+        name, state_model, list(tools.values()), initial_state=start, tasks=tasks, scenarios=scenarios,
+        domain=domain, version=version, description=description or (cls.__doc__ or name).strip().splitlines()[0],
         register=register,
     )
+
+
+def _tools_py(env_name: str, src_name: str, class_name: str, loader: str | None, exclude: Sequence[str],
+              ro: Mapping[str, bool], de: Mapping[str, bool]) -> str:
+    scenario = ("json.loads((Path(__file__).parent / '_scenario.json').read_text(encoding='utf-8'))"
+                if loader else "None")
+    return (
+        f'"""Tools of {env_name}: the public methods of {class_name} in {src_name} (see _classbridge.py).\n\n'
+        "Each session keeps one live instance of the class.  Generated by the importer: re-run it instead of editing.\n"
+        '"""\n\n'
+        "from __future__ import annotations\n\n"
+        "import json\n"
+        "from pathlib import Path\n\n"
+        "from . import _source\n"
+        "from ._classbridge import class_environment\n\n"
+        f"State, _TOOLS, _ = class_environment(_source.{class_name}, name={env_name!r}, module_name=__name__,\n"
+        f"                                     initial_state={scenario}, loader={loader!r},\n"
+        f"                                     exclude={tuple(exclude)!r}, read_only={dict(ro)!r},\n"
+        f"                                     destructive={dict(de)!r})\n"
+        "globals().update(_TOOLS)\n"
+    )
+
+
+def import_class_package(
+    path: str | Path,
+    class_name: str,
+    *,
+    name: str | None = None,
+    out_dir: str | Path | None = None,
+    domain: str = "utilities",
+    initial_state: Mapping[str, Any] | BaseModel | str | Path | None = None,
+    loader: str | None = None,
+    tasks: str | Path | Iterable[Mapping[str, Any]] | None = None,
+    scenarios: str | Path | Iterable[Mapping[str, Any]] | None = None,
+    read_only: Mapping[str, bool] | None = None,
+    destructive: Mapping[str, bool] | None = None,
+    exclude: Sequence[str] = (),
+    version: str = "0.1.0",
+    description: str | None = None,
+    validate: bool = True,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``out_dir/<name>/``, an environment package running class ``class_name`` of the file
+    ``path`` unedited (``envfactory import FILE --class NAME``), and return its folder.
+
+    The file is loaded here (it runs in this process: import files you trust) through the runtime bridge
+    (:func:`.bridge.load_source`: FastMCP stubbed, seeded ``random``/``uuid``/clock/``hash``).  The
+    package holds ``_source.py`` (the file, byte for byte), ``_bridge.py`` and ``_classbridge.py`` (the
+    runtime, copied), ``tools.py``/``state.py`` (calling :func:`.classbridge.class_environment`) and
+    ``initial_states/small.json`` (the state after ``loader(initial_state)``, or ``initial_state``, or the
+    new instance's).  ``validate``: load it and run :func:`gym_envfactory.validation.validate_environment`
+    on the scenarios given (a failure removes nothing published: it raises before publication).
+
+    Raises:
+        ImporterError: no such file or class, or the class cannot become an environment (see
+            :func:`import_python_class`), or validation failed.
+        PackageExistsError: the folder exists and ``overwrite`` is false.
+    """
+    from gym_envfactory.environment.manifest import Manifest, Provenance
+    from gym_envfactory.environment.package import load_environment
+    from gym_envfactory.validation import validate_environment
+
+    from ..packages import purge_modules, write_environment_package
+    from .server import DEFAULT_OUT_DIR, bridge_source
+
+    src = Path(path).resolve()
+    if not src.is_file():
+        raise ImporterError("no such file", file=src)
+    src_bytes = src.read_bytes()
+    env_name = name or class_name
+    module_name = f"envfactory_class_import_{hashlib.sha256(src_bytes).hexdigest()[:12]}"
+    try:
+        module = bridge.load_source(module_name, src)
+    except Exception as exc:
+        raise ImporterError(f"loading the file failed: {type(exc).__name__}: {exc}", file=src) from exc
+    try:
+        cls = getattr(module, class_name, None)
+        if not isinstance(cls, type):
+            raise ImporterError(f"no class {class_name!r} in the file", file=src)
+        methods = [m for m, _ in classbridge.public_methods(cls, exclude)]
+        ro, de = _classify(cls, methods, read_only, destructive)
+        try:
+            scenario = _state_dict(initial_state)
+            _, _, start = classbridge.class_environment(
+                cls, name=env_name, initial_state=scenario, loader=loader, exclude=exclude,
+                read_only=ro, destructive=de)
+        except classbridge.ClassImportError as exc:
+            raise ImporterError(str(exc), file=src) from None
+    finally:
+        import sys
+
+        sys.modules.pop(module_name, None)
+    eff_loader = loader or next((m for m in ("_load_scenario", "load_scenario") if callable(getattr(cls, m, None))),
+                                None)
+    manifest = Manifest(
+        name=env_name, version=version, domain=domain, state_model="state:State", tools_module="tools",
+        description=description or (cls.__doc__ or f"Imported from {src.name}").strip().splitlines()[0],
+        default_initial_state="small",
+        provenance=Provenance(kind="imported", source=str(src), sha256=hashlib.sha256(src_bytes).hexdigest(),
+                              api_class=class_name, importer="gym_envfactory.generators.importer"))
+    files = {
+        "_source.py": src_bytes,
+        "_bridge.py": bridge_source(),
+        "_classbridge.py": Path(classbridge.__file__).read_text(encoding="utf-8"),
+        "__init__.py": (f'"""{env_name}: class {class_name} imported from {src.name} (see _classbridge.py); '
+                        '_source.py is the original, unedited."""\n\nfrom ._bridge import load_package_source\n\n'
+                        "load_package_source(__name__, __file__)\n"),
+        "state.py": f'"""State model of {env_name}: the state of {class_name}."""\n\nfrom .tools import State\n\n'
+                    '__all__ = ["State"]\n',
+        "tools.py": _tools_py(env_name, src.name, class_name, eff_loader if scenario is not None else None,
+                              exclude, ro, de),
+    }
+    if eff_loader and scenario is not None:  # the scenario the first instance loads, as given
+        files["_scenario.json"] = json.dumps(scenario, indent=1, sort_keys=True)
+    scenario_objs = _objects(scenarios)
+    out = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
+    dest = out / env_name
+    if dest.exists() and not overwrite:
+        raise PackageExistsError(f"{dest.name} exists; pass --overwrite to replace it", file=dest)
+    work = Path(tempfile.mkdtemp(prefix="envfactory-class-import-"))
+    try:
+        pkg = work / env_name
+        write_environment_package(pkg, manifest, files=files, initial_states={"small": start},
+                                  scenarios=scenario_objs or None, tasks=_objects(tasks) or None,
+                                  sort_state_keys=True, replace=True)
+        if validate:
+            purge_modules(env_name)
+            try:
+                spec = load_environment(pkg)
+                report = validate_environment(spec, require_coverage=False)
+            finally:
+                purge_modules(env_name)
+            if not report.passed:
+                raise ImporterError("the imported environment failed validation:\n  "
+                                    + "\n  ".join(str(f) for f in report.failures()[:20]), file=src)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists():
+            if "imported" not in (dest / "environment.toml").read_text(encoding="utf-8", errors="replace"):
+                raise ImporterError(f"refused to replace {dest}: overwrite replaces only a previous import", file=dest)
+            os.replace(dest, work / ".old")
+        shutil.copytree(pkg, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return dest
+
+
+def _objects(src: str | Path | Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    if src is None:
+        return []
+    if isinstance(src, (str, Path)):
+        return [json.loads(line) for line in Path(src).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [dict(o) for o in src]
