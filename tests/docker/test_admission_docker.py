@@ -8,10 +8,13 @@ The budget comes from the container's cgroup limit; nothing is configured for it
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
 
+import gym_envfactory  # noqa: F401  (registers the catalog)
 from gym_envfactory.backends.remote import SessionClient
 from gym_envfactory.containers.run import start_container
+from gym_envfactory.envs.groups import make_group
 from gym_envfactory.errors import CapacityError, MemoryBudgetError
 
 from .test_docker_backend import http
@@ -20,6 +23,7 @@ ENV = "TeamCalendar"
 # a call that builds the whole parsed state (a lookup alone builds a tenth of it)
 EVENTS = {"person_id": "P-002", "start": "2026-12-03T00:00:00", "end": "2026-12-04T00:00:00"}
 MiB = 1024 * 1024
+LARGE_TASK = "cal-031"  # a task on the large initial state
 MAX_FILL = 400  # large sessions the filler tries at most (a 512 MB server holds far fewer of them)
 
 
@@ -85,3 +89,23 @@ def test_a_full_512mb_container_refuses_instead_of_dying(small_container, docker
     finally:
         filler.close()
         bystander.close()
+
+
+def test_make_group_of_200_on_a_large_calendar_task_is_refused_not_killed(docker_images, docker_client, container_of):
+    """The reviewer's case: ``make_group(k=200)`` on a large TeamCalendar task over the docker backend
+    OOM-killed the container at member 130; now the fork is refused whole and a group that fits works."""
+    env = gym.make("envfactory/TeamCalendar-v0", backend="docker", timeout=120)
+    try:
+        with pytest.raises(CapacityError) as ei:
+            make_group(env.unwrapped, 200, options={"task_id": LARGE_TASK})
+        assert isinstance(ei.value, MemoryBudgetError) and "fork of 199" in str(ei.value)
+        group = make_group(env.unwrapped, 8, options={"task_id": LARGE_TASK})
+        assert len(group) == 8
+        for member in group:
+            assert member.session.call("list_events", EVENTS).ok
+        c = container_of(env.unwrapped.session.client.url)
+        c.reload()
+        assert c.attrs["State"]["OOMKilled"] is False and c.attrs["State"]["Running"] is True
+        group.close()
+    finally:
+        env.close()
