@@ -407,3 +407,27 @@ def test_C03_any_interleaving_of_calls_and_forks_equals_solo_replays(monkeypatch
     for key in keys:
         assert shared.get(*key, parse=None).model_dump_json() == spec.state_model.model_validate_json(  # type: ignore[arg-type]
             spec.initial_state_json("small")).model_dump_json()
+
+
+def test_C03_nested_collections_of_a_copied_record_are_copy_on_write_too():
+    spec = get_environment("HotelBooking")
+    raw = spec.initial_state_json("large")
+    base = spec.state_model.model_validate_json(raw)
+    want = base.model_dump_json()
+    view, sibling = make_view(base), make_view(base)
+    for h in view.hotels.values():  # every hotel, every room type, every calendar dict
+        assert type(h.room_types) is CowDict
+        for rt in h.room_types.values():
+            rt.rooms_sold[max(rt.rooms_sold, default=base.last_bookable_night)] = 99
+            rt.rate_overrides.clear()
+        h.rate_multipliers.pop(next(iter(h.rate_multipliers), None), None)
+        h.amenities.append("moat")
+    for g in view.guests.values():
+        for pm in g.payment_methods.values():
+            pm.balance += 1
+    assert base.model_dump_json() == want == sibling.model_dump_json()
+    assert view.model_dump_json() != want
+    again = make_view(freeze(view))  # a view of the frozen view sees its writes, and shares nothing with it
+    assert again.model_dump_json() == view.model_dump_json()
+    next(iter(again.hotels.values())).amenities.append("drawbridge")
+    assert "drawbridge" not in view.model_dump_json() and base.model_dump_json() == want

@@ -7,8 +7,10 @@ and :mod:`gym_envfactory.session` hold it, and neither writes to it).  A *view* 
 (:func:`make_view`) is a shallow copy of the root model in which every ``dict`` field is a
 :class:`CowDict`: a real ``dict`` holding the base's record objects that replaces a record by a private
 copy (:func:`copy_value`) the first time the view hands it out (``[]``, ``get``, ``values``, ``items``,
-``pop``, ``setdefault``, ``popitem``, ``copy``).  Keys, ``in`` and ``len`` copy nothing.  Every other
-mutable root field (lists, nested models, sets) is copied when the view is made.  Because the
+``pop``, ``setdefault``, ``popitem``, ``copy``).  Keys, ``in`` and ``len`` copy nothing.  The copy is
+copy-on-write in turn: a record's dict fields become :class:`CowDict` over the base's values, its lists and
+nested models are copied one level.  Every other mutable root field (lists, nested models, sets) is copied
+when the view is made.  Because the
 collections are real dicts, Pydantic-core serialises a view byte for byte as it serialises the plain
 model.
 
@@ -36,7 +38,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-__all__ = ["CowDict", "BaseCache", "copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
+__all__ = ["CowDict", "BaseCache", "copy_value", "deep_copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -46,44 +48,68 @@ ATOMIC_TYPES: frozenset[type] = frozenset({str, int, float, bool, type(None), by
 
 
 def copy_value(value: Any) -> Any:
-    """A private copy of one state value: atomic values (:data:`ATOMIC_TYPES`, enums) as they are; lists,
-    dicts, sets, tuples holding mutable items and Pydantic models copied recursively (a model: a new
-    instance with a copied ``__dict__``, fields-set, extra and private attributes, no validation); any
-    other object with :func:`copy.deepcopy`.  Output: equal to ``value`` and serialised identically,
-    sharing nothing mutable with it."""
+    """A private copy of one value taken from a base (copy-on-write all the way down): atomic values
+    (:data:`ATOMIC_TYPES`, enums) as they are; a dict becomes a :class:`CowDict` over the same values
+    (each copied in turn when handed out); lists, tuples and sets holding mutable items and Pydantic
+    models are copied one level (a model: a new instance with a copied ``__dict__``, fields-set, extra and
+    private attributes, no validation), their items with this function; any other object with
+    :func:`copy.deepcopy`.  Output: equal to ``value`` and serialised identically; nothing reachable from
+    it through its own methods is shared with ``value``.  Only for values of a base (which nobody
+    mutates); :func:`deep_copy_value` copies a value someone may still mutate."""
+    t = type(value)
+    if t in ATOMIC_TYPES:
+        return value
+    if t is dict:
+        return CowDict(value)
+    if t is CowDict:
+        return CowDict(dict.items(value))
+    if t is list:
+        return [v if type(v) in ATOMIC_TYPES else copy_value(v) for v in value]
+    if isinstance(value, BaseModel):
+        return _copy_model(value, copy_value)
+    return _copy_other(value, copy_value)
+
+
+def deep_copy_value(value: Any) -> Any:
+    """Like :func:`copy_value`, but dicts become plain dicts of copies made now: the result shares nothing
+    mutable with ``value`` even if ``value`` is mutated later."""
     t = type(value)
     if t in ATOMIC_TYPES:
         return value
     if t is dict or t is CowDict:
-        items = dict.items(value)
-        return {k: v if type(v) in ATOMIC_TYPES else copy_value(v) for k, v in items}
+        return {k: v if type(v) in ATOMIC_TYPES else deep_copy_value(v) for k, v in dict.items(value)}
     if t is list:
-        return [v if type(v) in ATOMIC_TYPES else copy_value(v) for v in value]
+        return [v if type(v) in ATOMIC_TYPES else deep_copy_value(v) for v in value]
     if isinstance(value, BaseModel):
-        return _copy_model(value)
+        return _copy_model(value, deep_copy_value)
+    return _copy_other(value, deep_copy_value)
+
+
+def _copy_other(value: Any, copier: Callable[[Any], Any]) -> Any:
     if isinstance(value, enum.Enum):
         return value
+    t = type(value)
     if t is tuple:
-        return value if all(type(v) in ATOMIC_TYPES for v in value) else tuple(copy_value(v) for v in value)
+        return value if all(type(v) in ATOMIC_TYPES for v in value) else tuple(copier(v) for v in value)
     if t is set:
         return set(value) if all(type(v) in ATOMIC_TYPES for v in value) else copy.deepcopy(value)
     return copy.deepcopy(value)
 
 
-def _copy_model(model: BaseModel) -> BaseModel:
+def _copy_model(model: BaseModel, copier: Callable[[Any], Any]) -> BaseModel:
     cls = type(model)
     new = cls.__new__(cls)
     d = model.__dict__.copy()
     for k, v in model.__dict__.items():
         if type(v) not in ATOMIC_TYPES:
-            d[k] = copy_value(v)
+            d[k] = copier(v)
     _set = object.__setattr__
     _set(new, "__dict__", d)
     _set(new, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
     extra = model.__pydantic_extra__
-    _set(new, "__pydantic_extra__", None if extra is None else copy_value(extra))
+    _set(new, "__pydantic_extra__", None if extra is None else copier(extra))
     private = getattr(model, "__pydantic_private__", None)
-    _set(new, "__pydantic_private__", None if private is None else copy_value(private))
+    _set(new, "__pydantic_private__", None if private is None else deep_copy_value(private))
     return new
 
 
@@ -91,30 +117,30 @@ class CowDict(dict):
     """A ``dict`` whose values start out shared with a base and are copied on first hand-out.
 
     The storage is the dict itself (so serialisers and ``==`` see the current values); ``_owned`` holds
-    the keys whose stored value already belongs to this view (copied, or written by it).  A value is
-    copied with :func:`copy_value` the first time it is returned; a written value is owned as written.
-    Copies (``copy()``, ``dict(view)``, ``{**view}``, ``view | other``) are plain dicts of owned values;
-    :func:`copy.deepcopy` and pickling give a plain dict too.
+    the keys whose stored value already belongs to this view (copied, or written by it; ``None`` until the
+    first).  ``CowDict(d)`` runs in C (no Python ``__init__``): every value of ``d`` starts out shared.  A
+    value is copied with :func:`copy_value` the first time it is returned; a written value is owned as
+    written.  Copies (``copy()``, ``dict(view)``, ``{**view}``, ``view | other``) are plain dicts of owned
+    values; :func:`copy.deepcopy` and pickling give a plain dict too.
     """
 
-    __slots__ = ("_owned",)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Like ``dict(...)``; every value given counts as shared (copied on first hand-out)."""
-        dict.__init__(self, *args, **kwargs)
-        self._owned: set[Any] = set()
+    _owned: set[Any] | None = None
 
     # -- reads that hand out values
     def _own(self, key: Any, value: Any) -> Any:
         if type(value) not in ATOMIC_TYPES:
             value = copy_value(value)
             dict.__setitem__(self, key, value)
-        self._owned.add(key)
+        owned = self._owned
+        if owned is None:
+            self._owned = {key}
+        else:
+            owned.add(key)
         return value
 
     def own_all(self) -> None:
         """Copy every value not owned yet (what ``values()``/``items()`` need before handing out a view)."""
-        owned = self._owned
+        owned = self._owned or ()
         if len(owned) == dict.__len__(self):
             return
         for k, v in list(dict.items(self)):
@@ -125,7 +151,8 @@ class CowDict(dict):
     def __getitem__(self, key: Any) -> Any:
         """``view[key]``: the owned value (copied now if still shared)."""
         value = dict.__getitem__(self, key)
-        if key in self._owned:
+        owned = self._owned
+        if owned is not None and key in owned:
             return value
         return self._own(key, value)
 
@@ -135,9 +162,18 @@ class CowDict(dict):
             value = dict.__getitem__(self, key)
         except KeyError:
             return default
-        if key in self._owned:
+        owned = self._owned
+        if owned is not None and key in owned:
             return value
         return self._own(key, value)
+
+    def _disown(self, key: Any) -> bool:
+        """Forget ``key`` (removed); whether its value was owned."""
+        owned = self._owned
+        if owned is not None and key in owned:
+            owned.discard(key)
+            return True
+        return False
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
         """``view.setdefault(key, default)``: the owned value, or ``default`` stored and owned."""
@@ -151,18 +187,12 @@ class CowDict(dict):
         if not dict.__contains__(self, key):
             return dict.pop(self, key, *default)
         value = dict.pop(self, key)
-        if key in self._owned:
-            self._owned.discard(key)
-            return value
-        return copy_value(value)
+        return value if self._disown(key) else copy_value(value)
 
     def popitem(self) -> tuple[Any, Any]:
         """``view.popitem()``: the last pair removed, its value a private copy if it was shared."""
         key, value = dict.popitem(self)
-        if key in self._owned:
-            self._owned.discard(key)
-            return key, value
-        return key, copy_value(value)
+        return key, value if self._disown(key) else copy_value(value)
 
     def values(self) -> Any:
         """``view.values()``: every value owned first (copies the shared ones once), then the dict's view."""
@@ -213,18 +243,22 @@ class CowDict(dict):
     def __setitem__(self, key: Any, value: Any) -> None:
         """``view[key] = value``: stored and owned."""
         dict.__setitem__(self, key, value)
-        self._owned.add(key)
+        owned = self._owned
+        if owned is None:
+            self._owned = {key}
+        else:
+            owned.add(key)
 
     def __delitem__(self, key: Any) -> None:
         """``del view[key]``."""
         dict.__delitem__(self, key)
-        self._owned.discard(key)
+        self._disown(key)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """``view.update(...)``: like ``dict.update``; the values written are owned."""
         new = dict(*args, **kwargs)
         dict.update(self, new)
-        self._owned.update(new)
+        self._owned = set(new) if self._owned is None else self._owned | new.keys()
 
     def __ior__(self, other: Any) -> CowDict:
         """``view |= other``."""
@@ -234,7 +268,7 @@ class CowDict(dict):
     def clear(self) -> None:
         """``view.clear()``."""
         dict.clear(self)
-        self._owned.clear()
+        self._owned = None
 
 
 def _eager_fields(cls: type[BaseModel]) -> bool:
@@ -255,11 +289,10 @@ def make_view(base: M) -> M:
         t = type(v)
         if t in ATOMIC_TYPES:
             d[k] = v
-        elif (t is dict or t is CowDict) and not (eager and not all(type(x) in ATOMIC_TYPES for x in dict.values(v))):
-            c = CowDict(v) if t is dict else CowDict(dict.items(v))
-            d[k] = c
+        elif (t is dict or t is CowDict) and eager and not all(type(x) in ATOMIC_TYPES for x in dict.values(v)):
+            d[k] = deep_copy_value(v)
         else:
-            d[k] = copy_value(v)
+            d[k] = copy_value(v)  # a dict: a CowDict over the base's values
     _set = object.__setattr__
     _set(new, "__dict__", d)
     _set(new, "__pydantic_fields_set__", set(base.__pydantic_fields_set__))
@@ -285,7 +318,7 @@ def freeze(model: M) -> M:
 def frozen_copy(model: M) -> M:
     """A new base equal to ``model`` sharing nothing mutable with it (:func:`copy_value`): for a model
     that someone else may still mutate (handed out by ``Session.state_model``)."""
-    return copy_value(model)
+    return deep_copy_value(model)
 
 
 class BaseCache:
