@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gym_envfactory.environment.scenarios import Scenario
@@ -326,7 +327,8 @@ def module_mutations(tree: Any) -> dict[str, tuple[int, str]]:
     return found
 
 
-def lint_source(source: str, filename: str = "<source>", *, module_state: str = "type") -> list[str]:
+def lint_source(source: str, filename: str = "<source>", *, module_state: str = "type",
+                allowed_calls: Any = ()) -> list[str]:
     """Determinism lint of one module's source (docs/authoring.md; EnvGen's generated code is checked the same way).
 
     Rejects: wall-clock reads (``datetime.now()``, ``date.today()``, ``time.time()``...), ``uuid1/uuid4``,
@@ -335,7 +337,9 @@ def lint_source(source: str, filename: str = "<source>", *, module_state: str = 
     dict/list/set display or constructor; UPPER_CASE names are read-only constants by convention).
     ``module_state="mutation"`` (imported servers, whose names follow no convention) flags a
     module-level dict/list/set, whatever its name, only where a function mutates it or aliases it
-    (:func:`module_mutations`), naming the line of the mutation.
+    (:func:`module_mutations`), naming the line of the mutation.  ``allowed_calls``: call names (the
+    last dotted part: ``uuid4``, ``now``, ``choice``) not to flag, those an imported package's bridge
+    replaces with per-session seeded stand-ins.
     Returns ``"file:line: message"`` strings; empty means clean.  A syntax error is reported, not raised.
     """
     import ast
@@ -349,7 +353,7 @@ def lint_source(source: str, filename: str = "<source>", *, module_state: str = 
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "random":
             for a in node.names:
-                if a.name != "Random":
+                if a.name != "Random" and a.name not in allowed_calls:
                     out.append(f"{filename}:{node.lineno}: 'from random import {a.name}' uses the global random state; "
                                "use random.Random(seed) with the seed kept in the state")
         elif isinstance(node, ast.Import):
@@ -358,7 +362,7 @@ def lint_source(source: str, filename: str = "<source>", *, module_state: str = 
                     random_names.add(a.asname)
         elif isinstance(node, ast.Call):
             name = _dotted(node.func)
-            if name is None:
+            if name is None or name.rsplit(".", 1)[-1] in allowed_calls:
                 continue
             if name in _FORBIDDEN_CALLS or any(name.endswith("." + k) and "." in k for k in _FORBIDDEN_CALLS):
                 key = name if name in _FORBIDDEN_CALLS else next(k for k in _FORBIDDEN_CALLS if name.endswith("." + k))
@@ -391,12 +395,32 @@ def lint_source(source: str, filename: str = "<source>", *, module_state: str = 
     return out
 
 
+def _seeded_calls(bridge: Path) -> frozenset[str]:
+    """The string tuple ``SEEDED_CALLS = (...)`` of an imported package's ``_bridge.py``, read without
+    running it (empty when absent or not a literal)."""
+    import ast
+
+    try:
+        tree = ast.parse(bridge.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SEEDED_CALLS" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return frozenset()
+            return frozenset(v for v in value if isinstance(v, str)) if isinstance(value, (tuple, list)) else frozenset()
+    return frozenset()
+
+
 def lint_environment(spec: EnvironmentSpec) -> list[str]:
     """:func:`lint_source` over every module of an environment folder (``build_states.py`` skipped).
 
     The unedited server of an imported package (``_source.py``, provenance kind ``"imported"``) is
     linted with ``module_state="mutation"``: its module-level lists and dicts follow no naming
-    convention, so only mutated or aliased ones are flagged."""
+    convention, so only mutated or aliased ones are flagged; the calls its ``_bridge.py`` lists in
+    ``SEEDED_CALLS`` (a tuple of names, read statically) are allowed, the bridge seeds them per session."""
     if spec.path is None:
         return []
     imported = spec.manifest.provenance.kind == "imported"
@@ -404,6 +428,7 @@ def lint_environment(spec: EnvironmentSpec) -> list[str]:
     for f in sorted(spec.path.rglob("*.py")):
         if f.name in LINT_SKIP or "__pycache__" in f.parts:
             continue
-        mode = "mutation" if imported and f.name == "_source.py" else "type"
-        out += lint_source(f.read_text(encoding="utf-8"), str(f), module_state=mode)
+        source = imported and f.name == "_source.py"
+        out += lint_source(f.read_text(encoding="utf-8"), str(f), module_state="mutation" if source else "type",
+                           allowed_calls=_seeded_calls(f.with_name("_bridge.py")) if source else ())
     return out

@@ -358,7 +358,9 @@ def analyze_tool_server(path: str | Path, *, api_class: str | None = None,
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     mod_name = f"gym_envfactory.generators._imported_{digest}"
     try:
-        module = sys.modules.get(mod_name) or bridge.load_source(mod_name, path)
+        module = sys.modules.get(mod_name)
+        if module is None or getattr(module, "__file__", None) != str(path):  # a copy elsewhere (a removed stage folder)
+            module = bridge.load_source(mod_name, path)
     except Exception as exc:
         raise ImporterError(f"importing the server failed: {exc!r}", file=path) from exc
     # the API class
@@ -367,9 +369,15 @@ def analyze_tool_server(path: str | Path, *, api_class: str | None = None,
     if api_class:
         classes = [c for c in classes if c.__name__ == api_class]
     if len(classes) != 1:
+        def at(c: type) -> str:
+            try:
+                return f"{c.__name__} (line {inspect.getsourcelines(c)[1]})"
+            except (OSError, TypeError):
+                return c.__name__
+
         raise ImporterError(
             "expected exactly one API class with load_scenario() and save_scenario(), found "
-            f"{', '.join(c.__name__ for c in classes) or 'none'}"
+            f"{', '.join(at(c) for c in classes) or 'none'}"
             + ("" if api_class else "; choose one with --api-class NAME (api_class=)"),
             file=path)
     cls = classes[0]

@@ -126,15 +126,8 @@ def static_refusals(source: str, filename: str) -> list[str]:
     refused."""
     from gym_envfactory.validation import lint_source
 
-    covered = tuple(getattr(bridge, "SEEDED_CALLS", ()) or ())
-    out = []
-    for line in lint_source(source, filename, module_state="mutation"):
-        message = line[len(filename):] if line.startswith(filename) else line
-        if covered and any(f" {c}()" in message or f".{c}()" in message or f"import {c}'" in message
-                           for c in covered):
-            continue
-        out.append(line)
-    return out
+    covered = frozenset(getattr(bridge, "SEEDED_CALLS", ()) or ())
+    return lint_source(source, filename, module_state="mutation", allowed_calls=covered)
 
 
 def check_session_isolation(a: ServerAnalysis, spec: EnvironmentSpec) -> None:
@@ -146,6 +139,12 @@ def check_session_isolation(a: ServerAnalysis, spec: EnvironmentSpec) -> None:
     problem = None if difference is None else difference.describe()
     where = "; ".join(f"{n} (used by {', '.join(users)})" for n, users in shared.items())
     if problem is None:
+        from gym_envfactory.validation import module_mutations
+
+        mutated = module_mutations(ast.parse(a.source))
+        shared = {n: users for n, users in shared.items()  # a collection no code mutates is a constant
+                  if n in mutated or not isinstance(vars(a.module).get(n), (dict, list, set))}
+        where = "; ".join(f"{n} (used by {', '.join(users)})" for n, users in shared.items())
         if shared:
             log.warning("%s: module-level names %s are used by the API or its tools; the scenarios did not show "
                         "them leaking between sessions, but make sure they are read-only", spec.name, where)
