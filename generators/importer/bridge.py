@@ -58,6 +58,7 @@ import pydantic_core
 from pydantic import BaseModel
 
 from gym_envfactory import ToolError
+from gym_envfactory.authoring import TOOL_ATTR
 
 STUBBED_MODULES = ("fastmcp", "mcp.server")
 SERVER_CLASSES = ("FastMCP", "MCPServer")
@@ -185,6 +186,16 @@ class Entropy:
         self.clock += CLOCK_STEP
         return self.clock
 
+    def mark(self) -> tuple[Any, float]:
+        """Where the generator and the clock are now (for :meth:`rewind`)."""
+        return self.rng.getstate(), self.clock
+
+    def rewind(self, mark: tuple[Any, float]) -> None:
+        """Put the generator and the clock back to ``mark``: a read-only tool's draws are not kept, so a
+        session's rollback, which replays only its writes, sees the same draws as the first run."""
+        self.rng.setstate(mark[0])
+        self.clock = mark[1]
+
 
 #: What code of the server running outside a tool call (its module body at import) draws from.
 IMPORT_ENTROPY = Entropy(0)
@@ -230,8 +241,8 @@ def stable_hash(obj: Any) -> int:
 
 def _seeded_random(name: str) -> Any:
     real = getattr(random, name)
-    if not (isinstance(real, types.MethodType) and isinstance(real.__self__, random.Random)):
-        return real  # Random, SystemRandom, constants
+    if not (callable(real) and isinstance(getattr(real, "__self__", None), random.Random)):
+        return real  # Random, SystemRandom, constants (random.random is a builtin method, choice a Python one)
 
     def seeded(*args: Any, **kwargs: Any) -> Any:
         return getattr(current_entropy().rng, name)(*args, **kwargs)
@@ -723,6 +734,21 @@ class ImportedServer:
             if not isinstance(vars(module).get(name), SharedInstanceGuard):
                 setattr(module, name, SharedInstanceGuard(name, api_class))
         install_live_hooks(self.state_model)
+        self._read_only: frozenset[str] | None = None
+
+    def read_only_tools(self) -> frozenset[str]:
+        """Names of the package's read-only tools (``@tool(read_only=True)`` in the ``tools`` module beside
+        ``_source``; empty when there is none), looked up once."""
+        if self._read_only is None:
+            package = self.module.__name__.rpartition(".")[0]
+            tools_mod = sys.modules.get(f"{package}.tools") if package else None
+            names = set()
+            for obj in vars(tools_mod).values() if tools_mod is not None else ():
+                meta = getattr(obj, TOOL_ATTR, None) if callable(obj) else None
+                if meta is not None and meta.annotations.read_only:
+                    names.add(meta.name or obj.__name__)
+            self._read_only = frozenset(names)
+        return self._read_only
 
     def build(self, data: dict) -> LiveInstance:
         """A fresh live instance: ``api_class()`` then ``load_scenario(data)``, drawing from a new
@@ -746,8 +772,9 @@ class ImportedServer:
         """Run the wrapper registered as ``tool_name`` against the live API instance of ``state``
         (:func:`live_instance`).  The instance is changed in place; the session's rollback (a fresh view
         of its rollback point, whose instance is a copy of the one it had then, and a replay of the
-        writes since) undoes a failed call.  Raises :class:`ToolError` for a domain failure (an exception
-        of the API, an error-looking result) and programming errors as they are."""
+        writes since) undoes a failed call.  A read-only tool's draws from the session's :class:`Entropy`
+        are rewound after it (the rollback replays writes only).  Raises :class:`ToolError` for a domain
+        failure (an exception of the API, an error-looking result) and programming errors as they are."""
         fn = self.wrappers[tool_name]
         slot = live_instance(self, state)
         eager, slot.observed = slot.observed, False
@@ -761,6 +788,7 @@ class ImportedServer:
         for name in self.context_params.get(tool_name, ()):
             kwargs[name] = None
         slot.dirty = True
+        mark = slot.entropy.mark() if tool_name in self.read_only_tools() else None
         try:
             with drawing_from(slot.entropy):
                 result = rebind(fn, scope)(**kwargs)
@@ -772,6 +800,9 @@ class ImportedServer:
             raise
         except Exception as exc:  # noqa: BLE001 - a domain failure of the imported API
             raise as_tool_error(exc) from exc
+        finally:
+            if mark is not None:
+                slot.entropy.rewind(mark)
         problem = error_in(result)
         if problem is not None:
             raise ToolError(problem[0], code=problem[1])

@@ -243,6 +243,7 @@ def _make_tool(owner: ClassBridge, method_name: str, fn: Callable[..., Any], mod
         eager, slot.observed = slot.observed, False
         args = [kwargs.pop(p) for p in pos_only]
         slot.dirty = True
+        mark = slot.entropy.mark() if read_only else None  # a read's draws are not kept (rollbacks replay writes)
         try:
             with bridge.drawing_from(slot.entropy):
                 result = getattr(slot.api, method_name)(*args, **kwargs)
@@ -252,6 +253,9 @@ def _make_tool(owner: ClassBridge, method_name: str, fn: Callable[..., Any], mod
             raise
         except Exception as exc:  # noqa: BLE001 - a domain failure of the class
             raise bridge.as_tool_error(exc) from exc
+        finally:
+            if mark is not None:
+                slot.entropy.rewind(mark)
         problem = bridge.error_in(result)
         if problem is not None:
             raise ToolError(problem[0], code=problem[1])

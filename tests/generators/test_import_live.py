@@ -97,6 +97,20 @@ def test_a_failed_call_rolls_the_live_instance_back(garage):
     assert all(t["driver"] == "ada" for t in crashed.state()["trips"].values())  # still logged in
 
 
+def test_reads_do_not_consume_the_sessions_randomness_or_clock(garage):
+    assert garage.tools["get_time"].read_only
+    with_reads, without = Session(garage), Session(garage)
+    run(with_reads, START)
+    run(without, START)
+    first = with_reads.call("get_time", {}).content
+    assert with_reads.call("get_time", {}).content == first  # rewound: the same instant and draws
+    run(with_reads, [("drive", {"km": 5})])
+    run(without, [("drive", {"km": 5})])
+    r = with_reads.call("crash", {"km": 1})  # the rollback replays the writes only
+    assert "could not be rolled back" not in r.error
+    assert with_reads.state_bytes() == without.state_bytes()
+
+
 def test_validation_mode_rolls_back_onto_a_copy_of_the_instance(garage):
     s = Session(garage, check_writes=True)
     run(s, START)
@@ -159,7 +173,7 @@ DETERMINISM_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("which", ["server", "class"])
 def test_two_processes_give_byte_identical_state(garage, tmp_path, which):
     if which == "server":
-        folder, calls = garage.path, START + [("drive", {"km": 3}), ("drive", {"km": 4}), ("list_trips", {})]
+        folder, calls = garage.path, START + [("drive", {"km": 3}), ("get_time", {}), ("drive", {"km": 4}), ("list_trips", {})]
     else:
         folder = import_class_package(DESK, "TicketDesk", name="DeskTwice", out_dir=tmp_path,
                                       initial_state=DESK_SCENARIO, validate=False)
