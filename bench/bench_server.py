@@ -8,9 +8,14 @@
    through 8 connections: per-call p99 latency, server peak RSS, RSS after close (leak check), and
    every final state checked against its solo replay.
 3. Bystander (T7): one client's /healthz probes and small calls (p50/p99) while another client's single
-   frame of expensive calls runs: 64 first calls on fresh forks of the large state (each parses it), and
-   4,096 requests (2,048 reset + first-call pairs on 64 sessions: 2,048 parses).  Target p99 <= 100 ms.
-Prints figures and ratios and writes bench/results/server.json.  Usage: python bench/bench_server.py [--quick] [--bystander-only]
+   frame of expensive calls runs: 64 first calls on fresh forks of the large state, 4,096 requests (2,048
+   reset + first-call pairs on 64 sessions), 64 `state` reads of the large state, and 64 first calls with
+   1,024 other sessions live; with --bystander-only the server logs its garbage collections and the
+   collections during each frame are printed.  Target p99 <= 100 ms.
+4. Memory rounds (issue 10 part 9): 8 rounds of 1,024 sessions created, played, read and closed over 8
+   WebSocket connections; server RSS after close per round (target: round 8 within 10% of round 1).
+Prints figures and ratios and writes bench/results/server.json.
+Usage: python bench/bench_server.py [--quick] [--bystander-only | --memory-only [--no-trim]]
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from gym_envfactory.replay import task_reference
 HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
 BYSTANDER_ONLY = "--bystander-only" in sys.argv
+MEMORY_ONLY = "--memory-only" in sys.argv
+#: With --no-trim the server's idle worker never gives free heap back (the before of issue 10 part 9).
+NO_TRIM = "--no-trim" in sys.argv
 
 
 def pct(xs, p):
@@ -51,11 +59,51 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def start_ours() -> tuple[subprocess.Popen, str]:
+#: Runs `envfactory serve` with a gc.callbacks hook writing one line per collection to $BENCH_GC_LOG:
+#: "<generation> <start perf_counter> <seconds> <objects collected>".
+GC_LOG_WRAPPER = """
+import gc, os, sys, time
+_log = open(os.environ["BENCH_GC_LOG"], "w", buffering=1)
+_t = [0.0]
+def _cb(phase, info):
+    if phase == "start":
+        _t[0] = time.perf_counter()
+    else:
+        now = time.perf_counter()
+        _log.write(f"{info['generation']} {_t[0]:.6f} {now - _t[0]:.6f} {info['collected']}\\n")
+gc.callbacks.append(_cb)
+sys.argv = ["envfactory"] + sys.argv[1:]
+from gym_envfactory.cli.main import main
+main()
+"""
+
+
+def start_ours(gc_log: str | None = None) -> tuple[subprocess.Popen, str]:
+    """`envfactory serve --all` on a free port; with ``gc_log`` (a path) every garbage collection in the server
+    is logged there (:func:`gc_pauses` reads it)."""
     env = {**os.environ, "ENVFACTORY_TOKEN": "bench"}
-    p = subprocess.Popen([sys.executable, "-m", "gym_envfactory.cli", "serve", "--all", "--port", "0", "--announce"],
-                         stdout=subprocess.PIPE, text=True, env=env)
+    head = [sys.executable, "-m", "gym_envfactory.cli"]
+    if gc_log:
+        env["BENCH_GC_LOG"] = gc_log
+        head = [sys.executable, "-c", GC_LOG_WRAPPER]
+    if NO_TRIM:
+        head = [sys.executable, "-c", "import sys; from gym_envfactory.server.worker import Worker; "
+                "Worker._idle = lambda self: None; sys.argv = ['envfactory'] + sys.argv[1:]; "
+                "from gym_envfactory.cli.main import main; main()"]
+    p = subprocess.Popen([*head, "serve", "--all", "--port", "0", "--announce"], stdout=subprocess.PIPE, text=True, env=env)
     return p, json.loads(p.stdout.readline())["listening"]
+
+
+def gc_pauses(path: str | None, t0: float, t1: float) -> dict:
+    """Garbage collections the server logged between perf_counter times ``t0`` and ``t1`` (same clock: one
+    machine): count per generation, longest and total pause (ms)."""
+    if not path or not Path(path).exists():
+        return {}
+    rows = [line.split() for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = [(int(g), float(s), float(d)) for g, s, d, _ in rows if t0 <= float(s) <= t1]
+    return {"gc_collections": {str(g): sum(1 for r in rows if r[0] == g) for g in (0, 1, 2)},
+            "gc_max_pause_ms": max((d for _, _, d in rows), default=0.0) * 1e3,
+            "gc_total_pause_ms": sum(d for _, _, d in rows) * 1e3}
 
 
 async def bench_fastmcp(hotel_id: str, n: int) -> dict:
@@ -174,6 +222,55 @@ async def soak(url: str, pid: int, n_sessions: int = 1024, connections: int = 8,
             "rss_with_sessions_open_mib": rss_open / 1024, "rss_after_close_mib": rss_closed / 1024}
 
 
+async def memory_rounds(url: str, pid: int, rounds: int = 8, n_sessions: int = 1024, connections: int = 8) -> dict:
+    """Issue 10 part 9: ``rounds`` rounds, each opening ``connections`` WebSocket connections, creating
+    ``n_sessions`` sessions from HotelBooking tasks, replaying every task's ground truth call by call (all
+    episodes interleaved), reading every final ``state`` in frames of 128, closing every session and
+    dropping the connections; server RSS after close per round.  Target: round ``rounds`` within 10% of
+    round 1."""
+    spec = get_environment("HotelBooking")
+    tasks = [t for t in spec.tasks if len(t.envs) == 1 and t.n_ground_truth_calls >= 2]
+    rss0 = rss_kib(pid)
+    after: list[float] = []
+    live: list[int] = []
+    for _ in range(rounds):
+        clients = [await AsyncSessionClient(url, token="bench", timeout=300).connect() for _ in range(connections)]
+        made: list = []
+        for k in range(0, n_sessions, 256):
+            made += await clients[0].batch([("create", {"env": "HotelBooking", "task_id": tasks[i % len(tasks)].task_id})
+                                            for i in range(k, min(n_sessions, k + 256))])
+        sids = [r["session_id"] for r in made]
+
+        async def episode(c: AsyncSessionClient, sid: str, task) -> None:
+            for g in (g for turn in task.turns for g in turn.ground_truth):
+                await c.request("call", session_id=sid, name=g.name, arguments=g.arguments)
+
+        await asyncio.gather(*(episode(clients[i % connections], sids[i], tasks[i % len(tasks)]) for i in range(n_sessions)))
+        for k in range(0, n_sessions, 128):
+            await clients[k // 128 % connections].batch([("state", {"session_id": s}) for s in sids[k:k + 128]])
+        await clients[0].batch([("close", {"session_id": s}) for s in sids])
+        live.append((await clients[0].request("stats"))["sessions"])
+        for c in clients:
+            await c.close()
+        await asyncio.sleep(TRIM_SETTLE_S)  # the worker trims the heap once idle (at most every second)
+        after.append(rss_kib(pid) / 1024)
+    return {"rounds": rounds, "sessions_per_round": n_sessions, "connections": connections,
+            "rss_start_mib": rss0 / 1024, "rss_after_close_mib": after, "live_sessions_after_close": live,
+            "ratio_last_over_first": after[-1] / after[0], "target_ratio": 1.10}
+
+
+#: Seconds to wait after a round before reading RSS (the idle worker checks the free heap every second).
+TRIM_SETTLE_S = 1.5
+
+
+def print_memory(m: dict, label: str = "") -> None:
+    print(f"memory rounds{label}: RSS after close, round {m['rounds']} / round 1 = {m['ratio_last_over_first']:.3f}"
+          f" (target <= {m['target_ratio']:.2f}); {m['sessions_per_round']} sessions over {m['connections']} connections"
+          f" per round; RSS at start {m['rss_start_mib']:.0f} MiB, after close per round: "
+          + ", ".join(f"{x:.0f}" for x in m["rss_after_close_mib"]) + f" MiB; live sessions after close:"
+          f" {sorted(set(m['live_sessions_after_close']))}")
+
+
 async def _healthz_probe(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection(host, port)
 
@@ -188,22 +285,61 @@ async def _get_healthz(conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], 
     await reader.readexactly(length)
 
 
-async def bystander(url: str, hotel_id: str, n_requests: int) -> dict:
+#: Sends one frame (a JSON list of [method, params] on stdin's first line) when stdin says "go"; prints
+#: "[t0, t1, failed]" (perf_counter, the same clock as the parent's).
+HEAVY_SENDER = """
+import asyncio, json, sys, time
+from gym_envfactory.backends.remote import AsyncSessionClient
+async def main():
+    frame = [tuple(r) for r in json.loads(sys.stdin.readline())]
+    async with AsyncSessionClient(sys.argv[1], token="bench", timeout=900) as c:
+        await c.request("ping")
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        t0 = time.perf_counter()
+        out = await c.batch(frame)
+        t1 = time.perf_counter()
+    print(json.dumps([t0, t1, sum(isinstance(r, Exception) for r in out)]), flush=True)
+asyncio.run(main())
+"""
+
+
+async def bystander(url: str, hotel_id: str, n_requests: int, kind: str | None = None, gc_log: str | None = None,
+                    live: int = 0) -> dict:
     """Another client's /healthz and small-call latency while one frame of ``n_requests`` expensive
-    requests runs (docs/performance.md T7).  64: the first call on 64 fresh forks of the large state
-    (each parses it); more: reset + first-call pairs over 64 sessions (n/2 parses)."""
+    requests runs (docs/performance.md T7).  ``kind``: ``first_calls`` (the first call on ``n`` fresh forks of
+    the large state; the default up to 64), ``reset_calls`` (reset + first-call pairs over 64 forks; the
+    default above 64), ``state_reads`` (``state`` of forks of the large state, each a write away from its
+    base: the whole state built and encoded per request).  ``live``: sessions on the large state, each with
+    a write, kept open meanwhile (long-lived objects for the collector to walk).  With the server started
+    with a GC log, the collections during the frame are reported too."""
+    kind = kind or ("first_calls" if n_requests <= 64 else "reset_calls")
     host, port = url.removeprefix("http://").rsplit(":", 1)
     async with AsyncSessionClient(url, token="bench", timeout=900) as heavy, \
             AsyncSessionClient(url, token="bench", timeout=900) as other:
-        src = (await heavy.request("create", env="HotelBooking", initial_state="large"))["session_id"]
+        # shared: the frame is sent by another process (a client of its own), so that decoding its large
+        # answer never delays this process's probes
+        src = (await heavy.request("create", env="HotelBooking", initial_state="large", shared=True))["session_id"]
         group = await heavy.request("fork", session_id=src, k=64)
         args = {"hotel_id": hotel_id}
-        if n_requests <= 64:
+        contact = {"guest_id": "G-001", "phone": "+1 555 0100"}
+        kept: list[str] = []
+        for k in range(0, live, 256):
+            made = await heavy.batch([("create", {"env": "HotelBooking", "initial_state": "large"})
+                                      for _ in range(min(256, live - k))])
+            kept += [r["session_id"] for r in made]
+            await heavy.batch([("call", {"session_id": s, "name": "update_guest_contact", "arguments": contact})
+                               for s in kept[k:]])
+        if kind == "first_calls":
             frame = [("call", {"session_id": s, "name": "get_hotel_details", "arguments": args}) for s in group[:n_requests]]
-        else:
+        elif kind == "reset_calls":
             frame = [r for i in range(n_requests // 2) for r in (
                 ("reset", {"session_id": group[i % 64]}),
                 ("call", {"session_id": group[i % 64], "name": "get_hotel_details", "arguments": args}))]
+        else:
+            await heavy.batch([("call", {"session_id": s, "name": "update_guest_contact", "arguments": contact})
+                               for s in group])
+            frame = [("state", {"session_id": group[i % 64]}) for i in range(n_requests)]
         mine = (await other.request("create", env="HotelBooking"))["session_id"]
         await other.request("call", session_id=mine, name="list_hotel_destinations", arguments={})
         conn = await _healthz_probe(host, int(port))
@@ -226,31 +362,43 @@ async def bystander(url: str, hotel_id: str, n_requests: int) -> dict:
                 calls.append(time.perf_counter() - t)
                 await asyncio.sleep(0.005)
 
+        sender = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", HEAVY_SENDER, url, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert sender.stdin is not None and sender.stdout is not None
+        sender.stdin.write(json.dumps(frame).encode() + b"\n")
+        await sender.stdin.drain()
+        assert (await sender.stdout.readline()).strip() == b"ready"
         probes = [asyncio.create_task(probe_health()), asyncio.create_task(probe_calls())]
         await asyncio.sleep(0.05)
-        t0 = time.perf_counter()
-        out = await heavy.batch(frame)
-        wall = time.perf_counter() - t0
+        sender.stdin.write(b"go\n")
+        await sender.stdin.drain()
+        t0, t1, failed = json.loads(await sender.stdout.readline())
+        await sender.wait()
+        wall = t1 - t0
         done.set()
         await asyncio.gather(*probes)
         conn[1].close()
-        failed = sum(isinstance(r, Exception) for r in out)
+        for k in range(0, len(kept), 1024):
+            await heavy.batch([("close", {"session_id": s}) for s in kept[k:k + 1024]])
         await heavy.batch([("close", {"session_id": s}) for s in group + [src]])
         await other.request("close", session_id=mine)
-    return {"requests": len(frame), "parses": sum(1 for m, _ in frame if m == "call"), "failed": failed,
+    return {"kind": kind, "live_sessions": live, "requests": len(frame), "failed": failed,
+            "parses": sum(1 for m, _ in frame if m == "call") if kind != "state_reads" else 0,
             "heavy_frame_s": wall, "healthz_n": len(health), "healthz_p50_ms": pct(health, 50) * 1e3,
             "healthz_p99_ms": pct(health, 99) * 1e3, "healthz_max_ms": max(health) * 1e3,
             "call_n": len(calls), "call_p50_ms": pct(calls, 50) * 1e3, "call_p99_ms": pct(calls, 99) * 1e3,
-            "call_max_ms": max(calls) * 1e3}
+            "call_max_ms": max(calls) * 1e3, **gc_pauses(gc_log, t0, t1)}
 
 
 def print_bystander(rows: list[dict]) -> None:
     print("bystander while another client's one frame of expensive requests runs (target p99 <= 100 ms; p99/target first):")
     for r in rows:
+        gc_ = (f"  |  server GC during the frame: {r['gc_collections']} collections (gen: count), longest"
+               f" {r['gc_max_pause_ms']:.1f} ms, total {r['gc_total_pause_ms']:.1f} ms") if "gc_collections" in r else ""
         print(f"  /healthz p99 {r['healthz_p99_ms'] / 100:5.2f}x target, call p99 {r['call_p99_ms'] / 100:5.2f}x target:"
-              f" {r['requests']:5d} requests ({r['parses']} parses of the large state) in {r['heavy_frame_s']:6.2f} s:"
+              f" {r['requests']:5d} {r['kind']} ({r['live_sessions']} other live sessions) in {r['heavy_frame_s']:6.2f} s:"
               f"  /healthz p50 {r['healthz_p50_ms']:7.1f} ms  p99 {r['healthz_p99_ms']:7.1f} ms (n={r['healthz_n']})"
-              f"  |  call p50 {r['call_p50_ms']:7.1f} ms  p99 {r['call_p99_ms']:7.1f} ms (n={r['call_n']})")
+              f"  |  call p50 {r['call_p50_ms']:7.1f} ms  p99 {r['call_p99_ms']:7.1f} ms (n={r['call_n']}){gc_}")
 
 
 async def main() -> None:
@@ -267,9 +415,13 @@ async def main() -> None:
     n = 300 if QUICK else 2000
     sizes = (64, 1024) if QUICK else (64, 4096)
     if BYSTANDER_ONLY:
-        proc, url = start_ours()
+        gc_log = str(HERE / "results" / "server_gc.log")
+        (HERE / "results").mkdir(exist_ok=True)
+        proc, url = start_ours(gc_log)
         try:
-            rows = [await bystander(url, hotel_id, k) for k in sizes]
+            rows = [await bystander(url, hotel_id, k, gc_log=gc_log) for k in sizes]
+            rows.append(await bystander(url, hotel_id, 16 if QUICK else 64, "state_reads", gc_log))
+            rows.append(await bystander(url, hotel_id, 64, "first_calls", gc_log, live=256 if QUICK else 1024))
         finally:
             proc.terminate()
             proc.wait(timeout=10)
@@ -277,6 +429,18 @@ async def main() -> None:
         (HERE / "results" / "server_bystander.json").write_text(json.dumps({"bystander": rows, "target_p99_ms": 100.0}, indent=2))
         print_bystander(rows)
         print(f"wrote {HERE / 'results' / 'server_bystander.json'}")
+        return
+    if MEMORY_ONLY:
+        proc, url = start_ours()
+        try:
+            mem = await memory_rounds(url, proc.pid, n_sessions=256 if QUICK else 1024)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        (HERE / "results").mkdir(exist_ok=True)
+        (HERE / "results" / "server_memory.json").write_text(json.dumps(mem, indent=2))
+        print_memory(mem, " (no heap trim)" if NO_TRIM else "")
+        print(f"wrote {HERE / 'results' / 'server_memory.json'}")
         return
     fastmcp = await bench_fastmcp(hotel_id, n // 2)
     proc, url = start_ours()
@@ -290,10 +454,17 @@ async def main() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    proc, url = start_ours()
+    try:
+        mem = await memory_rounds(url, proc.pid, n_sessions=256 if QUICK else 1024)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
     out = {"tool": "get_hotel_details", "state": "large", "fastmcp_streamable_http": fastmcp, "fast_session_protocol": fast,
            "ratio_sequential": fast["sequential"]["calls_per_s"] / fastmcp["calls_per_s"],
            "ratio_batched": fast["batched_64"]["calls_per_s"] / fastmcp["calls_per_s"], "target_ratio": 10.0,
-           "soak": soaks, "bystander": bystanders, "targets": {"soak_call_p99_ms": 100.0, "bystander_p99_ms": 100.0}}
+           "soak": soaks, "bystander": bystanders, "memory_rounds": mem,
+           "targets": {"soak_call_p99_ms": 100.0, "bystander_p99_ms": 100.0, "memory_rounds_ratio": 1.10}}
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "server.json").write_text(json.dumps(out, indent=2))
     print("one client, same tool, loopback:")
@@ -310,6 +481,7 @@ async def main() -> None:
               f" sessions after close {k['live_sessions_after_close']}; RSS start {k['rss_start_mib']:.0f} MiB,"
               f" peak {k['rss_peak_mib']:.0f} MiB, after close {k['rss_after_close_mib']:.0f} MiB")
     print_bystander(bystanders)
+    print_memory(mem)
     print(f"wrote {HERE / 'results' / 'server.json'}")
 
 

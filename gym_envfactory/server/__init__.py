@@ -31,7 +31,6 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
         BadRequestError: ``memory_budget`` is not a size.
     """
     import asyncio
-    import gc
     import json
     import logging
     import sys
@@ -39,6 +38,7 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     import uvicorn
 
     from gym_envfactory.server.app import ServerConfig, build_app
+    from gym_envfactory.server.worker import configure_gc
 
     manager = SessionManager(envs, ttl_s=ttl_s, max_sessions=max_sessions, max_sessions_per_client=max_sessions_per_client,
                              memory_budget=memory_budget)
@@ -46,13 +46,10 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
         print(f"envfactory: not serving {name}, its package is broken: {error}", file=sys.stderr, flush=True)
     for spec in manager.specs.values():  # load tasks and initial states before serving
         spec.tasks  # noqa: B018
-    # Thousands of live sessions are millions of long-lived, acyclic objects (freed by reference
-    # counting on close).  CPython's default thresholds rescan them often, and a full collection then
-    # pauses the event loop for ~0.25 s per 1,000 sessions: collect young objects far less often and
-    # keep the catalog itself out of the collector's sight.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(200_000, 50, 50)
+    # Live sessions are hundreds of thousands of long-lived, acyclic objects: small young passes, the
+    # catalog frozen, full passes only by the idle worker (server/worker.py, "Garbage collection").
+    configure_gc()
+    manager.worker.quiet = lambda: not manager.sessions
     config = ServerConfig(envs=envs, token=token, ttl_s=ttl_s, max_sessions=max_sessions, host=host,
                           close_on_disconnect=close_on_disconnect)
     extra_routes: list = []

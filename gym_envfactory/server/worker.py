@@ -10,19 +10,95 @@ GIL within the interpreter's switch interval (~5 ms) whenever it has something t
 
 One thread, not a pool: the GIL would not run two CPU-bound jobs at once anyway, and a FIFO of one
 keeps every session's operations in the order their frames arrived.
+
+Memory: closing sessions frees their states, but glibc's allocator keeps freed heap memory for reuse, so
+the process's RSS stays at its peak, and with two threads (the event loop and this worker, each with its
+own malloc arena) the reused heaps fragment and RSS after closing every session crept up round after
+round.  When the worker runs out of jobs it checks, at most every :data:`TRIM_INTERVAL_S`, how much
+free memory malloc holds (:func:`heap_free_bytes`) and, above :data:`TRIM_FREE_BYTES`, gives it back to
+the system (:func:`release_free_heap`, ``malloc_trim``; outside the GIL).  Elsewhere than glibc both are
+no-ops.
+
+Garbage collection (:func:`configure_gc`, called by ``serve`` once the catalog is loaded): a collector
+pass holds the GIL, so a pass over many objects pauses the event loop too.  Live sessions are hundreds of
+thousands of long-lived, acyclic objects (freed by reference counting on close); the young generation's
+former threshold of 200,000 made each young pass walk up to that many survivors (a 270-330 ms pause on a
+loaded 2-core machine, measured with ``gc.callbacks``), and a full pass walks every live session.  Now
+young passes stay small (:data:`GC_THRESHOLDS`: at most ~5,000 new objects, a middle pass every second
+young pass), the catalog is frozen out of the collector's sight, and full passes are never automatic:
+the worker runs one when it is out of jobs and either the server holds no session (:attr:`Worker.quiet`)
+or :data:`FULL_PASS_AFTER` middle passes have promoted objects since the last one, so cyclic garbage is
+still reclaimed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "heap_free_bytes", "release_free_heap", "configure_gc", "TRIM_FREE_BYTES", "TRIM_INTERVAL_S",
+           "GC_THRESHOLDS", "FULL_PASS_AFTER"]
 
 T = TypeVar("T")
+
+#: Free heap bytes held by malloc above which an idle worker gives them back (:func:`release_free_heap`).
+TRIM_FREE_BYTES = 16 * 1024 * 1024
+#: Least seconds between two checks of the free heap by an idle worker.
+TRIM_INTERVAL_S = 1.0
+
+
+#: ``gc.set_threshold`` of a server process: young passes after 5,000 net new objects, a middle pass every
+#: 2 young passes, and no automatic full pass (the worker runs them, see :meth:`Worker._idle`).
+GC_THRESHOLDS = (5_000, 2, 1_000_000_000)
+#: Middle passes since the last full pass after which an idle worker runs one even with sessions live.
+FULL_PASS_AFTER = 2_000
+
+
+def configure_gc() -> None:
+    """Collect once, freeze what survives (the loaded catalog: never walked again) and set
+    :data:`GC_THRESHOLDS`; process-wide, for a server process (module docstring, "Garbage collection")."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _libc() -> Any:
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallinfo2.restype = _MallInfo2
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.malloc_trim.restype = ctypes.c_int
+    except (OSError, AttributeError):  # not glibc >= 2.33 (musl, macOS): nothing to trim
+        return None
+    return libc
+
+
+_LIBC = _libc()
+
+
+def heap_free_bytes() -> int | None:
+    """Bytes glibc's malloc holds free in its heaps, every arena (``mallinfo2().fordblks``); ``None``
+    where the C library has no ``mallinfo2``."""
+    if _LIBC is None:
+        return None
+    return int(_LIBC.mallinfo2().fordblks)
+
+
+def release_free_heap() -> bool:
+    """Give malloc's free heap memory back to the system (``malloc_trim(0)``, every arena); ``True`` when
+    some was released.  Runs without the GIL (a ctypes call)."""
+    return bool(_LIBC is not None and _LIBC.malloc_trim(0))
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
@@ -37,11 +113,23 @@ def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) ->
 class Worker:
     """A daemon thread running jobs FIFO for asyncio callers (started on first use, :meth:`stop` ends it)."""
 
-    def __init__(self, name: str = "envfactory-sessions") -> None:
+    def __init__(self, name: str = "envfactory-sessions", *, trim_free_bytes: int | None = TRIM_FREE_BYTES,
+                 trim_interval_s: float = TRIM_INTERVAL_S) -> None:
         self.name = name
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
+        #: Free heap bytes above which the idle worker releases them (``None``: never).
+        self.trim_free_bytes = trim_free_bytes
+        self.trim_interval_s = trim_interval_s
+        #: How many times the idle worker released free heap memory.
+        self.trims = 0
+        self._checked = 0.0
+        #: ``True`` when a full collection would delay nobody's session (``serve``: the server holds no
+        #: session); ``None``: full passes only after :data:`FULL_PASS_AFTER` middle passes.
+        self.quiet: Callable[[], bool] | None = None
+        #: Full collector passes the idle worker ran.
+        self.full_passes = 0
 
     def queued(self) -> int:
         """Jobs waiting (not counting the one running)."""
@@ -70,8 +158,30 @@ class Worker:
                 self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
                 self._thread.start()
 
+    def _idle(self) -> None:
+        """Out of jobs (checked at most every :attr:`trim_interval_s`): run a full collector pass when one is
+        due (objects were promoted since the last one, and the server is :attr:`quiet` or
+        :data:`FULL_PASS_AFTER` middle passes have run), then release malloc's free heap memory when it
+        holds more than :attr:`trim_free_bytes`."""
+        now = time.monotonic()
+        if now - self._checked < self.trim_interval_s:
+            return
+        self._checked = now
+        pending = gc.get_count()[2]
+        if pending and gc.isenabled() and (pending >= FULL_PASS_AFTER or (self.quiet is not None and self.quiet())):
+            gc.collect()
+            self.full_passes += 1
+        if self.trim_free_bytes is None:
+            return
+        free = heap_free_bytes()
+        if free is not None and free > self.trim_free_bytes:
+            release_free_heap()
+            self.trims += 1
+
     def _main(self) -> None:
         while True:
+            if self._queue.empty():
+                self._idle()
             item = self._queue.get()
             if item is None:  # stop: after every job queued before or still in slices
                 if self._queue.empty():
