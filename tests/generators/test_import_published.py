@@ -74,6 +74,7 @@ def test_folder_import_summary_refusals_name_file_line_and_reason(folder_import)
     assert "LegacyLibraryAPI(line18),LibraryAPI(line29);chooseonewith--api-classNAME" in squeezed
     # the silent no-op write the probe observed is reported, not dropped
     assert "no-opwritesobserved:set_theme(user_id='U-1',theme='light')" in squeezed
+    assert "read-only(probesawnochange):inn_search_rooms" in squeezed
 
 
 @pytest.mark.parametrize("env", IMPORTED)
@@ -92,6 +93,7 @@ def test_read_write_from_annotations_and_service_prefixes(folder_import):
     tools = load_environment(out / "InnRooms").tools
     assert {n: t.read_only for n, t in tools.items()} == {
         "inn_get_room": True, "inn_list_rooms": True,  # service prefix skipped
+        "inn_search_rooms": True,  # its method writes self.last_search; the probe saw no change
         "room_availability": True,  # annotations={"readOnlyHint": True}
         "rate_card": True,  # annotations=ToolAnnotations(readOnlyHint=True)
         "book_room": False}
