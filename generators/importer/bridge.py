@@ -438,7 +438,9 @@ def error_in(result: Any) -> tuple[str, str] | None:
 
     * a dict (or a Pydantic model, or a string holding a JSON object) with a truthy ``error`` or
       ``errors`` key, ``success``/``ok`` false, or ``status``/``result`` one of ``error``, ``failed``,
-      ``failure``, ``fail`` (any case);
+      ``failure``, ``fail`` (any case) in a reply envelope (keys among ``status``, ``result``,
+      ``message``, ``detail(s)``, ``reason``, ``code``, ``error_code``, ``success``, ``ok``; a record
+      such as ``{"payment_id": ..., "status": "failed"}`` is data);
     * free text whose first word is ``Error``, ``Failed``, ``Failure`` or ``Exception`` (any case),
       e.g. ``"Error: no such room"``, ``"Failed to book"``.
 
@@ -464,7 +466,10 @@ def error_in(result: Any) -> tuple[str, str] | None:
     err = obj.get("error") or obj.get("errors")
     code = obj.get("error_code") or obj.get("code")
     failed_words = ("error", "failed", "failure", "fail")
+    envelope = {"status", "result", "message", "detail", "details", "reason", "code", "error_code", "success", "ok"}
     status = next((str(obj[k]).strip().lower() for k in ("status", "result") if isinstance(obj.get(k), str)), "")
+    if not set(obj) <= envelope:
+        status = ""  # a record whose own status is "failed" (a payment, a job) is data, not a failure
     if err:
         if isinstance(err, dict):
             code = code or err.get("code") or err.get("type")

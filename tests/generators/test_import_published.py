@@ -156,6 +156,7 @@ def test_failure_shaped_results_are_tool_errors_and_change_nothing(folder_import
     ("Failed to book the room", ("Failed to book the room", "tool_error")),
     ('{"error": "nope"}', ("nope", "tool_error")),
     ({"status": "ok", "error": None}, None),
+    ({"payment_id": "P-1", "status": "failed"}, None),  # a record's own status is data
     ({"success": True}, None),
     ("Errors found: none", None),
     ("Booked: no errors", None),
