@@ -97,6 +97,12 @@ def test_budget_comes_from_the_cgroup_limit_v2_then_v1(tmp_path):
     (v2 / "svc" / "memory.max").write_text("268435456")
     (tmp_path / "cgroup").write_text("0::/svc\n")
     assert detect_budget(root=v2, proc_cgroup=tmp_path / "cgroup", environ={}).limit == 256 * MiB
+    # a limit on a cgroup above the process's own counts too (the smallest wins)
+    (v2 / "svc" / "job").mkdir()
+    (v2 / "svc" / "job" / "memory.max").write_text("max\n")
+    (tmp_path / "cgroup").write_text("0::/svc/job\n")
+    b = detect_budget(root=v2, proc_cgroup=tmp_path / "cgroup", environ={})
+    assert b.limit == 256 * MiB and b.source.endswith("svc/memory.max")
     v1 = tmp_path / "v1"
     (v1 / "memory").mkdir(parents=True)
     (v1 / "memory" / "memory.limit_in_bytes").write_text(str(300 * MiB))

@@ -134,9 +134,10 @@ def _read_int(path: Path) -> int | None:
 def cgroup_limit(root: str | Path = "/sys/fs/cgroup", proc_cgroup: str | Path = "/proc/self/cgroup") -> tuple[int, str] | None:
     """``(bytes, where)`` of this process's cgroup memory limit, or ``None`` without one.
 
-    Reads cgroup v2 ``memory.max`` (of the process's own cgroup as ``/proc/self/cgroup`` names it, then
-    of ``root`` itself, which is the container's cgroup inside a container), else cgroup v1
-    ``memory/memory.limit_in_bytes``.  ``max`` and limits at or above physical memory mean none.
+    Reads cgroup v2 ``memory.max`` of the process's own cgroup as ``/proc/self/cgroup`` names it and of
+    each cgroup above it up to ``root`` (inside a container, ``root`` is the container's own cgroup),
+    taking the smallest, else cgroup v1 ``memory/memory.limit_in_bytes``.  ``max`` and limits at or
+    above physical memory mean none.
     """
     base = Path(root)
     candidates: list[Path] = []
@@ -145,16 +146,19 @@ def cgroup_limit(root: str | Path = "/sys/fs/cgroup", proc_cgroup: str | Path = 
             hier, _, rest = line.partition(":")
             controllers, _, own = rest.partition(":")
             if hier == "0" and controllers == "" and own.startswith("/") and ".." not in own:
-                candidates.append(base / own.lstrip("/") / "memory.max")
+                parts = [p for p in own.split("/") if p]
+                candidates += [base.joinpath(*parts[:i], "memory.max") for i in range(len(parts), 0, -1)]
     except OSError:
         pass
-    candidates += [base / "memory.max", base / "memory" / "memory.limit_in_bytes"]
+    candidates.append(base / "memory.max")
     phys = physical_memory()
-    for path in candidates:
-        n = _read_int(path)
-        if n is not None and 0 < n < phys:
-            return n, f"cgroup {'v1' if path.name == 'memory.limit_in_bytes' else 'v2'} {path}"
-    return None
+    found = [(n, path) for path in candidates if (n := _read_int(path)) is not None and 0 < n < phys]
+    if found:
+        n, path = min(found)
+        return n, f"cgroup v2 {path}"
+    v1 = base / "memory" / "memory.limit_in_bytes"
+    n = _read_int(v1)
+    return (n, f"cgroup v1 {v1}") if n is not None and 0 < n < phys else None
 
 
 @dataclass(frozen=True)
