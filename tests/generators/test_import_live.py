@@ -151,6 +151,23 @@ def test_restore_rebuilds_from_the_public_state(garage):
     assert t.state()["trips"][trip["trip_id"]]["driver"] == ""
 
 
+def test_what_cannot_be_made_deterministic_is_named_with_its_line():
+    from gym_envfactory.generators.importer.determinism import unfixable_nondeterminism
+
+    src = ("import os, threading, secrets, random, uuid\n"
+           "from concurrent.futures import ThreadPoolExecutor as Pool\n"
+           "class Timer:\n    pass\n"
+           "def f():\n"
+           "    return os.urandom(4), threading.Thread(target=f), Pool(2), secrets.token_hex(4), Timer()\n"
+           "def g():\n"
+           "    return random.choice([1, 2]), uuid.uuid4(), random.SystemRandom().random()\n")
+    found = unfixable_nondeterminism(src, "srv.py")
+    assert [line.split(" uses ")[0] for line in found] == [
+        "srv.py:6: Pool()", "srv.py:6: os.urandom()", "srv.py:6: secrets.token_hex()", "srv.py:6: threading.Thread()",
+        "srv.py:8: random.SystemRandom()"]  # the seeded calls and the file's own Timer class are fine
+    assert unfixable_nondeterminism(GARAGE.read_text(), "garage.py") == []
+
+
 def test_stable_hash_does_not_depend_on_the_process():
     assert stable_hash("ada") == stable_hash("ada") and stable_hash("ada") != stable_hash("bo")
     assert stable_hash(("a", 1)) == stable_hash(("a", 1)) and stable_hash(7) == 7
