@@ -5,7 +5,8 @@ back), at about 0.7 MiB and 3 MiB of state, beside the original server's own met
 The server is tests/generators/fixtures/live/garage_server.py (imported unedited, sandbox "process"); the
 state is its notes and trips scaled to size.  Measured per size: a read (count_notes) and a write (drive)
 in steady state, the first call of a new session (builds the instance), a state read after a write (brings
-the fields up to date), fork_many(8) of a materialised session.  Prints ratios first, then the figures, and
+the fields up to date), fork_many(8) of a materialised session, and a fork plus its first call (the child
+deep-copies the parent's instance then).  Prints ratios first, then the figures, and
 writes bench/results/import.json.
 Usage: python bench/bench_import.py [--quick]
 """
@@ -102,12 +103,14 @@ def measure(label: str, target: int, out_dir: Path) -> dict:
 
     t_state = med(write_then_read, n_slow)
     t_fork = med(lambda: s.fork_many(8), n_slow)
+    t_fork_call = med(lambda: s.fork_many(1)[0].call("count_notes", {}), n_slow)  # the child copies the instance
 
     plain = spec.state_model.model_validate(state)
     t_old_read = med(lambda: rebuild_call(server, plain, "count_notes", {}), n_slow)
     return {"label": label, "state_bytes": size, "original_read_s": t_original, "live_read_s": t_read,
             "live_write_s": t_write, "rebuild_read_s": t_old_read, "first_call_s": t_first,
-            "write_then_state_bytes_s": t_state, "fork_many_8_s": t_fork}
+            "write_then_state_bytes_s": t_state, "fork_many_8_s": t_fork,
+            "fork_then_first_call_s": t_fork_call}
 
 
 def main() -> None:
@@ -119,11 +122,12 @@ def main() -> None:
               f"live read / original method: {r['live_read_s'] / r['original_read_s']:6.1f}x")
     print("figures (median):")
     print(f"  {'state':>9} {'original':>10} {'live read':>10} {'live write':>10} {'rebuild':>10} "
-          f"{'1st call':>10} {'write+state':>11} {'fork_many(8)':>12}")
+          f"{'1st call':>10} {'write+state':>11} {'fork_many(8)':>12} {'fork+call':>10}")
     for r in rows:
         print(f"  {r['state_bytes'] / 2**20:6.2f}MiB {r['original_read_s'] * 1e6:8.2f}us {r['live_read_s'] * 1e6:8.1f}us "
               f"{r['live_write_s'] * 1e6:8.1f}us {r['rebuild_read_s'] * 1e3:8.1f}ms {r['first_call_s'] * 1e3:8.1f}ms "
-              f"{r['write_then_state_bytes_s'] * 1e3:9.1f}ms {r['fork_many_8_s'] * 1e3:10.1f}ms")
+              f"{r['write_then_state_bytes_s'] * 1e3:9.1f}ms {r['fork_many_8_s'] * 1e3:10.1f}ms "
+              f"{r['fork_then_first_call_s'] * 1e3:8.1f}ms")
     out = HERE / "results" / "import.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"python": platform.python_version(), "quick": QUICK, "rows": rows}, indent=1))

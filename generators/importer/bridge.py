@@ -178,23 +178,36 @@ class Entropy:
     advanced :data:`CLOCK_STEP` per read).  One per live instance (deep-copied with it on a fork)."""
 
     def __init__(self, seed: int = 0) -> None:
-        self.rng = random.Random(seed)
+        self._rng = random.Random(seed)
         self.clock = CLOCK_START
+        self._marked = False
+        self._saved: Any = None
+
+    @property
+    def rng(self) -> random.Random:
+        """The generator (its state is saved on first use after :meth:`mark`)."""
+        if self._marked and self._saved is None:
+            self._saved = self._rng.getstate()
+        return self._rng
 
     def now(self) -> float:
         """The next clock reading (seconds since the epoch)."""
         self.clock += CLOCK_STEP
         return self.clock
 
-    def mark(self) -> tuple[Any, float]:
-        """Where the generator and the clock are now (for :meth:`rewind`)."""
-        return self.rng.getstate(), self.clock
+    def mark(self) -> float:
+        """Remember where the clock is (and the generator, if it gets used) for :meth:`rewind`; costs
+        nothing more unless the generator is used."""
+        self._marked, self._saved = True, None
+        return self.clock
 
-    def rewind(self, mark: tuple[Any, float]) -> None:
-        """Put the generator and the clock back to ``mark``: a read-only tool's draws are not kept, so a
-        session's rollback, which replays only its writes, sees the same draws as the first run."""
-        self.rng.setstate(mark[0])
-        self.clock = mark[1]
+    def rewind(self, clock: float) -> None:
+        """Put the clock back to ``clock`` (from :meth:`mark`) and the generator where it was then: a
+        read-only tool's draws are not kept, so a session's rollback, which replays only its writes, sees
+        the same draws as the first run."""
+        if self._saved is not None:
+            self._rng.setstate(self._saved)
+        self.clock, self._marked, self._saved = clock, False, None
 
 
 #: What code of the server running outside a tool call (its module body at import) draws from.
