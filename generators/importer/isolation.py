@@ -122,12 +122,17 @@ def static_refusals(source: str, filename: str) -> list[str]:
     Flagged: wall-clock reads, ``uuid1``/``uuid4``, the builtin ``hash()``, the global ``random``
     module, ``global`` statements, and module-level lists/dicts/sets a function mutates or aliases (a
     module constant no code mutates is fine, whatever its name or type).  Calls the bridge replaces
-    with per-session seeded stand-ins (``bridge.SEEDED_CALLS``, when the bridge has them) are not
-    refused."""
+    with per-session seeded stand-ins (``bridge.SEEDED_CALLS``) are not refused; what no stand-in
+    fixes (OS entropy, threads and pools, the process id:
+    :func:`~.determinism.unfixable_nondeterminism`) is."""
     from gym_envfactory.validation import lint_source
 
+    from .determinism import unfixable_nondeterminism
+
     covered = frozenset(getattr(bridge, "SEEDED_CALLS", ()) or ())
-    return lint_source(source, filename, module_state="mutation", allowed_calls=covered)
+    out = lint_source(source, filename, module_state="mutation", allowed_calls=covered)
+    places = {line.split(": ", 1)[0] for line in out}
+    return out + [line for line in unfixable_nondeterminism(source, filename) if line.split(": ", 1)[0] not in places]
 
 
 def check_session_isolation(a: ServerAnalysis, spec: EnvironmentSpec) -> None:

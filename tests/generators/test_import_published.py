@@ -204,6 +204,11 @@ def test_nondeterministic_calls_are_refused_naming_the_line_unless_seeded(monkey
     assert "ticket_ids.py:42: datetime.now() is nondeterministic" in text
     monkeypatch.setattr(bridge, "SEEDED_CALLS", ("uuid4", "choice", "now"), raising=False)
     assert static_refusals(src, "ticket_ids.py") == []
+    # what no stand-in fixes is refused whatever the bridge seeds
+    threaded = src.replace("import uuid\n", "import uuid\nimport threading\n").replace(
+        "        tid = ", "        threading.Thread(target=print).start()\n        tid = ")
+    assert any(x.startswith("ticket_ids.py:41: threading.Thread() uses a thread")
+               for x in static_refusals(threaded, "ticket_ids.py")), static_refusals(threaded, "ticket_ids.py")
 
 
 def test_overwrite_never_replaces_a_shipped_package(tmp_path):
