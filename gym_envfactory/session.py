@@ -557,7 +557,8 @@ class Session:
         problem = None
         if result.ok and tool.read_only and changed:
             problem = "read-only tool changed the state"
-        elif result.ok and not tool.read_only and not changed:
+        elif result.ok and not tool.read_only and not changed and not getattr(
+                state, "__envfactory_hidden_write__", bool)():  # an imported API's private change (a login)
             problem = "write tool reported success but did not change the state (silent no-op write)"
         elif not result.ok and changed:
             problem = f"tool failed ({result.error_type}) after partially changing the state"

@@ -574,7 +574,10 @@ class LiveInstance:
     the model's data since the last call (the next call then brings it up to date inside the call, so a
     ``save_scenario()`` that does not fit the state model is that call's error: validation mode).
     ``exposed``/``seen``: a field of the model was handed out (it may be edited from outside); ``seen`` is
-    the model's JSON at that moment, compared before the next call.  ``holder``: ``id`` of the model the
+    the model's JSON at that moment, compared before the next call.  ``hidden_write``: the last call
+    brought up to date inside the call changed the instance's private attributes (a login), which the
+    state's JSON does not show (the session's validation mode asks, through the model's
+    ``__envfactory_hidden_write__()``, before calling a write a silent no-op).  ``holder``: ``id`` of the model the
     instance belongs to (set on first use; a shallow copy of the model, which shares this object, gets a
     fresh instance instead).
 
@@ -583,11 +586,13 @@ class LiveInstance:
     from the copied model's fields on its next use.  Pickling keeps nothing (rebuilt from the fields).
     """
 
-    __slots__ = ("owner", "api", "entropy", "dirty", "observed", "exposed", "seen", "holder")
+    __slots__ = ("owner", "api", "entropy", "dirty", "observed", "exposed", "seen", "holder", "hidden_write",
+                 "fresh")
 
     def __init__(self, owner: Any, api: Any, entropy: Entropy) -> None:
         self.owner, self.api, self.entropy = owner, api, entropy
-        self.dirty = self.observed = self.exposed = False
+        self.dirty = self.observed = self.exposed = self.hidden_write = False
+        self.fresh = True  # no call ran on it yet
         self.seen: str | None = None
         self.holder: int | None = None
 
@@ -598,6 +603,7 @@ class LiveInstance:
             api = None
         new = LiveInstance(self.owner, api, copy.deepcopy(self.entropy, memo))
         new.dirty, new.exposed, new.seen = self.dirty and api is not None, self.exposed, self.seen
+        new.fresh, new.observed = False, self.observed  # read since its last call: so is the copy
         return new
 
     def __copy__(self) -> LiveInstance:
@@ -628,6 +634,52 @@ class LiveInstance:
         if not self.exposed:
             self.exposed = True
             self.seen = model.model_dump_json()
+
+
+def private_fingerprint(obj: Any) -> str:
+    """The attributes of ``obj`` whose names start with ``_`` (what ``save_scenario`` does not show) as
+    JSON text, objects that are not JSON data by ``repr``: compared before and after a call in validation
+    mode (:attr:`LiveInstance.hidden_write`)."""
+    try:
+        attrs = {k: v for k, v in vars(obj).items() if k.startswith("_")}
+    except TypeError:  # no __dict__ (slots)
+        return ""
+    return json.dumps(pydantic_core.to_jsonable_python(attrs, fallback=repr), sort_keys=True, default=repr)
+
+
+def run_on_live(slot: LiveInstance, state: BaseModel, read_only: bool, run: Any) -> Any:
+    """Run ``run()`` (a call on ``slot.api``) as a tool call on ``state``: drawing from the slot's
+    :class:`Entropy` (rewound after a read-only tool), marking the instance dirty, turning domain failures
+    into :class:`ToolError` (programming errors pass), and, when the state was read since the last call
+    (validation mode), bringing it up to date inside the call; then, and on an instance's first call,
+    noting whether its private attributes changed (:attr:`LiveInstance.hidden_write`)."""
+    eager, slot.observed = slot.observed, False
+    watch, slot.fresh = eager or slot.fresh, False  # a session's first call may be validation mode's too
+    before = private_fingerprint(slot.api) if watch else None
+    slot.dirty, slot.hidden_write = True, False
+    mark = slot.entropy.mark() if read_only else None
+    try:
+        with drawing_from(slot.entropy):
+            result = run()
+            if inspect.isawaitable(result):
+                result = run_awaitable(result)
+    except ToolError:
+        raise
+    except PROGRAMMING_ERRORS:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a domain failure of the imported code
+        raise as_tool_error(exc) from exc
+    finally:
+        if mark is not None:
+            slot.entropy.rewind(mark)
+    problem = error_in(result)
+    if problem is not None:
+        raise ToolError(problem[0], code=problem[1])
+    if watch:
+        slot.hidden_write = private_fingerprint(slot.api) != before
+    if eager:
+        slot.sync(state)
+    return result
 
 
 def live_slot(model: Any, *, take: bool = False) -> LiveInstance | None:
@@ -704,7 +756,15 @@ def install_live_hooks(model_cls: type[BaseModel]) -> None:
     type.__setattr__(model_cls, "__getattribute__", __getattribute__)
     type.__setattr__(model_cls, "__setattr__", __setattr__)
     type.__setattr__(model_cls, "__delattr__", __delattr__)
+    type.__setattr__(model_cls, "__envfactory_hidden_write__", _hidden_write)
     type.__setattr__(model_cls, "__envfactory_live_hooks__", True)
+
+
+def _hidden_write(self: Any) -> bool:
+    """Whether the last tool call changed only what the state's JSON does not show (its live instance's
+    private attributes): validation mode then does not call a write that reported success a no-op."""
+    slot = live_slot(self)
+    return bool(slot is not None and slot.hidden_write)
 
 
 def live_instance(owner: Any, state: BaseModel) -> LiveInstance:
@@ -795,35 +855,13 @@ class ImportedServer:
         failure (an exception of the API, an error-looking result) and programming errors as they are."""
         fn = self.wrappers[tool_name]
         slot = live_instance(self, state)
-        eager, slot.observed = slot.observed, False
-        api = slot.api
         scope = dict(fn.__globals__)
         for name in self.instances:
-            scope[name] = api
+            scope[name] = slot.api
         for name in self.helpers:
             scope[name] = rebind(inspect.unwrap(scope[name]), scope)
         kwargs = dict(arguments)
         for name in self.context_params.get(tool_name, ()):
             kwargs[name] = None
-        slot.dirty = True
-        mark = slot.entropy.mark() if tool_name in self.read_only_tools() else None
-        try:
-            with drawing_from(slot.entropy):
-                result = rebind(fn, scope)(**kwargs)
-                if inspect.isawaitable(result):
-                    result = run_awaitable(result)
-        except ToolError:
-            raise
-        except PROGRAMMING_ERRORS:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a domain failure of the imported API
-            raise as_tool_error(exc) from exc
-        finally:
-            if mark is not None:
-                slot.entropy.rewind(mark)
-        problem = error_in(result)
-        if problem is not None:
-            raise ToolError(problem[0], code=problem[1])
-        if eager:
-            slot.sync(state)
-        return result
+        bound = rebind(fn, scope)
+        return run_on_live(slot, state, tool_name in self.read_only_tools(), lambda: bound(**kwargs))

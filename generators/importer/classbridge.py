@@ -19,7 +19,7 @@ This module is ``generators/importer/classbridge.py``; :func:`import_python_clas
   first call), so private attributes (``self._logged_in``) survive between calls; the state's fields are
   refreshed from the instance only when read, and copied with it on forks and rollbacks (:mod:`.bridge`).
 
-It imports only the standard library, pydantic, ``gym_envfactory`` (``ToolError``, ``tool``) and the
+It imports only the standard library, pydantic, ``gym_envfactory.tool`` and the
 runtime bridge.
 """
 
@@ -38,7 +38,7 @@ from typing import Annotated, Any, Optional, get_origin, get_type_hints
 import pydantic_core
 from pydantic import BaseModel, Field, PlainSerializer, create_model
 
-from gym_envfactory import ToolError, tool
+from gym_envfactory import tool
 
 try:  # inside an imported package the runtime bridge is its _bridge.py
     bridge: Any = importlib.import_module(f"{__package__}._bridge")
@@ -240,28 +240,9 @@ def _make_tool(owner: ClassBridge, method_name: str, fn: Callable[..., Any], mod
 
     def call(_state: BaseModel, /, **kwargs: Any) -> Any:
         slot = bridge.live_instance(owner, _state)
-        eager, slot.observed = slot.observed, False
         args = [kwargs.pop(p) for p in pos_only]
-        slot.dirty = True
-        mark = slot.entropy.mark() if read_only else None  # a read's draws are not kept (rollbacks replay writes)
-        try:
-            with bridge.drawing_from(slot.entropy):
-                result = getattr(slot.api, method_name)(*args, **kwargs)
-        except ToolError:
-            raise
-        except bridge.PROGRAMMING_ERRORS:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a domain failure of the class
-            raise bridge.as_tool_error(exc) from exc
-        finally:
-            if mark is not None:
-                slot.entropy.rewind(mark)
-        problem = bridge.error_in(result)
-        if problem is not None:
-            raise ToolError(problem[0], code=problem[1])
-        if eager:
-            slot.sync(_state)
-        return result
+        method = getattr(slot.api, method_name)
+        return bridge.run_on_live(slot, _state, read_only, lambda: method(*args, **kwargs))
 
     call.__name__ = method_name
     call.__qualname__ = f"{cls.__qualname__}.{method_name}"

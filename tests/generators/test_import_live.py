@@ -113,7 +113,9 @@ def test_reads_do_not_consume_the_sessions_randomness_or_clock(garage):
 
 def test_validation_mode_rolls_back_onto_a_copy_of_the_instance(garage):
     s = Session(garage, check_writes=True)
-    run(s, START)
+    assert [ok for ok, _, _ in run(s, START)] == [True, True, True]  # private-only writes are writes
+    r = s.call("press_brake", {"force": 60.0})  # the same force again: nothing changed at all
+    assert (r.ok, r.error_code) == (False, "contract_violation") and "no-op" in r.error
     assert s.call("crash", {"km": 100}).error_code == "contract_violation"  # failed after a partial write
     assert s.state()["mileage"] == 0
     trip = s.call("drive", {"km": 3}).content
@@ -298,8 +300,16 @@ def test_cli_imports_a_plain_class(tmp_path):
     app.command("noop")(lambda: None)
     state = tmp_path / "desk.json"
     state.write_text(json.dumps(DESK_SCENARIO))
+    scenarios = tmp_path / "scenarios.jsonl"  # validated on import: the private login is a write
+    scenarios.write_text(json.dumps({"scenario_id": "login-then-open", "level": "complex", "initial_state": "small",
+                                     "steps": [
+        {"call": "open_ticket", "arguments": {"title": "early"}, "expect": "tool_error", "error_code": "forbidden"},
+        {"call": "login", "arguments": {"agent": "kim", "password": "pw"}, "expect": "ok"},
+        {"call": "open_ticket", "arguments": {"title": "vpn"}, "expect": "ok", "state": {"next_id": 9}},
+        {"call": "tag", "arguments": {"label": "net"}, "expect": "ok", "state": {"tags": ["a", "b", "net"]}}]}) + "\n")
     res = CliRunner().invoke(app, ["import", str(DESK), "--class", "TicketDesk", "--name", "CliDesk",
-                                   "--out", str(tmp_path / "out"), "--initial-state", str(state)])
+                                   "--out", str(tmp_path / "out"), "--initial-state", str(state),
+                                   "--scenarios", str(scenarios)])
     assert res.exit_code == 0, res.output
     spec = load_environment(tmp_path / "out" / "CliDesk")
     try:
