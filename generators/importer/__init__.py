@@ -49,13 +49,16 @@ imported elsewhere) is never touched.  ``load_scenario``/``save_scenario`` are t
 wrappers that expose them as tools are not imported.
 
 :func:`import_python_class` turns a plain class into a programmatic environment: public attributes of
-an instance are the state (a generated Pydantic model), public methods with typed signatures are the
-tools (parameters keyword-only), and every call constructs its own instance, sets the attributes from
-the session's state, calls the method and reads the attributes back.
+an instance are the state (a generated Pydantic model: ``__init__`` annotations, sets, ``int`` keys, or the
+class's ``to_dict``/``from_dict`` or ``__getstate__``/``__setstate__``), public methods with typed
+signatures are the tools (parameters keyword-only), and each session keeps one live instance, so private
+attributes survive between calls.  :func:`~.python_class.import_class_package` (``envfactory import FILE
+--class NAME``) writes such a class, unedited, as a package (:mod:`.classbridge` is its runtime).
 
 Modules, one per stage: :mod:`.bridge` (the runtime bridge, imported here and copied into packages),
 :mod:`.analysis` (discovery of the API class, wrappers and state model), :mod:`.codegen` (``tools.py``),
-:mod:`.probe` (recorded scenarios), :mod:`.isolation` (session isolation), :mod:`.sandbox` (where
+:mod:`.probe` (recorded scenarios), :mod:`.isolation` (session isolation), :mod:`.determinism` (what
+the seeded stand-ins cannot fix, by file and line), :mod:`.sandbox` (where
 the file's code runs: every execution of it before publication goes through EnvGen's sandbox, docker
 or a child process, never this process unless ``sandbox="inline"`` is asked for), :mod:`.server`
 (:func:`import_tool_server`; :func:`import_server_package`, what the CLI calls, which never loads the
