@@ -165,6 +165,30 @@ class ActionRecord:
         }
 
 
+_RESULT_MODELS: dict[int, tuple[Any, type | None]] = {}
+
+
+def _result_model(adapter: Any) -> type | None:
+    """The model class a tool's output adapter validates when its schema is exactly that model with no
+    validator around it and ``revalidate_instances="never"``: then validating an instance of exactly that
+    class returns it unchanged, so :meth:`Session._execute` may skip the call.  ``None`` otherwise.
+    Cached per adapter (keyed by ``id``, the adapter kept to check identity)."""
+    entry = _RESULT_MODELS.get(id(adapter))
+    if entry is not None and entry[0] is adapter:
+        return entry[1]
+    cls = None
+    try:
+        schema = adapter.core_schema
+        if schema.get("type") == "model" and schema.get("cls") is not None and not schema.get("custom_init") \
+                and schema["cls"].model_config.get("revalidate_instances", "never") == "never" \
+                and schema.get("revalidate_instances", "never") == "never":
+            cls = schema["cls"]
+    except (AttributeError, TypeError, KeyError):  # an adapter without a plain schema: always validate
+        cls = None
+    _RESULT_MODELS[id(adapter)] = (adapter, cls)
+    return cls
+
+
 def _fingerprint(content: Any) -> str:
     """A tool result as canonical JSON text (what a rollback compares a replayed result with; NaN
     equals NaN here), kept instead of the result object, which the caller may edit."""
@@ -534,7 +558,9 @@ class Session:
                               arguments=normalized, call_id=call_id)
         adapter = tool.output_adapter
         try:  # the TypeAdapter's own validator and serializer: validate_python / dump_python(mode="json")
-            content = adapter.serializer.to_python(adapter.validator.validate_python(raw), mode="json")
+            if type(raw) is not _result_model(adapter):  # an exact instance of the model would come back as is
+                raw = adapter.validator.validate_python(raw)
+            content = adapter.serializer.to_python(raw, mode="json")
         except ValidationError as exc:
             text, details = describe_validation_error(exc, "result")
             log.warning("tool %s returned a value that fails its return type: %s", name, text)
@@ -546,7 +572,7 @@ class Session:
             return ToolResult(name=name, ok=False, error_type="internal_error", error_code="invalid_result",
                               error=f"internal error in {name}: the tool's result could not be serialised: "
                                     f"{type(exc).__name__}: {exc}", arguments=normalized, call_id=call_id)
-        return ToolResult(name=name, ok=True, content=content, arguments=normalized, call_id=call_id)
+        return ToolResult(name, True, content, None, None, None, None, normalized, call_id)  # positional: hot path
 
     def _check_write(self, tool: ToolSpec, result: ToolResult, before: str,
                      state: BaseModel) -> tuple[ToolResult, str]:

@@ -15,7 +15,7 @@ import pickle
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gym_envfactory import Session, ToolError, define_environment, get_environment, tool
 from gym_envfactory.environment import cow
@@ -432,3 +432,53 @@ def test_C03_nested_collections_of_a_copied_record_are_copy_on_write_too():
     assert again.model_dump_json() == view.model_dump_json()
     next(iter(again.hotels.values())).amenities.append("drawbridge")
     assert "drawbridge" not in view.model_dump_json() and base.model_dump_json() == want
+
+
+# ---------------------------------------------------------------- Session.call fast path keeps validation
+class Checked(BaseModel):
+    x: int
+
+    @model_validator(mode="after")
+    def _non_negative(self) -> Checked:
+        if self.x < 0:
+            raise ValueError("x must be >= 0")
+        return self
+
+
+class Revalidated(BaseModel):
+    model_config = ConfigDict(revalidate_instances="always")
+    x: int
+
+
+class Plain(BaseModel):
+    x: int
+
+
+@tool(read_only=True)
+def checked_out(state: Store, *, x: int) -> Checked:
+    """Returns an instance built without validation (its after-validator must still run)."""
+    return Checked.model_construct(x=x)
+
+
+@tool(read_only=True)
+def revalidated_out(state: Store, *, x: str) -> Revalidated:
+    """Returns an instance holding a wrong type (revalidate_instances="always" must catch it)."""
+    return Revalidated.model_construct(x=x)  # type: ignore[arg-type]
+
+
+@tool(read_only=True)
+def plain_out(state: Store, *, as_dict: bool) -> Plain:
+    """Returns the declared model, or a dict for it (validated into the model)."""
+    return {"x": "7"} if as_dict else Plain(x=3)  # type: ignore[return-value]
+
+
+def test_the_result_fast_path_still_runs_every_validator():
+    env = define_environment("CowResults", Store, [checked_out, revalidated_out, plain_out], register=False)
+    s = Session(env)
+    assert s.call("checked_out", {"x": 1}).content == {"x": 1}
+    r = s.call("checked_out", {"x": -1})
+    assert r.error_code == "invalid_result" and "x must be >= 0" in r.error
+    assert s.call("revalidated_out", {"x": "5"}).content == {"x": 5}
+    assert s.call("revalidated_out", {"x": "five"}).error_code == "invalid_result"
+    assert s.call("plain_out", {"as_dict": False}).content == {"x": 3}
+    assert s.call("plain_out", {"as_dict": True}).content == {"x": 7}
