@@ -43,6 +43,7 @@ import hashlib
 import importlib.util
 import inspect
 import json
+import logging
 import random
 import re
 import sys
@@ -599,7 +600,10 @@ class LiveInstance:
     def __deepcopy__(self, memo: dict) -> LiveInstance:
         try:
             api = copy.deepcopy(self.api, memo)
-        except Exception:  # noqa: BLE001 - an instance holding a lock, a file...: rebuilt from the fields
+        except Exception as exc:  # noqa: BLE001 - an instance holding a lock, a file...: rebuilt from the fields
+            logging.getLogger(__name__).warning(
+                "the live %s instance cannot be copied (%s: %s): the copy is rebuilt from the state's fields, "
+                "without its private attributes", type(self.api).__name__, type(exc).__name__, exc)
             api = None
         new = LiveInstance(self.owner, api, copy.deepcopy(self.entropy, memo))
         new.dirty, new.exposed, new.seen = self.dirty and api is not None, self.exposed, self.seen

@@ -321,3 +321,25 @@ def test_cli_imports_a_plain_class(tmp_path):
         assert ticket["shard"] == stable_hash("vpn") % 8
     finally:
         purge_modules("CliDesk")
+
+
+def test_an_instance_that_cannot_be_copied_is_rebuilt_on_a_fork(caplog):
+    import threading
+
+    class LockedCounter:
+        def __init__(self) -> None:
+            self.n = 0
+            self._lock = threading.Lock()
+
+        def bump(self) -> int:
+            """Count one."""
+            with self._lock:
+                self.n += 1
+                return self.n
+
+    spec = import_python_class(LockedCounter, name="LockedCounterImp", register=False)
+    s = Session(spec)
+    assert s.call("bump", {}).content == 1
+    child = s.fork()
+    assert child.call("bump", {}).content == 2 and s.call("bump", {}).content == 2
+    assert child.state() == {"n": 2} and "cannot be copied" in caplog.text
