@@ -49,8 +49,9 @@ ATOMIC_TYPES: frozenset[type] = frozenset({str, int, float, bool, type(None), by
 
 def copy_value(value: Any) -> Any:
     """A private copy of one value taken from a base (copy-on-write all the way down): atomic values
-    (:data:`ATOMIC_TYPES`, enums) as they are; a dict becomes a :class:`CowDict` over the same values
-    (each copied in turn when handed out); lists, tuples and sets holding mutable items and Pydantic
+    (:data:`ATOMIC_TYPES`, enums) as they are; a dict holding a mutable value becomes a :class:`CowDict`
+    over the same values (each copied in turn when handed out), a dict of atomic values a plain copy (so
+    reads of it stay native); lists, tuples and sets holding mutable items and Pydantic
     models are copied one level (a model: a new instance with a copied ``__dict__``, fields-set, extra and
     private attributes, no validation), their items with this function; any other object with
     :func:`copy.deepcopy`.  Output: equal to ``value`` and serialised identically; nothing reachable from
@@ -59,10 +60,11 @@ def copy_value(value: Any) -> Any:
     t = type(value)
     if t in ATOMIC_TYPES:
         return value
-    if t is dict:
-        return CowDict(value)
-    if t is CowDict:
-        return CowDict(dict.items(value))
+    if t is dict or t is CowDict:
+        for v in dict.values(value):
+            if type(v) not in ATOMIC_TYPES:  # records: copied when handed out
+                return CowDict(value) if t is dict else CowDict(dict.items(value))
+        return dict.copy(value) if t is dict else dict(dict.items(value))  # atomic values: a plain copy, native reads
     if t is list:
         return [v if type(v) in ATOMIC_TYPES else copy_value(v) for v in value]
     if isinstance(value, BaseModel):
@@ -292,7 +294,7 @@ def make_view(base: M) -> M:
         elif (t is dict or t is CowDict) and eager and not all(type(x) in ATOMIC_TYPES for x in dict.values(v)):
             d[k] = deep_copy_value(v)
         else:
-            d[k] = copy_value(v)  # a dict: a CowDict over the base's values
+            d[k] = copy_value(v)  # a dict of records: a CowDict over the base's values
     _set = object.__setattr__
     _set(new, "__dict__", d)
     _set(new, "__pydantic_fields_set__", set(base.__pydantic_fields_set__))
