@@ -75,7 +75,7 @@ from .analysis import ImporterError, ServerAnalysis, ToolPlan, analyze_tool_serv
 from .codegen import generate_tools_py
 from .isolation import check_session_isolation, shared_module_globals
 from .probe import probe_scenarios
-from .python_class import import_python_class
+from .python_class import import_class_package, import_python_class
 from .sandbox import SANDBOX_MODES, resolve_sandbox
 from .server import DEFAULT_OUT_DIR, ImportedPackage, bridge_source, import_server_package, import_tool_server
 
@@ -97,6 +97,7 @@ __all__ = [
     "classify_tool",
     "function_node",
     "generate_tools_py",
+    "import_class_package",
     "import_python_class",
     "import_server_package",
     "import_tool_server",
