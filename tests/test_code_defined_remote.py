@@ -120,3 +120,34 @@ def test_serve_module_errors_are_one_line(tmp_path, module, words):
     r = subprocess.run([sys.executable, "-m", "gym_envfactory.cli", "serve", "--module", module, "--port", "0"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"})
     assert r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("how", ["print", "os.write"])
+def test_a_module_printing_a_fake_announcement_cannot_redirect_the_client(tmp_path, how):
+    # print() is redirected to stderr while --module imports; a write to fd 1 gets through, and the
+    # parent ignores it: only the announcement carrying its nonce counts (the token never leaves)
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    got: list[bytes] = []
+
+    def accept():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            got.append(c.recv(4096))
+            c.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    fake = json.dumps({"listening": f"http://127.0.0.1:{srv.getsockname()[1]}"})
+    emit = f"print({fake!r}, flush=True)" if how == "print" else f"import os; os.write(1, ({fake!r} + chr(10)).encode())"
+    (tmp_path / "pantry_envs.py").write_text(MODULE + "\n" + emit + "\n")
+    script = DRIVER.format(import_line="import pantry_envs", guard="main()")
+    out = _result(_run(tmp_path, script))
+    srv.close()
+    assert out["reward"] == 1.0 and got == []

@@ -7,6 +7,7 @@ import logging
 import os
 import queue
 import re
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from typing import IO
 from gym_envfactory.environment.catalog import IMPORTING_ENV_VAR, get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import BackendError
+from gym_envfactory.server import ANNOUNCE_NONCE_VAR
 
 __all__ = ["start_server_process", "ServerProcess", "module_argument"]
 
@@ -189,6 +191,8 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
                            f"`if __name__ == \"__main__\":` so importing the module only defines environments")
     cmd = [sys.executable, "-m", "gym_envfactory.cli", "serve", *envs, "--host", "127.0.0.1", "--port", "0", "--announce"]
     environ = {k: v for k, v in os.environ.items() if k not in ("ENVFACTORY_TOKEN", "ENVFACTORY_TOKEN_FILE")}
+    nonce = secrets.token_hex(16)  # only the announcement carrying it is the server's (not a module's print)
+    environ[ANNOUNCE_NONCE_VAR] = nonce
     paths: list[str] = []
     for name in envs:
         try:
@@ -244,8 +248,10 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
             raise BackendError(f"environment server exited with {code}{why}")
         if line.startswith("{"):
             try:
-                url = json.loads(line)["listening"]
-            except (ValueError, KeyError, TypeError):
+                msg = json.loads(line)
+                if msg.get("nonce") == nonce:
+                    url = msg["listening"]
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
     announced.set()
     server.forget_token()

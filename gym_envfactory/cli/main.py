@@ -368,7 +368,8 @@ def serve_cmd(
     defined: list[str] = []
     for m in module or []:
         try:
-            found = import_environment_module(m)
+            with contextlib.redirect_stdout(sys.stderr):  # stdout carries the announcement (and stdio MCP) only
+                found = import_environment_module(m)
         except EnvFactoryError as exc:
             err_console.print(str(exc), style="red", markup=False, highlight=False)
             raise typer.Exit(1) from None
