@@ -319,6 +319,17 @@ def _check_line_quantity(state: OnlineStoreDB, v: Variant, quantity: int) -> Non
                         code="out_of_stock")
 
 
+def _line_refund(state: OnlineStoreDB, o: Order, line: OrderLine, quantity: int) -> float:
+    """Refund for returning ``quantity`` more units of ``line``: what was paid for all units returned
+    so far (these included), rounded, minus what the line's earlier returns already refunded; so the
+    cumulative refund of a line never exceeds what was paid for it, however the return is split."""
+    n = line.returned_quantity + quantity
+    paid = _money((line.unit_price * n - line.discount * n / line.quantity) * (1 + o.vat_rate))
+    before = sum(x.refund for rid in o.return_ids if rid in state.returns
+                 for x in state.returns[rid].lines if x.variant_id == line.variant_id)
+    return _money(max(0.0, paid - before))
+
+
 def _return_deadline(state: OnlineStoreDB, o: Order) -> date | None:
     if o.delivered_at is None:
         return None
@@ -646,6 +657,24 @@ def apply_cart_promo_code(
     return _cart_view(state, c)
 
 
+@tool(destructive=True)
+def remove_cart_promo_code(
+    state: OnlineStoreDB,
+    *,
+    customer_id: CustomerId,
+) -> CartView:
+    """Drop the promo code from the shopper's cart (e.g. one that no longer applies after the cart
+    changed, which blocks checkout); the items stay in the cart. Returns the updated cart with totals.
+    Errors: not_found (unknown customer), invalid_state (no promo code is applied to the cart).
+    """
+    c = _customer(state, customer_id)
+    cart = state.carts.get(customer_id)
+    if cart is None or cart.promo_code is None:
+        raise ToolError(f"No promo code is applied to the cart of {customer_id}", code="invalid_state")
+    cart.promo_code = None
+    return _cart_view(state, c)
+
+
 # ----------------------------------------------------------------------------- orders
 
 
@@ -666,7 +695,7 @@ def place_store_order(
     Returns the order with its new order_id (ORD-xxxxx), lines, totals and how it was paid.
     Errors: not_found (unknown customer, address or payment method), invalid_state (empty cart),
     out_of_stock, promo_expired / promo_not_eligible (the cart's code no longer applies: apply another
-    code or change the cart), card_expired, payment_required (no payment method and not enough store
+    code, change the cart or drop the code with remove_cart_promo_code), card_expired, payment_required (no payment method and not enough store
     credit).
     """
     c = _customer(state, customer_id)
@@ -683,7 +712,8 @@ def place_store_order(
     if promo is not None:
         problem = _promo_problem(state, customer_id, promo, cart.lines)
         if problem is not None:
-            raise problem
+            raise ToolError(f"{problem.message}; the cart's code {promo.code} no longer applies: drop it with "
+                            "remove_cart_promo_code or apply another code", code=problem.code)
     p = _price(state, cart.lines, promo, addr.country, shipping_speed)
     credit = _money(min(c.store_credit, p.total)) if use_store_credit else 0.0
     due = _money(p.total - credit)
@@ -820,7 +850,8 @@ def request_order_return(
     """Return items of a delivered order within 30 days of delivery; the refund is issued at once.
 
     Refund per unit = unit price minus its share of the line's promo discount, plus the order's VAT rate;
-    shipping is not refunded. Returns the return (RMA-xxxx) with per-line refunds, refund_amount and
+    shipping is not refunded. Rounding is applied to a line's cumulative refund, so returning units one
+    at a time refunds exactly what returning them together would. Returns the return (RMA-xxxx) with per-line refunds, refund_amount and
     where it went.
     Errors: not_found (unknown order, or a variant not in the order), invalid_state (order not delivered
     yet: cancel it while processing), return_window_closed, not_returnable (final-sale item),
@@ -849,8 +880,7 @@ def request_order_return(
         if it.quantity > left:
             raise ToolError(f"Only {left} of {it.variant_id} can still be returned from {order_id}",
                             code="invalid_quantity")
-        net = line.unit_price * it.quantity - line.discount * it.quantity / line.quantity
-        plan.append((line, it.quantity, _money(net * (1 + o.vat_rate))))
+        plan.append((line, it.quantity, _line_refund(state, o, line, it.quantity)))
     amount = _money(sum(r for _, _, r in plan))
     to_pm = 0.0
     if refund_to == "original_payment":
