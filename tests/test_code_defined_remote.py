@@ -14,6 +14,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
+
+from gym_envfactory import tool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -151,3 +154,31 @@ def test_a_module_printing_a_fake_announcement_cannot_redirect_the_client(tmp_pa
     out = _result(_run(tmp_path, script))
     srv.close()
     assert out["reward"] == 1.0 and got == []
+
+
+def test_define_environment_refuses_a_catalog_name_unless_overwrite():
+    from gym_envfactory import define_environment, get_environment
+    from gym_envfactory.environment.catalog import forget_environment
+    from gym_envfactory.errors import SpecError
+
+    shipped = len(get_environment("OnlineStore").tools)
+    with pytest.raises(SpecError, match="OnlineStore is a catalog environment .*overwrite=True"):
+        define_environment("OnlineStore", Tiny, [bump], register=False)
+    assert len(get_environment("OnlineStore").tools) == shipped  # nothing replaced
+    try:
+        define_environment("OnlineStore", Tiny, [bump], overwrite=True)
+        assert list(get_environment("OnlineStore").tools) == ["bump"]
+    finally:
+        forget_environment("OnlineStore")
+    assert len(get_environment("OnlineStore").tools) == shipped
+
+
+class Tiny(BaseModel):
+    n: int = 0
+
+
+@tool
+def bump(state: Tiny) -> int:
+    """Add one."""
+    state.n += 1
+    return state.n

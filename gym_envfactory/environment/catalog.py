@@ -177,6 +177,7 @@ def define_environment(
     set_fields: Sequence[str] = (),
     strict_arguments: bool = False,
     register: bool = True,
+    overwrite: bool = False,
 ) -> EnvironmentSpec:
     """Define an environment in code, without a folder, and (by default) register it with Gymnasium.
 
@@ -204,9 +205,20 @@ def define_environment(
     or number → string coercion; docs/argument-policy.md, "Strict mode"), as ``strict_arguments = true``
     in an ``environment.toml`` does.
 
+    ``overwrite=True`` lets the definition shadow a catalog environment of the same name in this
+    process (tasks of other environments that name it would then get this one); redefining an earlier
+    code-defined environment needs no flag.
+
     Raises:
-        SpecError: bad name/version/domain or a tool signature that breaks the authoring contract.
+        SpecError: bad name/version/domain, a tool signature that breaks the authoring contract, or a
+            name that belongs to a catalog package (shipped or on ``$ENVFACTORY_CATALOG``) without
+            ``overwrite=True``.
     """
+    if not overwrite and name not in _PROGRAMMATIC:
+        folder = catalog_folders().get(name)
+        if folder is not None:
+            raise SpecError(f"{name} is a catalog environment ({folder}); choose another name, or pass "
+                            f"overwrite=True to shadow it in this process", field="name")
     manifest = Manifest(
         name=name,
         version=version,
