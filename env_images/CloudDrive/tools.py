@@ -197,7 +197,11 @@ def _check_quota(state: DriveDB, owner_id: str, add_mb: float) -> None:
 def _check_size(state: DriveDB, size_mb: float) -> float:
     if size_mb > state.max_file_mb:
         raise ToolError(f"{size_mb} MB is over the {state.max_file_mb:.0f} MB single-file limit", code="file_too_large")
-    return _mb(size_mb)
+    size = _mb(size_mb)
+    if size < 0.01:
+        raise ToolError(f"size_mb {size_mb} rounds to {size:.2f} MB; sizes are kept to 0.01 MB, the smallest "
+                        "upload is 0.01 MB", code="invalid_argument")
+    return size
 
 
 def _under(state: DriveDB, folder_id: str) -> tuple[list[Folder], list[DriveFile]]:
@@ -534,7 +538,7 @@ def upload_file(
     """Upload a new file (version 1) into a folder (owner or editor of the folder). The file belongs
     to the folder's owner and counts against that owner's quota. Returns the new file with its id.
     Errors: not_found, permission_denied, item_trashed, invalid_name, invalid_argument (mime type not
-    like 'type/subtype'), name_conflict (use upload_file_version for a new version of an existing file),
+    like 'type/subtype', or a size under 0.01 MB once rounded to 0.01 MB), name_conflict (use upload_file_version for a new version of an existing file),
     file_too_large, quota_exceeded.
     """
     fo = _folder(state, folder_id)
@@ -569,7 +573,8 @@ def upload_file_version(
 ) -> FileView:
     """Upload a new version of an existing file (owner or editor); it becomes the current version and
     older versions are kept (they still count against the owner's quota). Returns the file.
-    Errors: not_found, permission_denied, item_trashed, file_too_large, quota_exceeded.
+    Errors: not_found, permission_denied, item_trashed, invalid_argument (a size under 0.01 MB once
+    rounded to 0.01 MB), file_too_large, quota_exceeded.
     """
     f = _file(state, file_id)
     _require(state, user_id, f, "editor", "upload a new version")
@@ -764,6 +769,7 @@ def update_share(
     """Change a share's role and/or expiry (item owner only); an expired share given a new date is in
     force again. Returns the updated share.
     Errors: not_found, permission_denied, invalid_state (share revoked: create a new one),
+    item_trashed (the shared item is in the trash: restore it first; revoke_share still works),
     invalid_argument (edit role on a link, or both expires_on and remove_expiry), invalid_date,
     no_change (nothing would change).
     """
@@ -772,6 +778,7 @@ def update_share(
     _require(state, user_id, it, "owner", "change its shares")
     if s.status == "revoked":
         raise ToolError(f"Share {share_id} was revoked; create a new share instead", code="invalid_state")
+    _require_active(it)
     if role == "editor" and s.kind == "link":
         raise ToolError("Links can only be viewer or commenter; share with the person as editor instead",
                         code="invalid_argument")
