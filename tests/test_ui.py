@@ -104,7 +104,7 @@ def test_malformed_rollout_line_names_file_and_line(tmp_path):
     with pytest.raises(DatasetError, match=r"bad\.jsonl:2: not JSON"):
         load_rollouts(f)
     r = TestClient(create_app([f], check_images=False)).get("/rollouts")
-    assert r.status_code == 422 and "bad.jsonl:2" in r.text
+    assert r.status_code == 422 and "bad.jsonl:2" in r.text  # the only file: the index is an error
 
 
 def test_rollout_file_is_reread_when_it_changes(tmp_path, rollout_file):
@@ -135,3 +135,31 @@ def test_cli_refuses_a_malformed_rollouts_file_naming_the_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "gym_envfactory.cli", "ui", "--rollouts", str(f), "--no-images"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "bad.jsonl:1" in r.stderr and "JSON object" in r.stderr
+
+
+@pytest.mark.parametrize(("record", "field"), [
+    ({"messages": ["hi"]}, "messages[0]"),
+    ({"messages": [{"role": "assistant", "tool_calls": "x"}]}, "messages[0].tool_calls"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"function": "f"}]}]}, "messages[0].tool_calls[0]"),
+    ({"messages": [], "errors": 3}, "errors"),
+    ({"messages": [], "components": {"state_diff": 1}}, "components.state_diff"),
+    ({"messages": [], "components": {"turns": [1]}}, "components.turns"),
+])
+def test_oddly_typed_records_are_refused_naming_the_field_and_other_files_stay_readable(tmp_path, rollout_file, record, field):
+    bad = tmp_path / "odd.jsonl"
+    bad.write_text(json.dumps(record) + "\n")
+    with pytest.raises(DatasetError, match=r"odd\.jsonl:1") as err:
+        load_rollouts(bad)
+    assert field in str(err.value)
+    c = TestClient(create_app([bad, rollout_file], check_images=False))
+    r = c.get("/rollouts")
+    assert r.status_code == 200 and "odd.jsonl:1" in r.text and "mean reward" in r.text  # the good file still shows
+    assert c.get("/rollouts/0/0").status_code == 422
+    assert c.get("/rollouts/1/0").status_code == 200
+
+
+def test_a_file_that_is_not_utf8_is_a_dataset_error(tmp_path):
+    f = tmp_path / "bin.jsonl"
+    f.write_bytes(b'{"messages": []}\n\xff\xfe\n')
+    with pytest.raises(DatasetError, match="not UTF-8"):
+        load_rollouts(f)

@@ -220,13 +220,15 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
         return HTMLResponse(pages.graph_page(spec.name, svg, rows, note))
 
     def rollouts_index(request: Request) -> HTMLResponse:
-        files = []
+        files: list[tuple[str, list[Episode] | str]] = []
+        bad = 0
         for p in st.rollout_paths:
             try:
                 files.append((str(p), st.episodes(p)))
-            except EnvFactoryError as exc:
-                return HTMLResponse(pages.error_page(422, str(exc)), status_code=422)
-        return HTMLResponse(pages.rollouts_page(files))
+            except EnvFactoryError as exc:  # shown in that file's section; the other files stay readable
+                files.append((str(p), str(exc)))
+                bad += 1
+        return HTMLResponse(pages.rollouts_page(files), status_code=422 if bad and bad == len(files) else 200)
 
     def episode(request: Request) -> HTMLResponse:
         try:

@@ -159,13 +159,17 @@ def graph_page(env_name: str, svg: str | None, rows: Sequence[dict[str, Any]], n
     return page(f"Tool graph: {env_name}", "".join(b))
 
 
-def rollouts_page(files: Sequence[tuple[str, Sequence[Episode]]]) -> str:
-    """Every loaded rollout file and its episodes, with reward, steps and errors."""
+def rollouts_page(files: Sequence[tuple[str, Sequence[Episode] | str]]) -> str:
+    """Every loaded rollout file and its episodes, with reward, steps and errors; a file that does not
+    load (a string: the error naming its line) is shown as that error."""
     if not files:
         return page("Rollouts", "<p>No rollout file loaded: start with <code>envfactory ui --rollouts "
                                 "trajectories.jsonl</code> (written by <code>envfactory rollout --out</code>).</p>")
     b = []
     for fi, (name, eps) in enumerate(files):
+        if isinstance(eps, str):
+            b.append(f"<h2>{esc(name)}</h2><p class='err'>{esc(eps)}</p>")
+            continue
         rewards = [e.record.get("reward") for e in eps if isinstance(e.record.get("reward"), (int, float))]
         mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "n/a"
         b.append(f"<h2>{esc(name)}</h2><p>{len(eps)} episodes, mean reward {mean}</p>")
@@ -184,7 +188,8 @@ def rollouts_page(files: Sequence[tuple[str, Sequence[Episode]]]) -> str:
 def _components_table(c: dict[str, Any]) -> str:
     keys = ["reward", "r_traj", "r_state", "r_output", "matched", "n_ground_truth", "surplus", "invalid", "penalty"]
     cells = [[esc(k), esc(f"{c[k]:.3f}" if isinstance(c.get(k), float) else c.get(k))] for k in keys if k in c]
-    extra = [[esc(k), esc(", ".join(map(str, c[k])))] for k in ("vacuous", "missed") if c.get(k)]
+    extra = [[esc(k), esc(", ".join(map(str, v)) if isinstance(v, list) else v)]
+             for k in ("vacuous", "missed") if (v := c.get(k))]
     return _table(["component", "value"], cells + extra)
 
 

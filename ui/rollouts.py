@@ -101,7 +101,7 @@ def split_turns(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Turn
         t.messages.append(msg)
         if msg.get("role") == "assistant":
             for call in msg.get("tool_calls") or []:
-                fn = call.get("function") or {} if isinstance(call, dict) else {}
+                fn = call.get("function") or {}
                 args = fn.get("arguments", "")
                 t.calls.append(ToolCallView(call_id=str(call.get("id") or ""), name=str(fn.get("name", "?")),
                                             arguments=args if isinstance(args, str) else json.dumps(args)))
@@ -113,6 +113,38 @@ def split_turns(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Turn
                     c.error = _error_code(msg.get("content"))
                     break
     return preamble, turns
+
+
+def _shape_problem(rec: dict[str, Any]) -> tuple[str, str] | None:
+    """``(field, message)`` for the first value of ``rec`` whose type the pages cannot show, else ``None``."""
+    for i, m in enumerate(rec["messages"]):
+        if not isinstance(m, dict):
+            return f"messages[{i}]", "a message must be a JSON object"
+        calls = m.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            return f"messages[{i}].tool_calls", "tool_calls must be a list"
+        for j, c in enumerate(calls):
+            if not isinstance(c, dict) or not isinstance(c.get("function", {}), dict):
+                return f"messages[{i}].tool_calls[{j}]", "a tool call must be an object with a 'function' object"
+    for key in ("errors", "perturbations"):
+        if rec.get(key) is not None and not isinstance(rec[key], list):
+            return key, f"{key} must be a list"
+    comps = rec.get("components")
+    if comps is None:
+        return None
+    if not isinstance(comps, dict):
+        return "components", "components must be an object"
+    for key in ("turns", "state_diff"):
+        v = comps.get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, dict) for x in v)):
+            return f"components.{key}", f"components.{key} must be a list of objects"
+    for key in ("vacuous", "missed"):
+        v = comps.get(key)
+        if v is not None and not isinstance(v, list):
+            return f"components.{key}", f"components.{key} must be a list"
+    return None
 
 
 def load_rollouts(path: str | Path) -> list[Episode]:
@@ -127,6 +159,8 @@ def load_rollouts(path: str | Path) -> list[Episode]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise DatasetError(f"cannot read the rollouts file: {exc.strerror or exc}", file=str(p)) from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", file=str(p)) from None
     episodes: list[Episode] = []
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
@@ -140,5 +174,8 @@ def load_rollouts(path: str | Path) -> list[Episode]:
         if not isinstance(rec.get("messages"), list):
             raise DatasetError("an episode record needs a 'messages' list (the `envfactory rollout --out` format)",
                                file=str(p), line=n, field="messages")
+        problem = _shape_problem(rec)
+        if problem is not None:
+            raise DatasetError(problem[1], file=str(p), line=n, field=problem[0])
         episodes.append(Episode(file=p, line=n, record=rec))
     return episodes
