@@ -372,8 +372,9 @@ class Session:
 
     def state_model(self, env: str | None = None) -> BaseModel:
         """The live Pydantic state of ``env`` (default: the only/first environment).  Mutating it
-        mutates the session (kept by later rollbacks, at the cost of one serialisation per write call
-        from then on); prefer :meth:`state` for reading.
+        mutates the session (kept by later rollbacks, at the cost of one deep copy of the state per write
+        call and per fork from then on, until a rollback replaces the model); prefer :meth:`state` for
+        reading.
 
         Raises:
             SpecError: the session's state of ``env`` does not validate (it is kept as it is).
