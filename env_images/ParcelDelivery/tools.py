@@ -386,7 +386,7 @@ def quote_parcel_rate(
     from_address_id: Annotated[str, Field(description="Sender address id from the customer's address book")],
     to_address_id: Annotated[str, Field(description="Recipient address id from the customer's address book")],
     parcels: Annotated[list[ParcelSpec], Field(description="The parcels (1-5) with weight_kg, length_cm, width_cm, height_cm")],
-    service: Annotated[ServiceLevel, Field(description="economy (zone+2 days), express (zone days) or overnight (next day)")] = "economy",
+    service: Annotated[ServiceLevel, Field(description="economy (cheapest, zone+2 days), express (zone days) or overnight (next day, dearest)")] = "economy",
     declared_value: Annotated[float, Field(description="Value to insure in EUR (0-2500); 50 EUR cover is included free")] = 0.0,
 ) -> Quote:
     """Price a shipment and save the quote (Q-xxxx) that create_parcel_shipment turns into a paid label.
