@@ -119,6 +119,10 @@ def place(db: FitnessDB, mid: str, cid: str, status: str = "booked", *, guest: s
     return bid
 
 
+def overlaps(a: ClassSession, b: ClassSession) -> bool:
+    return a.start < b.start + timedelta(minutes=b.duration_min) and b.start < a.start + timedelta(minutes=a.duration_min)
+
+
 def charge(db: FitnessDB, mid: str, kind: str, amount: float, desc: str, at: str, ref: str | None = None) -> str:
     cid = f"CH-{db.next_charge_seq:04d}"
     db.next_charge_seq += 1
@@ -232,7 +236,7 @@ def small_state() -> FitnessDB:
     place(db, "M-007", "CL-117", created="2026-11-29T17:00")           # BKG-0017
     place(db, "M-005", "CL-110", created="2026-11-30T06:40")           # BKG-0018
     place(db, "M-003", "CL-109", created="2026-11-30T12:00")           # BKG-0019
-    place(db, "M-003", "CL-116", created="2026-11-30T12:02")           # BKG-0020
+    place(db, "M-003", "CL-120", created="2026-11-30T12:02")           # BKG-0020 (not CL-116: it overlaps CL-115)
     place(db, "M-002", "CL-112", created="2026-11-30T13:10")           # BKG-0021
     place(db, "M-004", "CL-111", created="2026-11-30T15:00")           # BKG-0022
     place(db, "M-001", "CL-101", "attended", created="2026-11-30T20:00")  # BKG-0023
@@ -346,6 +350,9 @@ def large_state() -> FitnessDB:
             continue
         c = rng.choice(options)
         if any(db.bookings[b].member_id == m.member_id for b in c.roster + c.waitlist):
+            continue
+        if any(b.member_id == m.member_id and b.status != "cancelled" and not b.guest_name  # never double-booked
+               and overlaps(db.classes[b.class_id], c) for b in db.bookings.values()):
             continue
         left = None if plan.class_credits is None else plan.class_credits - m.credits_used
         if left is not None and left < c.credits:

@@ -145,6 +145,7 @@ class CancelClassResult(BaseModel):
     fee_charge_id: str | None
     promoted_booking_id: str | None
     promoted_member_id: str | None
+    dropped_waitlist_booking_ids: list[str] = []  # waitlisted members skipped: busy then, taken off, credits back
 
 
 class PTBookingResult(BaseModel):

@@ -12,6 +12,9 @@ Conventions (kept compact so the small state stays readable):
   (``cycle_start`` inclusive to ``cycle_end`` exclusive): ``credits_used`` and ``guest_passes_used``.
   What is left is the plan's allowance minus what was used (a plan with ``class_credits = None`` is
   unlimited).  Joining a waitlist holds the credits at once; they come back if the member leaves it.
+- A member's own class places and personal-training sessions never overlap.  A waitlisted member who
+  meanwhile took another place or a session at that time is skipped at promotion: taken off the
+  waitlist (cancelled) with the held credits returned.
 - A freeze covers ``freeze_start`` through ``freeze_end`` (both inclusive); ``freeze_days_used``
   counts the frozen days of the current calendar year against the plan's allowance.
 - Money is EUR rounded to cents.  A charge is signed from the club's point of view (positive: the

@@ -242,6 +242,27 @@ def _hit(state: FitnessDB, c: ClassSession) -> dict:
             "waitlist_length": len(c.waitlist), "status": c.status}
 
 
+def _naive(state: FitnessDB, dt: datetime, name: str) -> None:
+    if dt.tzinfo is not None:
+        raise ToolError(f"{name} must be the club's local time ({state.timezone}) as a naive ISO datetime without a "
+                        f"UTC offset or Z, e.g. 2026-12-03T07:00:00; {dt.isoformat()} has one", code="invalid_time")
+
+
+def _member_busy(state: FitnessDB, m: Member, start: datetime, end: datetime, skip_class: str = "") -> str | None:
+    """What keeps the member busy between start and end: a place of their own in a class (booked or
+    attended; guests' places and waitlist entries do not count) or a booked personal-training session."""
+    for b in state.bookings.values():
+        o = state.classes[b.class_id]
+        if (b.member_id == m.member_id and b.status in ("booked", "attended") and not b.guest_name
+                and o.class_id != skip_class and o.start < end and start < _end(o)):
+            return f"booked into {o.name} ({o.class_id}, {o.start:%a %H:%M}-{_end(o):%H:%M}, {b.booking_id})"
+    for p in state.pt_sessions.values():
+        if (p.member_id == m.member_id and p.status == "booked" and p.start < end
+                and start < p.start + timedelta(minutes=p.duration_min)):
+            return f"booked for personal training {p.session_id} ({p.start:%a %H:%M})"
+    return None
+
+
 def _busy(state: FitnessDB, ins: Instructor, start: datetime, end: datetime) -> str | None:
     for c in state.classes.values():
         if c.instructor_id == ins.instructor_id and c.status == "scheduled" and c.start < end and start < _end(c):
@@ -578,8 +599,9 @@ def book_class(
     Errors: not_found (member or class), class_cancelled, class_started, outside_booking_window,
     membership_frozen / invalid_state (frozen on the class day, or cancelled membership), access_denied
     (home-location plan, class elsewhere), already_booked (a place or waitlist entry on this class
-    already), schedule_conflict (another booked class overlaps), class_full (use join_waitlist),
-    insufficient_credits, no_guest_passes.
+    already), schedule_conflict (the member's own place in another class, or a personal-training
+    session, overlaps; guests' places and waitlist entries do not count), class_full (use
+    join_waitlist), insufficient_credits, no_guest_passes.
     """
     m = _member(state, member_id)
     c = _class(state, class_id)
@@ -589,13 +611,9 @@ def book_class(
     if prior is not None:
         raise ToolError(f"{guest or m.name} already holds {prior.booking_id} ({prior.status}) on class {c.class_id}",
                         code="already_booked")
-    if guest is None:
-        for b in state.bookings.values():
-            o = state.classes[b.class_id]
-            if (b.member_id == m.member_id and b.status == "booked" and not b.guest_name and o.class_id != c.class_id
-                    and o.start < _end(c) and c.start < _end(o)):
-                raise ToolError(f"{m.name} is booked into {o.name} ({o.class_id}, {o.start:%H:%M}-{_end(o):%H:%M}) "
-                                "at the same time", code="schedule_conflict")
+    busy = None if guest else _member_busy(state, m, c.start, _end(c), c.class_id)
+    if busy:
+        raise ToolError(f"{m.name} is {busy} at the same time", code="schedule_conflict")
     if len(c.roster) >= c.capacity:
         raise ToolError(f"{c.name} ({c.class_id}) is full ({c.capacity} places, {len(c.waitlist)} waiting); "
                         "use join_waitlist to queue for a place", code="class_full")
@@ -608,11 +626,13 @@ def join_waitlist(state: FitnessDB, *, member_id: MemberId, class_id: ClassId) -
     """Put a member on the waitlist of a full class session.
 
     The class's credits are held at once (returned if the member leaves the waitlist with
-    cancel_class_booking); when someone with a place cancels, the first member on the waitlist gets it.
+    cancel_class_booking); when someone with a place cancels, the first member on the waitlist who is
+    free at that time gets it (see cancel_class_booking).
     Returns the waitlist entry {booking_id, ..., status: waitlisted, waitlist_position}.
     Errors: not_found, class_cancelled, class_started, outside_booking_window, membership_frozen /
-    invalid_state, access_denied, already_booked, class_not_full (places are free: use book_class),
-    waitlist_full, insufficient_credits.
+    invalid_state, access_denied, already_booked, schedule_conflict (the member has their own place in
+    an overlapping class or a personal-training session then), class_not_full (places are free: use
+    book_class), waitlist_full, insufficient_credits.
     """
     m = _member(state, member_id)
     c = _class(state, class_id)
@@ -621,6 +641,9 @@ def join_waitlist(state: FitnessDB, *, member_id: MemberId, class_id: ClassId) -
     if prior is not None:
         raise ToolError(f"{m.name} already holds {prior.booking_id} ({prior.status}) on class {c.class_id}",
                         code="already_booked")
+    busy = _member_busy(state, m, c.start, _end(c), c.class_id)
+    if busy:
+        raise ToolError(f"{m.name} is {busy} at the same time", code="schedule_conflict")
     if len(c.roster) < c.capacity:
         raise ToolError(f"{c.name} ({c.class_id}) has {c.capacity - len(c.roster)} place(s) free; use book_class",
                         code="class_not_full")
@@ -643,9 +666,12 @@ def cancel_class_booking(
     Leaving a waitlist, or cancelling a place at least late_cancel_hours (12 h) before the class, returns
     the credits (or the guest pass). Later, the credits are forfeited and the late-cancellation fee
     (7.50 EUR) is charged to the member's account. A freed place goes to the first member on the
-    waitlist, whose held credits pay for it.
+    waitlist who is free at that time, whose held credits pay for it. Waitlisted members ahead of them
+    who meanwhile took a place in an overlapping class or booked personal training then are taken off
+    the waitlist (status cancelled, held credits returned) instead of being double-booked; they are
+    listed in dropped_waitlist_booking_ids.
     Returns {booking_id, status, late_cancellation, credits_refunded, guest_pass_refunded, fee_charged,
-    fee_charge_id, promoted_booking_id, promoted_member_id}.
+    fee_charge_id, promoted_booking_id, promoted_member_id, dropped_waitlist_booking_ids}.
     Errors: not_found, already_cancelled, invalid_state (already checked in), class_started.
     """
     b = _booking(state, booking_id)
@@ -674,16 +700,24 @@ def cancel_class_booking(
     (c.roster if had_place else c.waitlist).remove(b.booking_id)
     b.status, b.cancelled_at, b.late_cancellation = "cancelled", state.now, late
     b.cancel_reason, b.fee_charge_id = reason.strip(), fee_id
-    promoted = None
-    if had_place and c.waitlist and len(c.roster) < c.capacity:
-        promoted = state.bookings[c.waitlist.pop(0)]
+    promoted, dropped = None, []
+    while had_place and c.waitlist and len(c.roster) < c.capacity and promoted is None:
+        w = state.bookings[c.waitlist.pop(0)]
+        wm = state.members[w.member_id]
+        if _member_busy(state, wm, c.start, _end(c), c.class_id):
+            wm.credits_used = max(wm.credits_used - w.credits_used, 0)
+            w.status, w.cancelled_at, w.cancel_reason = "cancelled", state.now, "schedule conflict at promotion"
+            dropped.append(w.booking_id)
+            continue
+        promoted = w
         promoted.status = "booked"
         c.roster.append(promoted.booking_id)
     return CancelClassResult(booking_id=b.booking_id, status=b.status, late_cancellation=late,
                              credits_refunded=refunded, guest_pass_refunded=pass_back,
                              fee_charged=state.late_cancel_fee if late else 0.0, fee_charge_id=fee_id,
                              promoted_booking_id=promoted.booking_id if promoted else None,
-                             promoted_member_id=promoted.member_id if promoted else None)
+                             promoted_member_id=promoted.member_id if promoted else None,
+                             dropped_waitlist_booking_ids=dropped)
 
 
 @tool
@@ -692,7 +726,7 @@ def book_personal_training(
     *,
     member_id: MemberId,
     instructor_id: InstructorId,
-    start: Annotated[datetime, Field(description="Start of the 60-minute session, naive ISO datetime on the hour, e.g. 2026-12-03T07:00:00")],
+    start: Annotated[datetime, Field(description="Start of the 60-minute session in the club's local time, naive ISO datetime (no UTC offset) on the hour, e.g. 2026-12-03T07:00:00")],
     focus: Annotated[str, Field(description="What the member wants to work on (free text)")] = "",
 ) -> PTBookingResult:
     """Book a 60-minute personal-training session with an instructor at the instructor's location.
@@ -700,11 +734,13 @@ def book_personal_training(
     The price is the instructor's pt_rate less the plan's personal-training discount, charged to the
     member's account. Returns {session_id (PT-0001...), instructor, location_id, start, end, price,
     charge_id, balance_due}.
-    Errors: not_found (member or instructor), invalid_time (past, not on the hour, beyond the booking
-    window), membership_frozen / invalid_state, access_denied (home-location plan, instructor elsewhere),
+    Errors: not_found (member or instructor), invalid_time (a UTC offset or Z given: use the club's local
+    time, e.g. 2026-12-03T07:00:00; past, not on the hour, beyond the booking window), membership_frozen / invalid_state, access_denied (home-location plan, instructor elsewhere),
     instructor_unavailable (outside their hours, teaching, or already booked; see
-    get_instructor_availability), schedule_conflict (the member has a class or session then).
+    get_instructor_availability), schedule_conflict (the member has their own place in a class, or a
+    session, then).
     """
+    _naive(state, start, "start")
     m = _member(state, member_id)
     ins = _instructor(state, instructor_id)
     end = start + timedelta(hours=1)
@@ -727,13 +763,9 @@ def book_personal_training(
     if busy:
         raise ToolError(f"{ins.name} is {busy}; free start times: "
                         f"{', '.join(_free_starts(state, ins, start.date())) or 'none'}", code="instructor_unavailable")
-    for b in state.bookings.values():
-        o = state.classes[b.class_id]
-        if b.member_id == m.member_id and b.status == "booked" and not b.guest_name and o.start < end and start < _end(o):
-            raise ToolError(f"{m.name} is booked into {o.name} ({o.class_id}) at that time", code="schedule_conflict")
-    for s in state.pt_sessions.values():
-        if s.member_id == m.member_id and s.status == "booked" and s.start < end and start < s.start + timedelta(hours=1):
-            raise ToolError(f"{m.name} already has personal training {s.session_id} then", code="schedule_conflict")
+    mine = _member_busy(state, m, start, end)
+    if mine:
+        raise ToolError(f"{m.name} is {mine} at that time", code="schedule_conflict")
     price = _money(ins.pt_rate * (1 - plan.pt_discount_percent / 100))
     sid = f"PT-{state.next_pt_seq:04d}"
     state.next_pt_seq += 1
