@@ -15,7 +15,7 @@
 4. Memory rounds (issue 10 part 9): 8 rounds of 1,024 sessions created, played, read and closed over 8
    WebSocket connections; server RSS after close per round (target: round 8 within 10% of round 1).
 Prints figures and ratios and writes bench/results/server.json.
-Usage: python bench/bench_server.py [--quick] [--bystander-only | --memory-only [--no-trim]]
+Usage: python bench/bench_server.py [--quick] [--bystander-only [--reps N] | --memory-only [--no-trim] [--old-gc]]
 """
 
 from __future__ import annotations
@@ -37,8 +37,11 @@ HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
 BYSTANDER_ONLY = "--bystander-only" in sys.argv
 MEMORY_ONLY = "--memory-only" in sys.argv
+REPS = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
 #: With --no-trim the server's idle worker never gives free heap back (the before of issue 10 part 9).
 NO_TRIM = "--no-trim" in sys.argv
+#: With --old-gc the server keeps the collector policy from before issue 10 part 3 (200,000/50/50).
+OLD_GC = "--old-gc" in sys.argv
 
 
 def pct(xs, p):
@@ -59,10 +62,10 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-#: Runs `envfactory serve` with a gc.callbacks hook writing one line per collection to $BENCH_GC_LOG:
+#: Run `envfactory serve` with a gc.callbacks hook writing one line per collection to $BENCH_GC_LOG:
 #: "<generation> <start perf_counter> <seconds> <objects collected>".
-GC_LOG_WRAPPER = """
-import gc, os, sys, time
+GC_LOG_SNIPPET = """
+import gc, os, time
 _log = open(os.environ["BENCH_GC_LOG"], "w", buffering=1)
 _t = [0.0]
 def _cb(phase, info):
@@ -72,24 +75,46 @@ def _cb(phase, info):
         now = time.perf_counter()
         _log.write(f"{info['generation']} {_t[0]:.6f} {now - _t[0]:.6f} {info['collected']}\\n")
 gc.callbacks.append(_cb)
+"""
+#: The server's idle worker never gives free heap back (the before of issue 10 part 9).
+NO_TRIM_SNIPPET = """
+from gym_envfactory.server.worker import Worker
+Worker._idle = lambda self: None
+"""
+#: The collector policy before issue 10 part 3: young passes after 200,000 objects, automatic full passes.
+OLD_GC_SNIPPET = """
+import gc
+import gym_envfactory.server.worker as _w
+def _old():
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(200_000, 50, 50)
+_w.configure_gc = _old
+"""
+MAIN_SNIPPET = """
+import sys
 sys.argv = ["envfactory"] + sys.argv[1:]
 from gym_envfactory.cli.main import main
 main()
 """
 
 
-def start_ours(gc_log: str | None = None) -> tuple[subprocess.Popen, str]:
+def start_ours(gc_log: str | None = None, *, old_gc: bool = False, no_trim: bool = False) -> tuple[subprocess.Popen, str]:
     """`envfactory serve --all` on a free port; with ``gc_log`` (a path) every garbage collection in the server
-    is logged there (:func:`gc_pauses` reads it)."""
+    is logged there (:func:`gc_pauses` reads it); ``old_gc``/``no_trim``: the server as it was before issue 10
+    parts 3 and 9 (for side-by-side figures)."""
     env = {**os.environ, "ENVFACTORY_TOKEN": "bench"}
-    head = [sys.executable, "-m", "gym_envfactory.cli"]
+    code = ""
     if gc_log:
         env["BENCH_GC_LOG"] = gc_log
-        head = [sys.executable, "-c", GC_LOG_WRAPPER]
-    if NO_TRIM:
-        head = [sys.executable, "-c", "import sys; from gym_envfactory.server.worker import Worker; "
-                "Worker._idle = lambda self: None; sys.argv = ['envfactory'] + sys.argv[1:]; "
-                "from gym_envfactory.cli.main import main; main()"]
+        code += GC_LOG_SNIPPET
+    if old_gc:
+        code += OLD_GC_SNIPPET
+    if no_trim or NO_TRIM:
+        code += NO_TRIM_SNIPPET
+    if OLD_GC and not old_gc:
+        code += OLD_GC_SNIPPET
+    head = [sys.executable, "-c", code + MAIN_SNIPPET] if code else [sys.executable, "-m", "gym_envfactory.cli"]
     p = subprocess.Popen([*head, "serve", "--all", "--port", "0", "--announce"], stdout=subprocess.PIPE, text=True, env=env)
     return p, json.loads(p.stdout.readline())["listening"]
 
@@ -330,7 +355,20 @@ async def bystander(url: str, hotel_id: str, n_requests: int, kind: str | None =
             kept += [r["session_id"] for r in made]
             await heavy.batch([("call", {"session_id": s, "name": "update_guest_contact", "arguments": contact})
                                for s in kept[k:]])
-        if kind == "first_calls":
+        episode_tasks: list = []
+        if kind == "episodes":  # another client's GRPO-style frame: whole episodes on fresh sessions
+            spec = get_environment("HotelBooking")
+            pool = [t for t in spec.tasks if len(t.envs) == 1 and t.n_ground_truth_calls >= 2]
+            while sum(t.n_ground_truth_calls for t in episode_tasks) < n_requests:
+                episode_tasks.append(pool[len(episode_tasks) % len(pool)])
+            made = await heavy.batch([("create", {"env": "HotelBooking", "task_id": t.task_id, "shared": True})
+                                      for t in episode_tasks])
+            kept += [r["session_id"] for r in made]
+        if kind == "episodes":
+            frame = [("call", {"session_id": sid, "name": g.name, "arguments": g.arguments})
+                     for sid, t in zip(kept[-len(episode_tasks):], episode_tasks, strict=True)
+                     for turn in t.turns for g in turn.ground_truth][:n_requests]
+        elif kind == "first_calls":
             frame = [("call", {"session_id": s, "name": "get_hotel_details", "arguments": args}) for s in group[:n_requests]]
         elif kind == "reset_calls":
             frame = [r for i in range(n_requests // 2) for r in (
@@ -383,11 +421,30 @@ async def bystander(url: str, hotel_id: str, n_requests: int, kind: str | None =
         await heavy.batch([("close", {"session_id": s}) for s in group + [src]])
         await other.request("close", session_id=mine)
     return {"kind": kind, "live_sessions": live, "requests": len(frame), "failed": failed,
-            "parses": sum(1 for m, _ in frame if m == "call") if kind != "state_reads" else 0,
             "heavy_frame_s": wall, "healthz_n": len(health), "healthz_p50_ms": pct(health, 50) * 1e3,
             "healthz_p99_ms": pct(health, 99) * 1e3, "healthz_max_ms": max(health) * 1e3,
             "call_n": len(calls), "call_p50_ms": pct(calls, 50) * 1e3, "call_p99_ms": pct(calls, 99) * 1e3,
             "call_max_ms": max(calls) * 1e3, **gc_pauses(gc_log, t0, t1)}
+
+
+def print_bystander_sides(runs: dict[str, list]) -> None:
+    """Per case: bystander p99 and the server's longest GC pause during the frame, min/median/max over runs,
+    the collector policy before issue 10 part 3 (old_gc) next to the current one (new_gc)."""
+    import statistics
+
+    def mmm(xs: list[float]) -> str:
+        return f"{min(xs):6.1f}/{statistics.median(xs):6.1f}/{max(xs):6.1f}"
+
+    print("bystander p99 while another client's frame runs (target <= 100 ms), min/median/max over "
+          f"{len(runs['new_gc'])} runs, old collector policy vs new:")
+    for i, r in enumerate(runs["new_gc"][0]):
+        for variant, rows in runs.items():
+            col = [run[i] for run in rows]
+            print(f"  {r['requests']:5d} {r['kind']:<11} ({r['live_sessions']:4d} live) {variant}:"
+                  f" worst of /healthz and call p99 {mmm([max(c['healthz_p99_ms'], c['call_p99_ms']) for c in col])} ms"
+                  f"  (/healthz {mmm([c['healthz_p99_ms'] for c in col])}, call {mmm([c['call_p99_ms'] for c in col])});"
+                  f"  longest server GC pause in the frame {mmm([c.get('gc_max_pause_ms', 0.0) for c in col])} ms;"
+                  f"  frame {mmm([c['heavy_frame_s'] * 1e3 for c in col])} ms")
 
 
 def print_bystander(rows: list[dict]) -> None:
@@ -417,17 +474,18 @@ async def main() -> None:
     if BYSTANDER_ONLY:
         gc_log = str(HERE / "results" / "server_gc.log")
         (HERE / "results").mkdir(exist_ok=True)
-        proc, url = start_ours(gc_log)
-        try:
-            rows = [await bystander(url, hotel_id, k, gc_log=gc_log) for k in sizes]
-            rows.append(await bystander(url, hotel_id, 16 if QUICK else 64, "state_reads", gc_log))
-            rows.append(await bystander(url, hotel_id, 64, "first_calls", gc_log, live=256 if QUICK else 1024))
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-        (HERE / "results").mkdir(exist_ok=True)
-        (HERE / "results" / "server_bystander.json").write_text(json.dumps({"bystander": rows, "target_p99_ms": 100.0}, indent=2))
-        print_bystander(rows)
+        cases = [(64, "first_calls", 0), (1024 if QUICK else 4096, "episodes", 0), (64, "first_calls", 1024)]
+        runs: dict[str, list] = {"old_gc": [], "new_gc": []}
+        for _ in range(REPS):
+            for variant in runs:  # alternate the two servers, so both see the same machine load
+                proc, url = start_ours(gc_log, old_gc=variant == "old_gc")
+                try:
+                    runs[variant].append([await bystander(url, hotel_id, n, kind, gc_log, live) for n, kind, live in cases])
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=10)
+        (HERE / "results" / "server_bystander.json").write_text(json.dumps({"runs": runs, "target_p99_ms": 100.0}, indent=2))
+        print_bystander_sides(runs)
         print(f"wrote {HERE / 'results' / 'server_bystander.json'}")
         return
     if MEMORY_ONLY:
@@ -439,7 +497,7 @@ async def main() -> None:
             proc.wait(timeout=10)
         (HERE / "results").mkdir(exist_ok=True)
         (HERE / "results" / "server_memory.json").write_text(json.dumps(mem, indent=2))
-        print_memory(mem, " (no heap trim)" if NO_TRIM else "")
+        print_memory(mem, (" (no heap trim)" if NO_TRIM else "") + (" (old collector policy)" if OLD_GC else ""))
         print(f"wrote {HERE / 'results' / 'server_memory.json'}")
         return
     fastmcp = await bench_fastmcp(hotel_id, n // 2)

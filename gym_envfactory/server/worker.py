@@ -11,13 +11,15 @@ GIL within the interpreter's switch interval (~5 ms) whenever it has something t
 One thread, not a pool: the GIL would not run two CPU-bound jobs at once anyway, and a FIFO of one
 keeps every session's operations in the order their frames arrived.
 
-Memory: closing sessions frees their states, but glibc's allocator keeps freed heap memory for reuse, so
-the process's RSS stays at its peak, and with two threads (the event loop and this worker, each with its
-own malloc arena) the reused heaps fragment and RSS after closing every session crept up round after
-round.  When the worker runs out of jobs it checks, at most every :data:`TRIM_INTERVAL_S`, how much
-free memory malloc holds (:func:`heap_free_bytes`) and, above :data:`TRIM_FREE_BYTES`, gives it back to
-the system (:func:`release_free_heap`, ``malloc_trim``; outside the GIL).  Elsewhere than glibc both are
-no-ops.
+Memory: closing sessions frees every object they held (the server's tables keep nothing per session:
+``tests/test_server_memory.py``), but the allocators keep freed memory for reuse, so RSS after closing
+every session stayed near its peak and wandered round to round.  While the worker has no job it checks,
+every :data:`TRIM_INTERVAL_S`, how much free memory glibc's malloc holds (:func:`heap_free_bytes`) and,
+when more than :data:`TRIM_FREE_BYTES` was freed since the last check that released memory, gives it back
+to the system (:func:`release_free_heap`, ``malloc_trim``; outside the GIL).  Elsewhere than glibc both
+are no-ops.  What stays is CPython's own small-object arenas (returned only once entirely empty): with
+``PYTHONMALLOC=malloc`` in the server's environment those go through malloc too and RSS after close stays
+flat round after round (``bench/bench_server.py --memory-only``), at a few percent of call speed.
 
 Garbage collection (:func:`configure_gc`, called by ``serve`` once the catalog is loaded): a collector
 pass holds the GIL, so a pass over many objects pauses the event loop too.  Live sessions are hundreds of
@@ -125,6 +127,7 @@ class Worker:
         #: How many times the idle worker released free heap memory.
         self.trims = 0
         self._checked = 0.0
+        self._kept_free = 0
         #: ``True`` when a full collection would delay nobody's session (``serve``: the server holds no
         #: session); ``None``: full passes only after :data:`FULL_PASS_AFTER` middle passes.
         self.quiet: Callable[[], bool] | None = None
@@ -159,10 +162,10 @@ class Worker:
                 self._thread.start()
 
     def _idle(self) -> None:
-        """Out of jobs (checked at most every :attr:`trim_interval_s`): run a full collector pass when one is
-        due (objects were promoted since the last one, and the server is :attr:`quiet` or
-        :data:`FULL_PASS_AFTER` middle passes have run), then release malloc's free heap memory when it
-        holds more than :attr:`trim_free_bytes`."""
+        """Out of jobs (at most every :attr:`trim_interval_s`): run a full collector pass when one is due
+        (objects were promoted since the last one, and the server is :attr:`quiet` or
+        :data:`FULL_PASS_AFTER` middle passes have run), then release malloc's free heap memory when more
+        than :attr:`trim_free_bytes` of it was freed since the last release."""
         now = time.monotonic()
         if now - self._checked < self.trim_interval_s:
             return
@@ -174,15 +177,23 @@ class Worker:
         if self.trim_free_bytes is None:
             return
         free = heap_free_bytes()
-        if free is not None and free > self.trim_free_bytes:
+        if free is None:
+            return
+        self._kept_free = min(self._kept_free, free)
+        if free - self._kept_free > self.trim_free_bytes:
             release_free_heap()
             self.trims += 1
+            # what stays free after a trim is released already (or cannot be): count only what is freed anew
+            self._kept_free = heap_free_bytes() or 0
 
     def _main(self) -> None:
         while True:
             if self._queue.empty():
                 self._idle()
-            item = self._queue.get()
+            try:  # out of jobs, wake up now and then to release what the last ones freed
+                item = self._queue.get(timeout=self.trim_interval_s if self.trim_interval_s > 0 else None)
+            except queue.Empty:
+                continue
             if item is None:  # stop: after every job queued before or still in slices
                 if self._queue.empty():
                     return
