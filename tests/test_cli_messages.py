@@ -15,7 +15,8 @@ import pytest
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from gym_envfactory import define_environment, list_environments, tool
+from gym_envfactory import define_environment, tool
+from gym_envfactory.environment.catalog import catalog_folders
 from gym_envfactory.envs.env import EnvFactoryEnv
 from gym_envfactory.errors import BackendError, BackendUnavailableError, UnknownTaskError
 from tests.test_server import TOKEN, start_server
@@ -56,7 +57,7 @@ def test_serve_an_unknown_environment_is_one_line(args):
     except subprocess.TimeoutExpired:
         pytest.fail(f"envfactory {' '.join(args)} did not stop")
     assert r.returncode == 1 and r.stdout == ""
-    known = ", ".join(list_environments())
+    known = ", ".join(sorted(catalog_folders()))  # the server process knows the catalog, not this process's definitions
     assert r.stderr.strip().splitlines() == [f"unknown environment 'Nope'; known: {known}"]
 
 

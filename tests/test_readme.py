@@ -48,4 +48,4 @@ def test_readme_resume_snippet_builds_its_backend():
 def test_readme_documents_the_generators_default_out_and_code_defined_backends():
     assert "default\n`./envfactory_envs/`" in README and "ENVFACTORY_CATALOG=$PWD/envfactory_envs" in README
     assert "(default `env_images/`)" not in README
-    assert 'gym_envfactory.server.serve(["Counter"]' in README
+    assert "envfactory serve --module my_envs" in README and 'backend="subprocess"' in README
