@@ -29,9 +29,12 @@ RUN (getent group envfactory || groupadd --system --gid ${ENVFACTORY_UID} envfac
         --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin envfactory) \
  && mkdir -p /catalog /srv/envfactory
 COPY --from=build /opt/venv /opt/venv
+# PYTHONMALLOC=malloc: the server's memory returns after its sessions close (pymalloc's arenas fragment;
+# docs/performance.md, "Memory returns after close")
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONMALLOC=malloc \
     HOME=/tmp \
     ENVFACTORY_CATALOG=/catalog
 LABEL org.opencontainers.image.title="envfactory runtime" \

@@ -191,6 +191,9 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
                            f"`if __name__ == \"__main__\":` so importing the module only defines environments")
     cmd = [sys.executable, "-m", "gym_envfactory.cli", "serve", *envs, "--host", "127.0.0.1", "--port", "0", "--announce"]
     environ = {k: v for k, v in os.environ.items() if k not in ("ENVFACTORY_TOKEN", "ENVFACTORY_TOKEN_FILE")}
+    # the system allocator: a long-lived server's memory returns after its sessions close (pymalloc's arenas
+    # fragment; docs/performance.md, "Memory returns after close"); a caller's own choice is kept
+    environ.setdefault("PYTHONMALLOC", "malloc")
     nonce = secrets.token_hex(16)  # only the announcement carrying it is the server's (not a module's print)
     environ[ANNOUNCE_NONCE_VAR] = nonce
     paths: list[str] = []
