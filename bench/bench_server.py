@@ -35,6 +35,7 @@ from gym_envfactory.replay import task_reference
 
 HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
+SOAK_ONLY = "--soak-only" in sys.argv
 BYSTANDER_ONLY = "--bystander-only" in sys.argv
 MEMORY_ONLY = "--memory-only" in sys.argv
 REPS = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
@@ -188,19 +189,34 @@ async def bench_fast(url: str, hotel_id: str, n: int) -> dict:
                            "frame_p99_ms": pct(flat, 99) * 1e3, "frames": frames}}
 
 
-async def soak(url: str, pid: int, n_sessions: int = 1024, connections: int = 8, think_ms: float = 250.0) -> dict:
+async def soak(url: str, pid: int, n_sessions: int = 1024, connections: int = 8, think_ms: float = 250.0,
+               large: bool = False) -> dict:
     """1,024 sessions open at once; every episode replays its task's ground truth call by call with a
     uniform 0..2*think_ms pause between calls (an LLM's generation time; mean think_ms), so all 1,024
-    episodes interleave their writes.  Latency is measured per call at the client."""
+    episodes interleave their writes.  Latency is measured per call at the client.  ``large``: every
+    session starts from HotelBooking's large initial state (~1,000 records; T5) and its episode is three
+    reads spread over the hotels (details, a city search, details), so each session's first call is a
+    first touch of the large state; final states must equal that state."""
+    import json as _json
     import random
 
     spec = get_environment("HotelBooking")
     tasks = [t for t in spec.tasks if len(t.envs) == 1 and t.n_ground_truth_calls >= 2]
+    if large:
+        big = _json.loads(spec.initial_state_json("large"))
+        hotels = list(big["hotels"].values())
+        calls_of = [[("get_hotel_details", {"hotel_id": h["hotel_id"]}), ("search_hotels", {"city": h["city_id"]}),
+                     ("get_hotel_details", {"hotel_id": hotels[(i * 7 + 3) % len(hotels)]["hotel_id"]})]
+                    for i, h in enumerate(hotels[i % len(hotels)] for i in range(n_sessions))]
+    else:
+        calls_of = [[(g.name, g.arguments) for turn in tasks[i % len(tasks)].turns for g in turn.ground_truth]
+                    for i in range(n_sessions)]
     clients = [await AsyncSessionClient(url, token="bench", timeout=300).connect() for _ in range(connections)]
     rss0 = rss_kib(pid)
     created = []
     for k in range(0, n_sessions, 256):
-        created += await clients[0].batch([("create", {"env": "HotelBooking", "task_id": tasks[i % len(tasks)].task_id})
+        created += await clients[0].batch([("create", {"env": "HotelBooking", "initial_state": "large"} if large else
+                                            {"env": "HotelBooking", "task_id": tasks[i % len(tasks)].task_id})
                                            for i in range(k, min(n_sessions, k + 256))])
     sids = [r["session_id"] for r in created]
     lat: list[float] = []
@@ -210,11 +226,10 @@ async def soak(url: str, pid: int, n_sessions: int = 1024, connections: int = 8,
 
     async def episode(i: int) -> None:
         c = clients[i % connections]
-        task = tasks[i % len(tasks)]
-        for j, g in enumerate(g for turn in task.turns for g in turn.ground_truth):
+        for j, (name, arguments) in enumerate(calls_of[i]):
             await asyncio.sleep(pauses[i][j % 64])
             t = time.perf_counter()
-            r = await c.request("call", session_id=sids[i], name=g.name, arguments=g.arguments)
+            r = await c.request("call", session_id=sids[i], name=name, arguments=arguments)
             lat.append(time.perf_counter() - t)
             assert r["ok"], r
 
@@ -233,13 +248,17 @@ async def soak(url: str, pid: int, n_sessions: int = 1024, connections: int = 8,
     states = []
     for k in range(0, n_sessions, 128):
         states += await clients[0].batch([("state", {"session_id": s}) for s in sids[k:k + 128]])
-    equal = all(st == task_reference(spec, tasks[i % len(tasks)]).final_state for i, st in enumerate(states))
+    if large:
+        equal = all(st == big for st in states)
+    else:
+        equal = all(st == task_reference(spec, tasks[i % len(tasks)]).final_state for i, st in enumerate(states))
     await clients[0].batch([("close", {"session_id": s}) for s in sids])
     after = (await clients[0].request("stats"))["sessions"]
     rss_closed = rss_kib(pid)
     for c in clients:
         await c.close()
     return {"sessions": n_sessions, "connections": connections, "think_ms_mean": think_ms, "calls": len(lat),
+            "initial_state": "large" if large else "each task's own",
             "wall_s": wall, "offered_calls_per_s": len(lat) / wall,
             "call_p50_ms": pct(lat, 50) * 1e3, "call_p99_ms": pct(lat, 99) * 1e3,
             "all_states_equal_solo_replay": equal, "live_sessions_at_peak": live,
@@ -488,6 +507,22 @@ async def main() -> None:
         print_bystander_sides(runs)
         print(f"wrote {HERE / 'results' / 'server_bystander.json'}")
         return
+    if SOAK_ONLY:  # T5: 1,024 sessions on the large state, 1 s think time
+        proc, url = start_ours()
+        try:
+            soaks = [await soak(url, proc.pid, think_ms=1000.0, large=True) for _ in range(2 if QUICK else 3)]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        (HERE / "results").mkdir(exist_ok=True)
+        (HERE / "results" / "server_soak.json").write_text(json.dumps({"soak": soaks}, indent=2))
+        for i, k in enumerate(soaks, 1):
+            print(f"soak {i} (think {k['think_ms_mean']:.0f} ms, {k['initial_state']} initial state): {k['sessions']} sessions,"
+                  f" {k['calls']} calls: call p50 {k['call_p50_ms']:.1f} ms p99 {k['call_p99_ms']:.1f} ms (target <= 100);"
+                  f" states == initial: {k['all_states_equal_solo_replay']}; sessions after close {k['live_sessions_after_close']};"
+                  f" RSS start {k['rss_start_mib']:.0f} MiB, peak {k['rss_peak_mib']:.0f} MiB, after close {k['rss_after_close_mib']:.0f} MiB")
+        print(f"wrote {HERE / 'results' / 'server_soak.json'}")
+        return
     if MEMORY_ONLY:
         proc, url = start_ours()
         try:
@@ -509,6 +544,7 @@ async def main() -> None:
         # stress round at a quarter of that think time
         soaks = [await soak(url, proc.pid, think_ms=1000.0) for _ in range(3)]
         soaks.append(await soak(url, proc.pid, think_ms=250.0))
+        soaks.append(await soak(url, proc.pid, think_ms=1000.0, large=True))  # T5 on the large state
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -533,7 +569,7 @@ async def main() -> None:
     print(f"  fast protocol, 64-call frames {b['calls_per_s']:7.0f} calls/s  frame p50 {b['frame_p50_ms']:.2f} ms"
           f"  ({out['ratio_batched']:.1f}x)")
     for i, k in enumerate(out["soak"], 1):
-        print(f"soak {i} (think {k['think_ms_mean']:.0f} ms): {k['sessions']} concurrent sessions, {k['calls']} calls in {k['wall_s']:.1f} s"
+        print(f"soak {i} (think {k['think_ms_mean']:.0f} ms, {k['initial_state']} initial state): {k['sessions']} concurrent sessions, {k['calls']} calls in {k['wall_s']:.1f} s"
               f" ({k['offered_calls_per_s']:.0f}/s): call p50 {k['call_p50_ms']:.1f} ms"
               f" p99 {k['call_p99_ms']:.1f} ms (target <= 100); states == solo replay: {k['all_states_equal_solo_replay']};"
               f" sessions after close {k['live_sessions_after_close']}; RSS start {k['rss_start_mib']:.0f} MiB,"
