@@ -150,3 +150,36 @@ def test_requests_the_fast_path_must_leave_to_the_sdk() -> None:
             while h.srv.fast or h.manager.sessions:
                 await anyio.sleep(0.01)
     run(test)
+
+
+def test_bodies_the_sdk_refuses_are_refused_on_the_fast_path_too() -> None:
+    # review finding: json.loads read a UTF-8 BOM, UTF-16 and lone surrogates that the SDK's parser refuses
+    async def test(h: Harness) -> None:
+        sess = await h.open()
+        await h.call(sess, "list_hotel_destinations", {})  # the session is on the fast path now
+        n = h.srv.fast_calls
+        good = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                           "params": {"name": "list_hotel_destinations", "arguments": {}}})
+        for raw in (b"\xef\xbb\xbf" + good.encode(), good.encode("utf-16"),
+                    good.replace('"arguments": {}', '"arguments": {"country": "\\ud800"}').encode()):
+            r = await h.http.post(f"/mcp/{ENV}", headers=sess, content=raw)
+            assert r.status_code == 400 and json.loads(r.text)["error"]["code"] == -32700, (raw[:20], r.text)
+        assert h.srv.fast_calls == n
+    run(test)
+
+
+def test_a_memory_refusal_over_mcp_keeps_its_code_and_figures(monkeypatch) -> None:
+    from gym_envfactory.errors import MemoryBudgetError
+
+    async def test(h: Harness) -> None:
+        def refuse(*a, **k):
+            raise MemoryBudgetError("refused a session of HotelBooking", budget=100, estimate=50, used=90, headroom=10)
+        monkeypatch.setattr(h.manager, "create", refuse)
+        r = await h.http.post(f"/mcp/{ENV}", headers=ACCEPT, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": PV, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        h2 = {**ACCEPT, "MCP-Protocol-Version": PV, "Mcp-Session-Id": r.headers.get("mcp-session-id", "")}
+        await h.http.post(f"/mcp/{ENV}", headers=h2, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        out = json.loads((await h.call(h2, "list_hotel_destinations", {})).text)
+        err = out.get("error") or {}
+        assert err.get("code") == -32006 and err.get("data", {}).get("estimate") == 50, out
+    run(test)

@@ -213,12 +213,32 @@ class FrameJob:
         self._batch = False
         self._pos = 0
         self._parts: list[str] = []
+        self._ids: list[Any] = []  # the id each part answers (to refuse an oversized answer by its own id)
         self._size = 0
         self._next_check = RESPONSE_CHECK_BYTES
 
     def _finish(self, text: str | None) -> bool:
-        self.text, self.done, self._requests, self._parts = text, True, [], []
+        self.text, self.done, self._requests, self._parts, self._ids = text, True, [], [], []
         return True
+
+    def _add(self, rid: Any, part: str) -> None:
+        self._parts.append(part)
+        self._ids.append(rid)
+        self._size += len(part) + 1
+
+    def _shrink_to_cap(self) -> None:
+        """The answers outgrew :data:`MAX_RESPONSE_BYTES`: replace the largest ones, each by an error
+        carrying its own request's id, until the frame fits, so the other answers (a write that ran,
+        another session's call) still reach their callers."""
+        for i in sorted(range(len(self._parts)), key=lambda k: -len(self._parts[k])):
+            if self._size <= MAX_RESPONSE_BYTES:
+                break
+            big = len(self._parts[i])
+            part = _encode(_error(self._ids[i], ERR_INVALID_REQUEST,
+                                  f"this answer of {big} bytes takes the frame's response over {MAX_RESPONSE_BYTES} "
+                                  f"bytes; ask for it in a frame of its own, or for less"))
+            self._size += len(part) - big
+            self._parts[i] = part
 
     def _start(self) -> bool:
         frame, self.frame = self.frame, None
@@ -250,9 +270,8 @@ class FrameJob:
         """Answer every request not yet run with ``exc`` (the answers so far outgrew the budget)."""
         for r in self._requests[self._pos:]:
             if isinstance(r, dict) and "id" in r:
-                part = _encode(_memory_error(r["id"] if _valid_id(r.get("id")) else None, exc))
-                self._parts.append(part)
-                self._size += len(part) + 1
+                rid = r["id"] if _valid_id(r.get("id")) else None
+                self._add(rid, _encode(_memory_error(rid, exc)))
         self._pos = len(self._requests)
 
     def _encoded(self, r: dict[str, Any]) -> str:
@@ -278,9 +297,7 @@ class FrameJob:
             with lock:  # the call and the encoding of its result (a live state) see no other thread
                 r = _one(m, req, self.observe, self.caller)
                 if r is not None:
-                    part = self._encoded(r)
-                    self._parts.append(part)
-                    self._size += len(part) + 1
+                    self._add(r.get("id"), self._encoded(r))
                     if self._size >= self._next_check:  # room to join and send what the answers hold?
                         self._next_check = self._size + RESPONSE_CHECK_BYTES
                         try:
@@ -293,8 +310,7 @@ class FrameJob:
         if self._pos < len(self._requests):
             return False
         if self._size > MAX_RESPONSE_BYTES:
-            return self._finish(_encode(_error(None, ERR_INVALID_REQUEST, f"response of {self._size} bytes is over "
-                                               f"{MAX_RESPONSE_BYTES}; ask for less per frame")))
+            self._shrink_to_cap()
         if not self._parts:
             return self._finish(None)
         return self._finish("[" + ",".join(self._parts) + "]" if self._batch else self._parts[0])

@@ -464,7 +464,13 @@ class SessionManager:
             UnknownSessionError: no live session ``session_id``.
             SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
         """
-        self.get(session_id, client).session.reset()
+        ms = self.get(session_id, client)
+        ms.session.reset()
+        nbytes = len(ms.session.state_bytes())  # the initial state's size again
+        cost = self.admission.session_cost(ms.session.envs.values(), nbytes)
+        self.admission.release(ms.reserved)  # a large restore's reservation does not outlive it
+        ms.nbytes, ms.reserved = nbytes, cost
+        self.admission.reserve(cost)
 
     @_locked
     def info(self, session_id: str, *, client: str | None = None) -> dict[str, Any]:

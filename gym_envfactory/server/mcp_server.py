@@ -52,6 +52,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import mcp_types as types
+import pydantic_core
 from mcp.server import Server
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import (
@@ -69,8 +70,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gym_envfactory.environment.tools import ToolSpec
-from gym_envfactory.errors import BadRequestError, CapacityError, SessionOwnershipError, UnknownSessionError
-from gym_envfactory.server.fastproto import ERR_CAPACITY, ERR_OWNERSHIP, ERR_UNKNOWN_SESSION
+from gym_envfactory.errors import (
+    BadRequestError,
+    CapacityError,
+    MemoryBudgetError,
+    SessionOwnershipError,
+    UnknownSessionError,
+)
+from gym_envfactory.server.fastproto import ERR_CAPACITY, ERR_MEMORY, ERR_OWNERSHIP, ERR_UNKNOWN_SESSION
 from gym_envfactory.server.manager import CLIENT_HEADER, ManagedSession, SessionManager, client_identity
 from gym_envfactory.session import ToolResult
 
@@ -171,6 +178,9 @@ class EnvMCPServer:
     def _create(self, client: str | None = None) -> ManagedSession:
         try:
             return self.manager.create(self.env, client=client)
+        except MemoryBudgetError as exc:  # the same code and figures as the fast protocol's
+            raise MCPError(ERR_MEMORY, str(exc), {"scope": exc.scope, "limit": exc.limit, "estimate": exc.estimate,
+                                                  "used": exc.used, "headroom": exc.headroom}) from None
         except CapacityError as exc:
             raise MCPError(ERR_CAPACITY, str(exc)) from None
         except BadRequestError as exc:  # pragma: no cover - the default initial state always exists
@@ -423,8 +433,8 @@ class _FastCalls:
 
 def _fast_request(body: bytes) -> tuple[int | str, str, dict[str, Any] | None] | None:
     """``(id, tool name, arguments)`` of a body that is exactly one plain ``tools/call`` request, else ``None``."""
-    try:
-        msg = json.loads(body)
+    try:  # the SDK's own parser (pydantic-core): a body it refuses (BOM, UTF-16, lone surrogates) goes to it
+        msg = pydantic_core.from_json(body)
     except (ValueError, RecursionError):
         return None
     if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or msg.get("method") != "tools/call" \
