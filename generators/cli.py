@@ -258,6 +258,11 @@ def import_cmd(
     if class_name is not None:  # issue 12 part 4: a plain class (gym_envfactory.generators.importer.python_class)
         from .importer.python_class import import_class_package
 
+        if sandbox not in ("auto", "inline"):
+            err_console.print(f"[red]--class runs FILE in this process (no sandbox yet): --sandbox {escape(sandbox)} "
+                              f"cannot apply; import trusted files only[/red]", soft_wrap=True)
+            raise typer.Exit(2)
+
         try:
             folder = import_class_package(file, class_name, name=name, out_dir=out, domain=domain or "utilities",
                                           initial_state=initial_state, tasks=tasks, scenarios=scenarios,
@@ -287,8 +292,8 @@ def import_cmd(
         console.print(f"{len(rows) - failed} of {len(rows)} imported"
                       + (" and validated" if validate else " (not validated)") + (f"; {failed} refused" if failed else ""))
         raise typer.Exit(1 if failed else 0)
-    row = _import_one(file, {**options, "name": name, "initial_state": initial_state, "tasks": tasks,
-                             "scenarios": scenarios})
+    row = _import_one(file, {**options, "name": name, "initial_state": _scenario_for(file, initial_state),
+                             "tasks": tasks, "scenarios": scenarios})
     if row["error"] is not None:
         err_console.print(f"[red]import failed: {escape(row['error'])}[/red]", soft_wrap=True)
         raise typer.Exit(1)

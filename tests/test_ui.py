@@ -163,3 +163,8 @@ def test_a_file_that_is_not_utf8_is_a_dataset_error(tmp_path):
     f.write_bytes(b'{"messages": []}\n\xff\xfe\n')
     with pytest.raises(DatasetError, match="not UTF-8"):
         load_rollouts(f)
+
+
+def test_a_cross_environment_task_page_names_both_environments(client):
+    text = client.get("/env/HotelBooking/task/hotel-x01").text
+    assert "/env/HotelBooking" in text and "/env/TeamCalendar" in text and "environments" in text

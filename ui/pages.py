@@ -122,7 +122,9 @@ def environment_page(spec: Any, *, state_sizes: dict[str, str], graph_available:
 def task_page(spec: Any, task: Any) -> str:
     """One task: its initial state reference, then per turn the user message, the ground-truth calls
     and the expected outputs."""
-    b = [f"<p class='muted'>environment <a href='{_url('env', spec.name)}'>{esc(spec.name)}</a> · split "
+    envs = task.envs or [spec.name]
+    links = ", ".join(f"<a href='{_url('env', e)}'>{esc(e)}</a>" for e in envs)
+    b = [f"<p class='muted'>environment{'s' if len(envs) > 1 else ''} {links} · split "
          f"{esc(task.split)} · {len(task.turns)} turns</p>",
          f"<p>initial state: <code>{esc(json.dumps(task.initial_state))}</code></p>"]
     for i, turn in enumerate(task.turns):

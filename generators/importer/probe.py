@@ -89,10 +89,16 @@ def probe_scenarios(spec: EnvironmentSpec, taken: set[str],
     out: list[dict[str, Any]] = []
     seen: dict[str, dict[str, Any]] = {} if observed is None else observed
 
+    unchanged = [False]  # did the last successful call leave the public state as it was?
+
     def run(tool_name: str, args: dict[str, Any]) -> Any:
         s = Session(spec, check_writes=True)
         try:
+            before = s.state_bytes()
             res = s.call(tool_name, args)
+            # a write that changes only private attributes (a login) succeeds with the saved state unchanged:
+            # its success scenario must expect that, or validation refuses the import's own probe
+            unchanged[0] = bool(res.ok) and s.state_bytes() == before
             noop = (not res.ok and res.error_code == "contract_violation" and "no-op" in str(res.error))
             if res.ok or noop:
                 entry = seen.setdefault(tool_name, {"ok": 0, "noop": 0, "arguments": args})
@@ -114,7 +120,7 @@ def probe_scenarios(spec: EnvironmentSpec, taken: set[str],
             res = run(t.name, args)
             if res.ok and ok_step is None:
                 ok_step = {"call": t.name, "arguments": args, "expect": "ok", "result": res.content,
-                           "state_unchanged": t.read_only}
+                           "state_unchanged": t.read_only or unchanged[0]}
             elif res.error_type == "tool_error" and err_step is None:
                 err_step = {"call": t.name, "arguments": args, "expect": "tool_error", "error_code": res.error_code}
             if ok_step is not None:
@@ -127,7 +133,7 @@ def probe_scenarios(spec: EnvironmentSpec, taken: set[str],
             res = run(t.name, args)
             if res.ok:
                 ok_step = {"call": t.name, "arguments": args, "expect": "ok", "result": res.content,
-                           "state_unchanged": t.read_only}
+                           "state_unchanged": t.read_only or unchanged[0]}
         if err_step is None:
             id_params = [p for p in required if p.lower().endswith("id") and _json_type(props[p]) == "string"]
             if id_params and all(options.get(p) for p in required):

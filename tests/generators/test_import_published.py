@@ -110,15 +110,22 @@ def test_the_root_model_comes_from_the_state_interface_not_the_empty_state(tmp_p
     assert analyze_tool_server(clinic, state_model="ClinicSnapshot").state_model.__name__ == "ClinicSnapshot"
     # profile_noop annotates save_scenario() -> ProfilesScenario
     assert analyze_tool_server(PUBLISHED / "profile_noop.py").state_model.__name__ == "ProfilesScenario"
-    # without a scenario, the empty state fails the required field: said, with the option that fixes it
+    # without a scenario (none given, no clinic_required.json beside the file), the empty state fails the
+    # required field: said, with the option that fixes it
     runner = CliRunner()
-    res = runner.invoke(_app(), ["import", str(clinic), "--out", str(tmp_path), "--sandbox", "inline",
+    alone = tmp_path / "src" / "clinic_required.py"
+    alone.parent.mkdir()
+    alone.write_bytes(clinic.read_bytes())
+    res = runner.invoke(_app(), ["import", str(alone), "--out", str(tmp_path), "--sandbox", "inline",
                                  "--state-model", "ClinicScenario"])
     assert res.exit_code == 1
     flat = " ".join(res.output.split())
     assert "does not validate with ClinicScenario" in flat and "clinic_name" in flat and "--initial-state" in flat
     res = runner.invoke(_app(), ["import", str(clinic), "--out", str(tmp_path), "--sandbox", "inline",
                                  "--initial-state", str(PUBLISHED / "clinic_required.json")])
+    assert res.exit_code == 0, res.output
+    # a single file picks up <stem>.json beside it, as the option's help says
+    res = runner.invoke(_app(), ["import", str(clinic), "--out", str(tmp_path / "again"), "--sandbox", "inline"])
     assert res.exit_code == 0, res.output
 
 
@@ -229,3 +236,13 @@ def test_overwrite_never_replaces_a_shipped_package(tmp_path):
     with pytest.raises(ImporterError, match="replaces only a previous import"):
         import_tool_server(PUBLISHED / "hotel_booking.py", overwrite=True, **kw)
     assert (tmp_path / "HotelStays" / "tools.py").read_bytes() == (shipped / "tools.py").read_bytes()
+
+
+def test_a_login_tool_that_changes_only_private_state_imports_and_validates(tmp_path):
+    # walkthrough finding: the probe recorded a login's success as "state changes" (it is a write), and the
+    # import's own validation then refused it; a login changes only a private attribute
+    src = Path(__file__).parent / "fixtures" / "login" / "bookstore_login.py"
+    res = CliRunner().invoke(_app(), ["import", str(src), "--name", "LoginShop", "--out", str(tmp_path),
+                                      "--sandbox", "inline"])
+    assert res.exit_code == 0, res.output
+    assert "imported + validated" in " ".join(res.output.split())
