@@ -55,3 +55,25 @@ def test_reset_gives_back_a_large_restore_reservation():
     rpc(m, ("reset", {"session_id": sid}))
     assert m.sessions[sid].reserved < 2 * small_reserved
     assert 0 <= m.admission.reserved < before  # released, never negative
+
+
+def test_action_log_and_snapshot_reads_count_the_log_the_calls_grew():
+    # review finding: a session's size was its state's, so a log grown by large calls was read back
+    # (60 MiB) past the memory budget; action_log reads were not estimated at all
+    from gym_envfactory.server.admission import Admission, MemoryBudget
+
+    MiB = 1024 * 1024
+    adm = Admission(MemoryBudget(300 * MiB, "test budget", 0), rss=lambda: 100 * MiB, trim=lambda: None)
+    m = SessionManager(["HotelBooking"], memory_budget=adm)
+    sid = rpc(m, ("create", {"env": "HotelBooking"}))[0]["result"]["session_id"]
+    for method in ("action_log", "snapshot"):  # a short log reads fine
+        assert "result" in rpc(m, (method, {"session_id": sid}))[0]
+    for _ in range(20):  # 20 calls of 1 MiB arguments each: the log holds them
+        rpc(m, ("call", {"session_id": sid, "name": "get_hotel_details", "arguments": {"hotel_id": "x" * MiB}}))
+    assert m.sessions[sid].log_bytes > 20 * MiB
+    for method in ("action_log", "snapshot"):
+        out = rpc(m, (method, {"session_id": sid}))[0]
+        assert out["error"]["code"] == fastproto.ERR_MEMORY, (method, out)
+    assert "result" in rpc(m, ("state", {"session_id": sid}))[0]  # the state alone is small
+    rpc(m, ("reset", {"session_id": sid}))  # the log is gone: reads fit again
+    assert m.sessions[sid].log_bytes == 0 and "result" in rpc(m, ("action_log", {"session_id": sid}))[0]

@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 ERR_PARSE, ERR_INVALID_REQUEST, ERR_METHOD, ERR_PARAMS, ERR_INTERNAL = -32700, -32600, -32601, -32602, -32603
 ERR_UNKNOWN_SESSION, ERR_CAPACITY, ERR_BAD_REQUEST, ERR_UNAUTHORIZED = -32001, -32002, -32003, -32004
 ERR_OWNERSHIP, ERR_MEMORY = -32005, -32006
+_LOGGED = frozenset({"call", "record_invalid"})  # methods that add a record to the session's action log
 
 
 @dataclass
@@ -214,6 +215,7 @@ class FrameJob:
         self._pos = 0
         self._parts: list[str] = []
         self._ids: list[Any] = []  # the id each part answers (to refuse an oversized answer by its own id)
+        self._per_request = 0  # each request's share of the frame's bytes (what a call adds to its log)
         self._size = 0
         self._next_check = RESPONSE_CHECK_BYTES
 
@@ -242,6 +244,7 @@ class FrameJob:
 
     def _start(self) -> bool:
         frame, self.frame = self.frame, None
+        size = len(frame) if frame is not None else 0
         try:
             msg = json.loads(frame)  # type: ignore[arg-type]
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, nesting too deep
@@ -256,6 +259,7 @@ class FrameJob:
             self._requests, self._batch = msg, True
         else:
             self._requests = [msg]
+        self._per_request = size // len(self._requests)
         try:
             self.manager.admit_frame(self._requests)  # reads' response size, before building any
         except MemoryBudgetError as exc:
@@ -297,7 +301,10 @@ class FrameJob:
             with lock:  # the call and the encoding of its result (a live state) see no other thread
                 r = _one(m, req, self.observe, self.caller)
                 if r is not None:
-                    self._add(r.get("id"), self._encoded(r))
+                    part = self._encoded(r)
+                    self._add(r.get("id"), part)
+                    if isinstance(req, dict) and req.get("method") in _LOGGED and isinstance(req.get("params"), dict):
+                        m.note_log_growth(req["params"].get("session_id"), self._per_request + len(part))
                     if self._size >= self._next_check:  # room to join and send what the answers hold?
                         self._next_check = self._size + RESPONSE_CHECK_BYTES
                         try:

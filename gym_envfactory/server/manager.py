@@ -59,7 +59,7 @@ MAX_NOT_RECORDED = 1_000_000
 """HTTP header naming the client a request comes from (sessions are owned by the client that created them)."""
 ANONYMOUS_CLIENT = "anonymous"
 """The identity of every request without :data:`CLIENT_HEADER` (they share sessions and one quota)."""
-READ_METHODS = frozenset({"state", "snapshot", "info"})
+READ_METHODS = frozenset({"state", "snapshot", "info", "action_log"})
 """Protocol methods whose response size :meth:`SessionManager.admit_frame` estimates before a frame runs."""
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -106,6 +106,10 @@ class ManagedSession:
     #: bytes of memory budget it reserves (:meth:`~gym_envfactory.server.admission.Admission.session_cost`).
     nbytes: int = 0
     reserved: int = 0
+    #: bytes the action log has grown by since the session was created, reset, restored or snapshotted
+    #: (each call's share of its request frame plus its encoded answer): what ``snapshot`` and
+    #: ``action_log`` answers add to :attr:`nbytes` (:meth:`SessionManager.admit_frame`).
+    log_bytes: int = 0
 
 
 class SessionManager:
@@ -328,8 +332,11 @@ class SessionManager:
         cost = self.admission.session_cost(src.session.envs.values(), src.nbytes)
         self.admission.check(f"a fork of {k} session(s) of {'+'.join(src.envs)} ({src.nbytes} bytes of state each)",
                              k * cost + src.nbytes)
-        return [self._register(s, list(src.envs), src.task_id, owner, src.shared, src.nbytes, cost)
-                for s in src.session.fork_many(k)]
+        forks = [self._register(s, list(src.envs), src.task_id, owner, src.shared, src.nbytes, cost)
+                 for s in src.session.fork_many(k)]
+        for f in forks:
+            f.log_bytes = src.log_bytes  # a fork carries the source's action log
+        return forks
 
     @_locked
     def close(self, session_id: str, *, client: str | None = None) -> bool:
@@ -428,7 +435,7 @@ class SessionManager:
         """
         ms = self.get(session_id, client)
         text = ms.session.snapshot().decode()
-        ms.nbytes = len(text)  # the size later read frames are estimated with
+        ms.nbytes, ms.log_bytes = len(text), 0  # the size later read frames are estimated with (log included)
         return text
 
     @_locked
@@ -453,7 +460,7 @@ class SessionManager:
         except EnvFactoryError as exc:
             raise BadRequestError(str(exc)) from None
         self.admission.release(ms.reserved)
-        ms.nbytes, ms.reserved = len(raw), cost
+        ms.nbytes, ms.reserved, ms.log_bytes = len(raw), cost, 0
         self.admission.reserve(cost)
 
     @_locked
@@ -469,7 +476,7 @@ class SessionManager:
         nbytes = len(ms.session.state_bytes())  # the initial state's size again
         cost = self.admission.session_cost(ms.session.envs.values(), nbytes)
         self.admission.release(ms.reserved)  # a large restore's reservation does not outlive it
-        ms.nbytes, ms.reserved = nbytes, cost
+        ms.nbytes, ms.reserved, ms.log_bytes = nbytes, cost, 0
         self.admission.reserve(cost)
 
     @_locked
@@ -546,7 +553,8 @@ class SessionManager:
     @_locked
     def admit_frame(self, requests: Sequence[Any]) -> None:
         """Check, before a frame runs, that the responses of its :data:`READ_METHODS` requests fit in the
-        memory budget (each item: the session's :attr:`ManagedSession.nbytes`, or its tool schemas for
+        memory budget (each item: the session's :attr:`ManagedSession.nbytes`, plus its
+        :attr:`ManagedSession.log_bytes` for ``snapshot`` and ``action_log``, or its tool schemas for
         ``info``; :meth:`Admission.response_estimate`).  Malformed requests and unknown sessions are
         left for dispatch to answer.
 
@@ -564,11 +572,20 @@ class SessionManager:
                 continue
             if req["method"] == "info":
                 sizes.append(sum(tools_bytes(s) for s in ms.session.envs.values()))
-            else:
+            elif req["method"] == "state":
                 sizes.append(ms.nbytes)
+            else:  # snapshot, action_log: the log as it has grown since it was last measured
+                sizes.append(ms.nbytes + ms.log_bytes)
         if sizes:
             self.admission.check(f"a frame of {len(sizes)} state/snapshot/info read(s) of {sum(sizes)} bytes of "
                                  f"state in all", self.admission.response_estimate(sizes), transient=True)
+
+    def note_log_growth(self, session_id: Any, nbytes: int) -> None:
+        """Count ``nbytes`` more of action log for ``session_id`` (called by the frame runner, under the
+        manager's lock, after each ``call``/``record_invalid``); unknown ids are ignored."""
+        ms = self.sessions.get(session_id) if isinstance(session_id, str) else None
+        if ms is not None:
+            ms.log_bytes += nbytes
 
     @_locked
     def admit_response(self, nbytes: int) -> None:
