@@ -110,6 +110,8 @@ class ManagedSession:
     #: (each call's share of its request frame plus its encoded answer): what ``snapshot`` and
     #: ``action_log`` answers add to :attr:`nbytes` (:meth:`SessionManager.admit_frame`).
     log_bytes: int = 0
+    #: :attr:`nbytes` when the session was made: what ``reset`` returns it to.
+    initial_nbytes: int = 0
 
 
 class SessionManager:
@@ -208,7 +210,7 @@ class SessionManager:
         now = self.clock()
         sid = secrets.token_hex(16)
         ms = ManagedSession(sid, session, env_names, task_id, now, now, owner=owner, shared=shared, nbytes=nbytes,
-                            reserved=reserved)
+                            reserved=reserved, initial_nbytes=nbytes)
         self.admission.reserve(reserved)
         self.sessions[sid] = ms
         if owner is not None:
@@ -473,7 +475,7 @@ class SessionManager:
         """
         ms = self.get(session_id, client)
         ms.session.reset()
-        nbytes = len(ms.session.state_bytes())  # the initial state's size again
+        nbytes = ms.initial_nbytes  # the state it was made with again (measured then: no serialisation here)
         cost = self.admission.session_cost(ms.session.envs.values(), nbytes)
         self.admission.release(ms.reserved)  # a large restore's reservation does not outlive it
         ms.nbytes, ms.reserved, ms.log_bytes = nbytes, cost, 0
