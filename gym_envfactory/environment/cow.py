@@ -98,21 +98,28 @@ def _copy_other(value: Any, copier: Callable[[Any], Any]) -> Any:
     return copy.deepcopy(value)
 
 
-def _copy_model(model: BaseModel, copier: Callable[[Any], Any]) -> BaseModel:
+def _model_like(model: M, d: dict[str, Any], copy_extra: Callable[[Any], Any],
+                copy_private: Callable[[Any], Any]) -> M:
+    """A new instance of ``model``'s class with field values ``d`` and ``model``'s fields-set, extra and
+    private attributes copied by the given copiers; no validation runs."""
     cls = type(model)
     new = cls.__new__(cls)
-    d = model.__dict__.copy()
-    for k, v in model.__dict__.items():
-        if type(v) not in ATOMIC_TYPES:
-            d[k] = copier(v)
     _set = object.__setattr__
     _set(new, "__dict__", d)
     _set(new, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
     extra = model.__pydantic_extra__
-    _set(new, "__pydantic_extra__", None if extra is None else copier(extra))
+    _set(new, "__pydantic_extra__", None if extra is None else copy_extra(extra))
     private = getattr(model, "__pydantic_private__", None)
-    _set(new, "__pydantic_private__", None if private is None else deep_copy_value(private))
+    _set(new, "__pydantic_private__", None if private is None else copy_private(private))
     return new
+
+
+def _copy_model(model: BaseModel, copier: Callable[[Any], Any]) -> BaseModel:
+    d = model.__dict__.copy()
+    for k, v in model.__dict__.items():
+        if type(v) not in ATOMIC_TYPES:
+            d[k] = copier(v)
+    return _model_like(model, d, copier, deep_copy_value)
 
 
 class CowDict(dict):
@@ -283,9 +290,7 @@ def make_view(base: M) -> M:
     (:func:`copy_value`).  Cost: one C-level dict copy per collection (pointers, not records) plus the
     copies of non-dict mutable fields.  On a root with ``validate_assignment`` a collection whose values
     are not all atomic is copied eagerly (assigning a collection to itself re-validates it natively)."""
-    cls = type(base)
-    new = cls.__new__(cls)
-    eager = _eager_fields(cls)
+    eager = _eager_fields(type(base))
     d: dict[str, Any] = {}
     for k, v in base.__dict__.items():
         t = type(v)
@@ -295,14 +300,7 @@ def make_view(base: M) -> M:
             d[k] = deep_copy_value(v)
         else:
             d[k] = copy_value(v)  # a dict of records: a CowDict over the base's values
-    _set = object.__setattr__
-    _set(new, "__dict__", d)
-    _set(new, "__pydantic_fields_set__", set(base.__pydantic_fields_set__))
-    extra = base.__pydantic_extra__
-    _set(new, "__pydantic_extra__", None if extra is None else copy_value(extra))
-    private = getattr(base, "__pydantic_private__", None)
-    _set(new, "__pydantic_private__", None if private is None else copy_value(private))
-    return new
+    return _model_like(base, d, copy_value, copy_value)
 
 
 def freeze(model: M) -> M:
