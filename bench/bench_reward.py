@@ -24,7 +24,13 @@ from gym_envfactory.reward import EpisodeScore, TurnScore
 from gym_envfactory.rollout.policies import OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
 
-ENVS = ["HotelBooking", "TeamCalendar", "PersonalFinance"]
+
+def _shipped() -> list[str]:
+    root = Path(__file__).resolve().parent.parent / "env_images"
+    return sorted(p.name for p in root.iterdir() if (p / "environment.toml").is_file())
+
+
+ENVS = _shipped()  # every catalog environment
 
 
 def groups() -> dict[tuple[str, str], list[str]]:
@@ -93,7 +99,7 @@ def main() -> None:
     for (env_name, size), ids in sorted(groups().items()):
         if size not in ("small", "large"):
             continue
-        episode_seconds(env_name, ids[:2])  # warm: replay cache, imports
+        episode_seconds(env_name, ids)  # warm: every task's reference (replayed once per process), imports
         ep = [episode_seconds(env_name, ids) for _ in range(repeats)]
         un = [unscored_episode_seconds(env_name, ids) for _ in range(repeats)]
         rp = [replay_seconds(env_name, ids) for _ in range(repeats)]
@@ -118,17 +124,29 @@ def main() -> None:
     from gym_envfactory.reward import state_diff
     spec = get_environment("HotelBooking")
     s = Session.from_states([spec], {"HotelBooking": spec.initial_state_json("large")})
-    cmp_ms = None
+    cmp_ms = frozen_us = None
     if s is not None:
         x, y = s.state(), s.state()
         t0 = time.perf_counter()
         for _ in range(10):
             state_diff(x, y)
         cmp_ms = (time.perf_counter() - t0) / 10 * 1e3
-        print(f"state_diff of two equal HotelBooking large states: {cmp_ms:.2f} ms")
+        print(f"state_diff of two equal HotelBooking large states as dicts: {cmp_ms:.2f} ms")
+        s.call("search_hotels", {"city": "Lisbon"})
+        fa, fb = s.frozen_state(), s.frozen_state()
+        fork = s.fork()
+        fork.call("search_hotels", {"city": "Lisbon"})
+        fc = fork.frozen_state()
+        t0 = time.perf_counter()
+        for _ in range(100):
+            assert not state_diff(fa, fc)
+        frozen_us = (time.perf_counter() - t0) / 100 * 1e6
+        print(f"state_diff of two equal HotelBooking large frozen states (a session and its fork): {frozen_us:.1f} us")
+        assert fa is not None and fb is not None
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "reward.json").write_text(json.dumps({"rows": rows, "state_diff_equal_large_ms": cmp_ms,
+                                                 "state_diff_equal_large_frozen_us": frozen_us,
                                                  "repeats": repeats, "python": sys.version.split()[0]}, indent=1))
 
 

@@ -10,6 +10,7 @@ error naming the file, line, task, turn and call (docs/cases.md C06), never a lo
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import threading
 import weakref
@@ -18,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
+from pydantic import BaseModel
+
+from gym_envfactory.environment.cow import BASE_CACHE, FrozenState
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments, task_initial_state
 from gym_envfactory.environment.tasks import Task, TaskSet, check_tool_names
@@ -56,6 +60,9 @@ class TaskReference:
         set_fields: list paths compared as multisets (same prefixing).
         initial: the initial state in the canonical form of :meth:`Session.state` (parsed once per
             task), or ``None`` when unknown (a hand-built reference: then no no-change rule for turn 0).
+        turn_frozen: the same turn states as :class:`~gym_envfactory.environment.cow.FrozenState`
+            (what the reward compares an in-process episode's frozen states with, by record identity:
+            docs/reward.md, "Cost"), or ``None`` (a hand-built reference).
     """
 
     task_id: str
@@ -68,6 +75,7 @@ class TaskReference:
     excluded_fields: tuple[str, ...] = ()
     set_fields: tuple[str, ...] = ()
     initial: Any = None
+    turn_frozen: list[FrozenState] | None = field(default=None, compare=False, repr=False)
     #: what the reward derives from this reference alone, memoised (a pure function of the reference,
     #: asked several times per episode and by every episode of the task): verdicts of comparisons
     #: between its own states, and the JSON text of each turn state.
@@ -122,15 +130,26 @@ class TaskReference:
             by_env = {environments[0].name: before} if len(environments) == 1 else before
             initial_state = {e.name: e.validate_state(by_env[e.name]).model_dump_json().encode() for e in environments}
             initial = before
+            if self.turn_frozen is not None:  # sessions started from these bytes share the reference's records
+                frozen = self.turn_frozen[start - 1].models
+                for e in environments:
+                    model = frozen.get(e.name)
+                    if model is not None and type(model) is e.state_model:
+                        BASE_CACHE.get(e.state_model, initial_state[e.name], functools.partial(_same, model))
         return TaskReference(
             task_id=self.task_id, envs=self.envs, initial_state=initial_state,
             turn_states=self.turn_states[start:end], turn_calls=self.turn_calls[start:end],
             expected_outputs=self.expected_outputs[start:end], clarification=self.clarification[start:end],
-            excluded_fields=self.excluded_fields, set_fields=self.set_fields, initial=initial)
+            excluded_fields=self.excluded_fields, set_fields=self.set_fields, initial=initial,
+            turn_frozen=self.turn_frozen[start:end] if self.turn_frozen is not None else None)
 
     def state_before(self, turn: int) -> Any:
         """The ground-truth state before ``turn`` (the initial state for turn 0)."""
         return self.turn_states[turn - 1] if turn > 0 else self.initial
+
+
+def _same(model: BaseModel, _raw: bytes) -> BaseModel:
+    return model
 
 
 class _Where(TypedDict):
@@ -163,6 +182,7 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
     initial = task_initial_state(spec, task, tasks)
     session = Session.from_states(environments, initial)
     turn_states: list[Any] = []
+    turn_frozen: list[FrozenState] = []
     turn_calls: list[list[ReferenceCall]] = []
     where: _Where = {"file": tasks.source, "line": tasks.line_of(task.task_id), "task_id": task.task_id}
     try:
@@ -182,6 +202,7 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
                                        turn=ti, call=ci)
                 calls.append(ReferenceCall(call.name, res.arguments or {}, tuple(call.masked_arguments), res.content))
             turn_states.append(session.state())
+            turn_frozen.append(session.frozen_state())
             turn_calls.append(calls)
     finally:
         session.close()
@@ -197,6 +218,7 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
         excluded_fields=excluded,
         set_fields=set_fields,
         initial=_canonical(initial),
+        turn_frozen=turn_frozen,
     )
 
 

@@ -24,12 +24,17 @@ vacuous the task score is 0.0.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
+from gym_envfactory.environment.cow import FrozenState
 from gym_envfactory.replay import ReferenceCall, TaskReference
 
 __all__ = [
@@ -202,18 +207,40 @@ def state_diff(
 ) -> list[StateDiff]:
     """Differences between two canonical states (docs/reward.md).  Empty list ⇔ equivalent.
 
-    Work is proportional to what differs: equal subtrees are recognised in C (equality confirmed by
-    their JSON text) and never walked node by node.
+    Work is proportional to what differs.  Two :class:`~gym_envfactory.environment.cow.FrozenState`
+    objects grown from one base (an in-process episode's and its ground truth's) are compared by record
+    identity: only the records and root fields that are not the same objects are serialised and walked,
+    so equal large states compare in microseconds.  Otherwise (canonical dicts, or a frozen state against
+    a dict) equal subtrees are recognised in C (equality confirmed by their JSON text) and never walked
+    node by node.
 
     Args:
+        actual, expected: canonical states (the form of :meth:`Session.state`) or frozen states
+            (:meth:`Session.frozen_state`); the verdict and the paths reported are the same either way.
         bookkeeping: dotted path patterns (``*`` = any key) excluded from the comparison (docs/cases.md C07).
         set_fields: path patterns of lists compared as multisets.
         limit: at most this many differences are reported.
         expected_text: ``expected`` as compact JSON (:func:`state_text`), when the caller keeps it
             (the reward does, per ground-truth state): equal text means equal states, in one
-            serialisation of ``actual``.
+            serialisation of ``actual``.  Ignored when both states are frozen.
     """
-    if expected_text is not None:
+    if isinstance(actual, FrozenState) or isinstance(expected, FrozenState):
+        parts = _frozen_parts(actual, expected) if type(actual) is type(expected) else None
+        if parts is not None:
+            actual, expected = parts
+            if not actual and not expected:
+                return []
+        else:
+            actual = actual.canonical() if isinstance(actual, FrozenState) else actual
+            expected = expected.canonical() if isinstance(expected, FrozenState) else expected
+            if expected_text is not None:
+                try:
+                    # equal text and == together: the text tells true from 1, == tells a tuple from a list
+                    if _DUMPS(actual) == expected_text and actual == expected:
+                        return []
+                except (TypeError, ValueError):
+                    pass
+    elif expected_text is not None:
         try:
             # equal text and == together: the text tells true from 1, == tells a tuple from a list and 1 from "1"
             if _DUMPS(actual) == expected_text and actual == expected:
@@ -253,6 +280,71 @@ def state_diff(
 
     walk(actual, expected, "")
     return out
+
+
+def _root_ok(cls: type[BaseModel]) -> bool:
+    """Whether ``cls`` serialises field by field, so that ``include`` picks out exactly the parts of its
+    canonical form that belong to the fields and keys included (no model serializer, no computed or
+    field serializers at the root)."""
+    hit = _ROOT_OK.get(cls)
+    if hit is None:
+        decorators = cls.__pydantic_decorators__
+        hit = _ROOT_OK[cls] = not (decorators.model_serializers or decorators.field_serializers
+                                   or cls.model_computed_fields)
+    return hit
+
+
+_ROOT_OK: dict[type[BaseModel], bool] = {}
+
+
+def _differing_keys(a: dict[Any, Any], e: dict[Any, Any]) -> list[Any]:
+    """Keys of two dicts whose values are not the very same objects (or that only one has), found in C."""
+    if dict.keys(a) == dict.keys(e):
+        same = map(operator.is_, dict.values(a), map(dict.__getitem__, itertools.repeat(e), a))
+        return list(itertools.compress(a, map(operator.not_, same)))
+    out = [k for k in a if k not in e or dict.__getitem__(a, k) is not dict.__getitem__(e, k)]
+    return out + [k for k in e if k not in a]
+
+
+def _frozen_parts(actual: FrozenState, expected: FrozenState) -> tuple[Any, Any] | None:
+    """The parts of the canonical forms of two frozen states that may differ (root fields and dict
+    records that are not the same objects), in the canonical shape (``{env: ...}`` for several
+    environments), or ``None`` when that cannot be told this way (other environments, other model
+    classes, a root that does not serialise field by field).  Equal states give two empty dicts."""
+    if actual.models.keys() != expected.models.keys():
+        return None
+    single = len(actual.models) == 1
+    pa: dict[str, Any] = {}
+    pe: dict[str, Any] = {}
+    for name, ma in actual.models.items():
+        me = expected.models[name]
+        if ma is me:
+            continue
+        cls = type(ma)
+        if type(me) is not cls or not _root_ok(cls) or ma.__pydantic_extra__ or me.__pydantic_extra__:
+            return None
+        include: dict[str, Any] = {}
+        de = me.__dict__
+        for f, va in ma.__dict__.items():
+            ve = de.get(f, _ABSENT)
+            if va is ve:
+                continue
+            if isinstance(va, dict) and isinstance(ve, dict):
+                keys = _differing_keys(va, ve)
+                if keys:
+                    include[f] = set(keys)
+            else:
+                include[f] = True
+        if not include:
+            continue
+        ser = cls.__pydantic_serializer__
+        if ser.to_json(ma, include=include) == ser.to_json(me, include=include):
+            continue  # equal JSON text: equal parts (the common case: records copied by a scan, unchanged)
+        pa[name] = ser.to_python(ma, mode="json", include=include)
+        pe[name] = ser.to_python(me, mode="json", include=include)
+    if single:
+        return pa.get(next(iter(actual.models)), {}), pe.get(next(iter(actual.models)), {})
+    return pa, pe
 
 
 # ---------------------------------------------------------------------------- trajectory matching
@@ -360,7 +452,10 @@ class TurnScore:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as a JSON-ready dict (``info["turn_score"]``)."""
-        return asdict(self)
+        return {"turn": self.turn, "r_traj": self.r_traj, "r_state": self.r_state, "r_output": self.r_output,
+                "matched": self.matched, "n_ground_truth": self.n_ground_truth, "surplus": self.surplus,
+                "invalid": self.invalid, "penalty": self.penalty, "reward": self.reward,
+                "vacuous": list(self.vacuous), "missed": list(self.missed)}
 
 
 @dataclass
@@ -386,6 +481,7 @@ class EpisodeScore:
     def to_dict(self) -> dict[str, Any]:
         """Every component as a JSON-ready dict (``info["score"]``): state differences as
         ``{path, expected, actual}``, per-turn scores, and the config's weights."""
+        c = self.config
         return {
             "reward": self.reward,
             "r_traj": self.r_traj,
@@ -399,9 +495,10 @@ class EpisodeScore:
             "invalid": self.invalid,
             "vacuous": list(self.vacuous),
             "missed": list(self.missed),
-            "state_diff": [asdict(d) for d in self.state_diff],
+            "state_diff": [{"path": d.path, "expected": d.expected, "actual": d.actual} for d in self.state_diff],
             "turns": [t.to_dict() for t in self.turns],
-            "config": asdict(self.config),
+            "config": {"alpha": c.alpha, "gamma": c.gamma, "penalty_cap": c.penalty_cap,
+                       "output_weight": c.output_weight},
         }
 
 
@@ -417,6 +514,14 @@ def _combine(cfg: RewardConfig, traj: float | None, state: float | None, output:
 
 def _clip(x: float) -> float:
     return min(1.0, max(0.0, x))
+
+
+def _expected(reference: TaskReference, turn: int, actual: Any) -> Any:
+    """The ground-truth state after ``turn`` in the form that compares fastest with ``actual``: the
+    reference's frozen state when ``actual`` is frozen too (record identity), else its canonical dict."""
+    if isinstance(actual, FrozenState) and reference.turn_frozen is not None:
+        return reference.turn_frozen[turn]
+    return reference.turn_states[turn]
 
 
 def _turn_text(reference: TaskReference, turn: int) -> str | None:
@@ -488,7 +593,7 @@ def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cf
     r_traj = matched / len(gt) if gt else None
     r_state = None
     if record.state is not None:
-        r_state = _state_score(record.state, reference.turn_states[turn_index],
+        r_state = _state_score(record.state, _expected(reference, turn_index, record.state),
                                _ground_truth_changes(reference, turn_index, turn_index),
                                reference.excluded_fields, reference.set_fields, limit=1,
                                expected_text=_turn_text(reference, turn_index))[0]
@@ -567,10 +672,11 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
         invalid += sum(1 for _, _, bad in rec.calls if bad)
         # the ground truth expects no change after its last turn: a changed state scores 0 there
         state = rec.state if rec.state is not None else (final_state if i == len(extra_records) - 1 else None)
-        if state is not None and state_diff(state, reference.final_state, bookkeeping=reference.excluded_fields,
+        if state is not None and state_diff(state, _expected(reference, reference.n_turns - 1, state),
+                                            bookkeeping=reference.excluded_fields,
                                             set_fields=reference.set_fields, limit=1):
             extra_verdicts.append(0.0)
-    final_verdict, diff = _state_score(final_state, reference.final_state,
+    final_verdict, diff = _state_score(final_state, _expected(reference, reference.n_turns - 1, final_state),
                                        _ground_truth_changes(reference, 0, reference.n_turns - 1),
                                        reference.excluded_fields, reference.set_fields,
                                        expected_text=_turn_text(reference, reference.n_turns - 1))

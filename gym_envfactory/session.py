@@ -396,6 +396,30 @@ class Session:
             return json.loads(self._state_json(next(iter(self.envs))))
         return {n: json.loads(self._state_json(n)) for n in self.envs}
 
+    def frozen_state(self) -> cow.FrozenState:
+        """The current states as a :class:`~gym_envfactory.environment.cow.FrozenState`: what the reward
+        compares by record identity (docs/reward.md, "Cost").  No serialisation: an untouched state
+        hands out its shared base; a changed one is frozen in place as a new base (the session goes on
+        with a fresh view of it and a rollback point at this moment), O(records' pointers); a state
+        handed out by :meth:`state_model` is deep-copied (it may still change).
+
+        Raises:
+            SessionClosedError: the session was closed.
+            SpecError: a state's bytes do not load (nothing changes).
+        """
+        self._check_open()
+        models: dict[str, BaseModel] = {}
+        for name in self.envs:
+            self._model(name)
+            live = self._states[name]
+            if live.exposed:
+                models[name] = cow.frozen_copy(live.model)
+                continue
+            if not live.pristine:
+                self._rebase(live)
+            models[name] = live.base
+        return cow.FrozenState(models)
+
     def state_bytes(self) -> bytes:
         """Canonical JSON bytes of :meth:`state` (sorted keys): byte-identical for equal states."""
         return canonical_json(self.state())
@@ -508,7 +532,10 @@ class Session:
         state = live.model
         before = state.model_dump_json() if self.check_writes else None
         try:
-            result = self._execute(tool, state, validated, normalized, call_id)
+            if tool.shared_reads and before is None:  # docs/performance.md, "Shared reads"
+                result = self._execute_shared(tool, state, validated, normalized, call_id)
+            else:
+                result = self._execute(tool, state, validated, normalized, call_id)
         except BaseException:  # KeyboardInterrupt and the like: still nothing half-done
             self._roll_back(tool, live, before)
             raise
@@ -529,6 +556,20 @@ class Session:
             if len(live.redo) > REDO_LIMIT:
                 self._rebase(live)
         return result
+
+    @classmethod
+    def _execute_shared(cls, tool: ToolSpec, state: BaseModel, validated: BaseModel, normalized: dict[str, Any],
+                        call_id: str | None) -> ToolResult:
+        """:meth:`_execute` for a shared-reads tool: copy-on-write suspended on the state's collections
+        for the call, so its scans read the base's records in place instead of copying them."""
+        shared = [v for v in state.__dict__.values() if type(v) is cow.CowDict]
+        for v in shared:
+            v.share(True)
+        try:
+            return cls._execute(tool, state, validated, normalized, call_id)
+        finally:
+            for v in shared:
+                v.share(False)
 
     @staticmethod
     def _execute(tool: ToolSpec, state: BaseModel, validated: BaseModel, normalized: dict[str, Any],

@@ -192,10 +192,12 @@ def test_final_state_is_read_once_per_episode_end(library):
 
     env = EnvFactoryEnv("Library", task_id="borrow-dune")
     env.reset()
-    with mock.patch.object(Session, "state", autospec=True, side_effect=Session.state) as reads:
+    with mock.patch.object(Session, "frozen_state", autospec=True, side_effect=Session.frozen_state) as reads, \
+            mock.patch.object(Session, "state", autospec=True, side_effect=Session.state) as dumps:
         env.step(BORROW)
         *_, term, _, info = env.step("Loan L-0001.")
-    assert term and info["score"]["reward"] == 1.0 and reads.call_count == 1
+    # in process the state is read as a frozen state (no serialisation), once
+    assert term and info["score"]["reward"] == 1.0 and reads.call_count == 1 and dumps.call_count == 0
 
 
 # ---------------------------------------------------------------------------- training-facing behaviour

@@ -176,6 +176,7 @@ def define_environment(
     free_text_fields: Sequence[str] = (),
     set_fields: Sequence[str] = (),
     strict_arguments: bool = False,
+    shared_reads: bool = False,
     register: bool = True,
     overwrite: bool = False,
 ) -> EnvironmentSpec:
@@ -203,7 +204,9 @@ def define_environment(
     follow the JSON Lines task format (:mod:`gym_envfactory.environment.tasks`); ``env`` defaults to ``name``.
     ``strict_arguments=True``: the tools validate arguments in Pydantic's strict mode (no string → number
     or number → string coercion; docs/argument-policy.md, "Strict mode"), as ``strict_arguments = true``
-    in an ``environment.toml`` does.
+    in an ``environment.toml`` does.  ``shared_reads=True``: the read-only tools read the records shared
+    between sessions in place instead of copying them (only for tools that truly never write; as
+    ``shared_reads = true`` in an ``environment.toml``; docs/performance.md, "Shared reads").
 
     ``overwrite=True`` lets the definition shadow a catalog environment of the same name in this
     process (tasks of other environments that name it would then get this one); redefining an earlier
@@ -229,6 +232,7 @@ def define_environment(
         free_text_fields=list(free_text_fields),
         set_fields=list(set_fields),
         strict_arguments=strict_arguments,
+        shared_reads=shared_reads,
         provenance=Provenance(kind="programmatic"),
     )
     manifest.check(None)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import json
 import threading
 import uuid
 from collections import OrderedDict
@@ -38,7 +39,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-__all__ = ["CowDict", "BaseCache", "copy_value", "deep_copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
+__all__ = ["CowDict", "BaseCache", "FrozenState", "copy_value", "deep_copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -134,6 +135,16 @@ class CowDict(dict):
     """
 
     _owned: set[Any] | None = None
+    #: ``True`` while a shared-reads tool runs (:meth:`share`): reads hand out the stored values as they
+    #: are, shared with the base, instead of copying them (docs/performance.md, "Shared reads").
+    _shared: bool = False
+
+    def share(self, on: bool) -> None:
+        """Suspend (``on``) or resume copy-on-write for reads: while suspended, ``[]``, ``get``,
+        ``values``, ``items`` and ``copy`` hand out the stored values, which may be the base's own records.
+        Only for code that never writes to what it reads (a read-only tool of a ``shared_reads``
+        environment); writes still own what they write."""
+        self._shared = on
 
     # -- reads that hand out values
     def _own(self, key: Any, value: Any) -> Any:
@@ -161,7 +172,7 @@ class CowDict(dict):
         """``view[key]``: the owned value (copied now if still shared)."""
         value = dict.__getitem__(self, key)
         owned = self._owned
-        if owned is not None and key in owned:
+        if owned is not None and key in owned or self._shared:
             return value
         return self._own(key, value)
 
@@ -172,7 +183,7 @@ class CowDict(dict):
         except KeyError:
             return default
         owned = self._owned
-        if owned is not None and key in owned:
+        if owned is not None and key in owned or self._shared:
             return value
         return self._own(key, value)
 
@@ -205,12 +216,14 @@ class CowDict(dict):
 
     def values(self) -> Any:
         """``view.values()``: every value owned first (copies the shared ones once), then the dict's view."""
-        self.own_all()
+        if not self._shared:
+            self.own_all()
         return dict.values(self)
 
     def items(self) -> Any:
         """``view.items()``: every value owned first (copies the shared ones once), then the dict's view."""
-        self.own_all()
+        if not self._shared:
+            self.own_all()
         return dict.items(self)
 
     def __iter__(self) -> Iterator[Any]:
@@ -219,7 +232,8 @@ class CowDict(dict):
 
     def copy(self) -> dict[Any, Any]:
         """A plain shallow copy holding this view's (owned) values."""
-        self.own_all()
+        if not self._shared:
+            self.own_all()
         return dict(dict.items(self))
 
     __copy__ = copy
@@ -388,3 +402,46 @@ class BaseCache:
 
 #: The cache every :class:`~gym_envfactory.session.Session` in this process shares.
 BASE_CACHE = BaseCache()
+
+
+class FrozenState:
+    """A session's states at one moment as frozen bases, one per environment (docs/reward.md, "Cost").
+
+    Made by :meth:`~gym_envfactory.session.Session.frozen_state` in O(records' pointers), with no
+    serialisation.  Records the session never changed are the very objects of the base it started from,
+    so two frozen states grown from one base (an episode's and its task's ground truth) are compared by
+    object identity, and only the records that differ are serialised
+    (:func:`~gym_envfactory.reward.state_diff`).  Immutable: the models are bases nobody mutates, so a
+    copy (``copy.copy``, ``copy.deepcopy``) is the object itself.
+
+    Args:
+        models: environment name -> frozen state model, in the session's environment order.
+    """
+
+    __slots__ = ("models", "_canonical")
+
+    def __init__(self, models: dict[str, BaseModel]) -> None:
+        """Hold ``models`` (which the caller must never mutate afterwards)."""
+        self.models = dict(models)
+        self._canonical: Any = None
+
+    def canonical(self) -> Any:
+        """The canonical JSON-compatible form, as :meth:`Session.state` returns it (one environment: its
+        state dict; several: ``{env_name: state dict}``).  Computed once (one serialisation per
+        environment) and cached: treat the result as read-only."""
+        if self._canonical is None:
+            parsed = {n: json.loads(m.model_dump_json()) for n, m in self.models.items()}
+            self._canonical = next(iter(parsed.values())) if len(parsed) == 1 else parsed
+        return self._canonical
+
+    def __copy__(self) -> FrozenState:
+        """The object itself (immutable)."""
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenState:
+        """The object itself (immutable)."""
+        return self
+
+    def __repr__(self) -> str:
+        """``FrozenState(env, ...)``."""
+        return f"FrozenState({', '.join(self.models)})"

@@ -118,7 +118,10 @@ class Manifest(BaseModel):
     mask in calls; excluded from state equivalence, since any faithful wording is right),
     ``strict_arguments`` (``true``: the environment's tools validate arguments in Pydantic's strict mode,
     so no string becomes a number or a boolean and no number a string; docs/argument-policy.md, "Strict
-    mode"), ``provenance``.
+    mode"), ``shared_reads`` (``true``: the read-only tools read the state shared between sessions
+    in place instead of copying the records they scan, which is safe only when they truly never write;
+    ``envfactory validate`` checks that, and checks run with copies; docs/performance.md, "Shared
+    reads"), ``provenance``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -134,6 +137,7 @@ class Manifest(BaseModel):
     free_text_fields: list[str] = Field(default_factory=list)
     set_fields: list[str] = Field(default_factory=list)
     strict_arguments: bool = False
+    shared_reads: bool = False
     provenance: Provenance = Field(default_factory=Provenance)
 
     def check(self, file: Path | None) -> None:
@@ -159,8 +163,8 @@ class Manifest(BaseModel):
         """``environment.toml`` text for this manifest, symmetric with loading:
         ``Manifest.model_validate(tomllib.loads(m.to_toml())) == m``.
 
-        Top-level fields come first in declaration order (empty field lists and ``strict_arguments =
-        false`` are left out; they load back as the same default), then a ``[provenance]`` table: ``kind``, the standard fields
+        Top-level fields come first in declaration order (empty field lists, ``strict_arguments =
+        false`` and ``shared_reads = false`` are left out; they load back as the same default), then a ``[provenance]`` table: ``kind``, the standard fields
         that are set, then extra fields in insertion order.  TOML has no null, so a provenance value of
         ``None`` (standard or extra) is left out; standard ones load back as ``None``.  Strings,
         booleans, integers, floats (``inf``/``nan`` included), dates and times, lists and tables
@@ -205,7 +209,7 @@ class Manifest(BaseModel):
             raise ValueError(f"{type(v).__name__} values cannot be written to TOML")
 
         lines = [f"{key(k)} = {value(v)}" for k, v in self.model_dump(exclude={"provenance"}).items()
-                 if not (isinstance(v, list) and not v) and not (k == "strict_arguments" and v is False)]
+                 if not (isinstance(v, list) and not v) and not (k in ("strict_arguments", "shared_reads") and v is False)]
         lines += ["", "[provenance]"]
         prov = self.provenance
         fields = {"kind": prov.kind, "model": prov.model, "date": prov.date, "source": prov.source,

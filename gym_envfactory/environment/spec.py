@@ -83,6 +83,7 @@ class EnvironmentSpec:
                 raise SpecError(f"duplicate tool name {t.name!r}", file=path, field="tools")
             t.env = self.name
             t.strict_arguments = manifest.strict_arguments  # docs/argument-policy.md, "Strict mode"
+            t.shared_reads = manifest.shared_reads and t.read_only  # docs/performance.md, "Shared reads"
             self.tools[t.name] = t
         if not self.tools:
             raise SpecError("an environment needs at least one tool", file=path, field="tools")

@@ -79,6 +79,9 @@ class ToolSpec:
         env: name of the environment that owns the tool (set by the spec).
         strict_arguments: validate in Pydantic's strict mode on the arguments as JSON (the manifest's
             ``strict_arguments``, set by the spec; docs/argument-policy.md, "Strict mode").
+        shared_reads: a read-only tool of an environment whose manifest sets ``shared_reads``: it runs
+            on the session's state with copy-on-write suspended, reading the records shared with other
+            sessions in place (set by the spec; docs/performance.md, "Shared reads").
     """
 
     name: str
@@ -92,6 +95,7 @@ class ToolSpec:
     input_schema: dict[str, Any] = field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
     strict_arguments: bool = False
+    shared_reads: bool = False
 
     @property
     def read_only(self) -> bool:
@@ -143,10 +147,17 @@ class ToolSpec:
             "function": {
                 "name": self.name,
                 "description": self.description,
-                # a copy (callers may edit it: strict mode ...); a JSON round trip runs in C, ~5x deepcopy
-                "parameters": json.loads(json.dumps(self.input_schema)),
+                # a copy (callers may edit it: strict mode ...): parsing the schema's cached JSON text runs
+                # in C, ~10x deepcopy
+                "parameters": json.loads(self._schema_text()),
             },
         }
+
+    def _schema_text(self) -> str:
+        text = self.__dict__.get("_input_schema_text")
+        if text is None or text[0] is not self.input_schema:  # cached per schema object
+            text = self.__dict__["_input_schema_text"] = (self.input_schema, json.dumps(self.input_schema))
+        return text[1]
 
     def mcp_schema(self) -> dict[str, Any]:
         """MCP ``tools/list`` entry (MCP spec 2025-06-18, ``Tool``)."""

@@ -35,7 +35,7 @@ from gym_envfactory.environment.states import task_environments
 from gym_envfactory.environment.tasks import Task, Turn
 from gym_envfactory.envs.parsing import MAX_RAW_CHARS, ParseError, ToolCall, parse_action
 from gym_envfactory.envs.spaces import AssistantActionSpace, MessagesSpace
-from gym_envfactory.errors import BackendError, UnknownTaskError
+from gym_envfactory.errors import BackendError, SpecError, UnknownTaskError
 from gym_envfactory.replay import TaskReference, task_reference
 from gym_envfactory.reward import (
     EpisodeScore,
@@ -700,7 +700,7 @@ class EnvFactoryEnv(gym.Env):
     def _end_turn(self, info: dict[str, Any]) -> float:
         assert self.session is not None and self.task is not None and self.reference is not None
         rec = self.records[self.turn - self.start_turn]
-        rec.state = self.session.state()
+        rec.state = self._read_state()
         reward = 0.0
         if self.turn < self.end_turn:
             ts = score_turn(self.turn - self.start_turn, rec, self.reference, self.reward_config)
@@ -714,11 +714,23 @@ class EnvFactoryEnv(gym.Env):
         self.steps_in_turn = 0
         return reward
 
+    def _read_state(self) -> Any:
+        """The session's state for scoring: a :class:`~gym_envfactory.environment.cow.FrozenState` from an
+        in-process session (no serialisation; compared by record identity), else :meth:`Session.state`."""
+        assert self.session is not None
+        frozen = getattr(self.session, "frozen_state", None)
+        if frozen is not None:
+            try:
+                return frozen()
+            except SpecError:  # a state that does not load: its canonical form is still what it holds
+                pass
+        return self.session.state()
+
     def _score(self, final_state: Any = None) -> EpisodeScore:
         """Score the episode on copies of the state (never mutates the session, docs/cases.md C05).
         ``final_state``: the state just read at the end of the last turn, to avoid reading it twice."""
         assert self.session is not None and self.reference is not None
-        final = final_state if final_state is not None else self.session.state()
+        final = final_state if final_state is not None else self._read_state()
         records = self.records
         if records and records[-1].state is None and self.turn < self.end_turn:
             # scored mid-turn: judge the unfinished turn on the state as it stands (as if it ended now)

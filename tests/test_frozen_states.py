@@ -1,0 +1,256 @@
+"""Frozen states and shared reads (docs/reward.md, "Cost"; docs/performance.md, "Shared reads").
+
+The reward compares an in-process episode's :class:`FrozenState` with its ground truth's by record
+identity; these tests hold that the verdict and the difference report are exactly those of comparing the
+canonical dicts, for any mix of calls and forks, on one environment and across environments, and that
+read-only tools of a ``shared_reads`` environment copy nothing yet never change what other sessions see.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from gym_envfactory import Session, ToolError, define_environment, get_environment, tool
+from gym_envfactory.environment import cow
+from gym_envfactory.environment.cow import FrozenState
+from gym_envfactory.environment.states import task_environments
+from gym_envfactory.replay import task_reference
+from gym_envfactory.reward import RewardConfig, StateDiff, TurnRecord, TurnScore, score_episode, state_diff
+from gym_envfactory.validation import validate_environment
+from tests.shipped import SHIPPED
+
+ENVS = sorted(SHIPPED)
+
+
+def _pool(env_name: str) -> list[tuple[str, dict]]:
+    spec = get_environment(env_name)
+    calls = [(s.call, s.arguments) for sc in spec.scenarios if sc.initial_state == "small" for s in sc.steps]
+    for tid in spec.tasks.ids():
+        task = spec.tasks.get(tid)
+        if task.initial_state == "small":
+            calls += [(c.name, c.arguments) for turn in task.turns for c in turn.ground_truth]
+    seen, out = set(), []
+    for name, args in calls:
+        key = json.dumps([name, args], sort_keys=True, default=str)
+        if key not in seen and name in spec.tools:
+            seen.add(key)
+            out.append((name, args))
+    return out
+
+
+POOLS = {e: _pool(e) for e in ENVS}
+
+
+def _both(a: Session, b: Session, spec) -> tuple[list[StateDiff], list[StateDiff]]:
+    kw = {"bookkeeping": spec.excluded_fields, "set_fields": spec.set_fields}
+    return state_diff(a.frozen_state(), b.frozen_state(), **kw), state_diff(a.state(), b.state(), **kw)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), env_name=st.sampled_from(ENVS))
+def test_frozen_comparison_reports_exactly_what_the_dict_comparison_reports(data, env_name):
+    """Two sessions from one start (one a fork of the other at a random point) make random calls; at
+    random moments their frozen states are compared: same verdict, same paths, same values, same order
+    as comparing their canonical dicts."""
+    spec, pool = get_environment(env_name), POOLS[env_name]
+    a = Session(spec, "small")
+    sessions = [a]
+    ix = st.integers(0, len(pool) - 1)
+    ops = data.draw(st.lists(st.tuples(st.sampled_from(["a", "b", "fork", "compare"]), ix), min_size=1, max_size=25))
+    compared = 0
+    for op, ci in ops:
+        if op == "fork" and len(sessions) == 1:
+            sessions.append(a.fork())
+        elif op == "compare" and len(sessions) == 2:
+            frozen, plain = _both(*sessions, spec)
+            assert frozen == plain
+            compared += 1
+        elif op in ("a", "b"):
+            s = sessions[0 if op == "a" or len(sessions) == 1 else 1]
+            name, args = pool[ci]
+            s.call(name, copy.deepcopy(args))
+    b = sessions[1] if len(sessions) == 2 else Session(spec, "small")
+    frozen, plain = _both(a, b, spec)
+    assert frozen == plain
+    assert (not frozen) == (a.state_bytes() == b.state_bytes() or not plain)
+
+
+def test_frozen_comparison_across_environments_prefixes_paths_like_the_dicts():
+    """A cross-environment task's states compare the same way frozen as canonical ({env: state}), paths
+    prefixed with the environment."""
+    for name in ENVS:
+        spec = get_environment(name)
+        task = next((spec.tasks.get(t) for t in spec.tasks.ids() if len(spec.tasks.get(t).envs) > 1), None)
+        if task is not None:
+            break
+    assert task is not None, "the catalog has cross-environment tasks"
+    ref = task_reference(spec, task)
+    envs = task_environments(spec, task)
+    s = Session.from_states(envs, ref.initial_state)
+    final = ref.turn_frozen[-1]
+    assert state_diff(s.frozen_state(), final, bookkeeping=ref.excluded_fields) == \
+        state_diff(s.state(), ref.final_state, bookkeeping=ref.excluded_fields)
+    for turn in ref.turn_calls:
+        for c in turn:
+            assert s.call(c.name, dict(c.arguments)).ok
+    assert state_diff(s.frozen_state(), final, bookkeeping=ref.excluded_fields) == []
+    paths = {d.path.split(".")[0] for d in state_diff(ref.turn_frozen[0], Session.from_states(
+        envs, ref.initial_state).frozen_state(), bookkeeping=ref.excluded_fields)}
+    assert paths <= {e.name for e in envs}
+
+
+def test_a_frozen_state_against_a_dict_uses_its_canonical_form():
+    spec = get_environment("HotelBooking")
+    s = Session(spec, "small")
+    assert state_diff(s.frozen_state(), s.state()) == []
+    frozen = s.frozen_state()
+    assert copy.deepcopy(frozen) is frozen and copy.copy(frozen) is frozen
+    assert frozen.canonical() == s.state()
+
+
+def test_frozen_state_freezes_the_moment_later_calls_do_not_reach_it():
+    spec = get_environment("HotelBooking")
+    s = Session(spec, "small")
+    before = s.frozen_state()
+    text = json.dumps(before.canonical(), sort_keys=True)
+    ref = task_reference(spec, next(t for t in spec.tasks.ids() if spec.tasks.get(t).initial_state == "small"
+                                    and any(c for turn in spec.tasks.get(t).turns for c in turn.ground_truth)))
+    for turn in ref.turn_calls:
+        for c in turn:
+            s.call(c.name, dict(c.arguments))
+    after = s.frozen_state()
+    assert json.dumps(FrozenState(before.models).canonical(), sort_keys=True) == text
+    assert state_diff(after, before) == state_diff(s.state(), json.loads(text))
+
+
+def test_a_root_with_a_model_serializer_falls_back_to_the_dicts():
+    """A root that does not serialise field by field is compared through its canonical form."""
+    from pydantic import model_serializer
+
+    class Odd(BaseModel):
+        items: dict[str, int] = {}
+
+        @model_serializer
+        def _ser(self):
+            return {"total": sum(self.items.values())}
+
+    a = FrozenState({"E": Odd(items={"x": 1, "y": 2})})
+    b = FrozenState({"E": Odd(items={"x": 3})})
+    assert state_diff(a, b) == [] and state_diff(a, FrozenState({"E": Odd(items={"x": 4})})) != []
+
+
+# ---------------------------------------------------------------- shared reads
+def test_shared_reads_copy_no_record_and_leave_the_base_as_it_was():
+    """A read-only tool of a shared_reads environment scans the shared records in place: after a city
+    search and a hotel lookup on the large state, every record is still the base's own object."""
+    spec = get_environment("HotelBooking")
+    assert spec.manifest.shared_reads
+    raw = spec.initial_state_json("large")
+    base = cow.BASE_CACHE.get(spec.state_model, raw, spec.state_model.model_validate_json)
+    before = base.model_dump_json()
+    s = Session.from_states([spec], {"HotelBooking": raw})
+    hotels = s.call("search_hotels", {"city": "Lisbon"})
+    assert hotels.ok
+    frozen = s.frozen_state().models["HotelBooking"]
+    assert all(frozen.hotels[k] is base.hotels[k] for k in base.hotels)
+    assert base.model_dump_json() == before
+
+
+class Box(BaseModel):
+    """A toy state: items by key."""
+
+    items: dict[str, dict[str, int]] = {}
+
+
+def _leaky_env(shared: bool):
+    @tool(read_only=True)
+    def peek(state: Box, *, key: str) -> int:
+        """Read an item (and, wrongly, count the read in it)."""
+        if key not in state.items:
+            raise ToolError("unknown", code="not_found")
+        item = state.items[key]
+        item["reads"] = item.get("reads", 0) + 1  # a read-only tool that writes: a bug
+        return item["value"]
+
+    @tool
+    def put(state: Box, *, key: str, value: int) -> int:
+        """Store an item."""
+        state.items[key] = {"value": value}
+        return value
+
+    return define_environment(f"LeakyBox{int(shared)}", Box, [peek, put], shared_reads=shared, register=False,
+                              initial_state=Box(items={"a": {"value": 1}}),
+                              scenarios=[{"scenario_id": "peek", "steps": [
+                                  {"call": "peek", "arguments": {"key": "a"}, "expect": "ok"}]}])
+
+
+def test_validation_catches_a_read_only_tool_that_writes_before_shared_reads_can_spread_it():
+    """``envfactory validate`` runs with copies (check_writes): a read-only tool that writes is a contract
+    violation there, and the base other sessions start from is untouched."""
+    spec = _leaky_env(True)
+    report = validate_environment(spec, replay_tasks=False)
+    assert not report.passed
+    assert any("read-only tool changed the state" in f for f in report.failures())
+    assert Session(spec).state() == {"items": {"a": {"value": 1}}}
+
+
+def test_without_shared_reads_a_read_only_tool_that_writes_stays_in_its_session():
+    spec = _leaky_env(False)
+    a, b = Session(spec), Session(spec)
+    assert a.call("peek", {"key": "a"}).ok
+    assert b.state() == {"items": {"a": {"value": 1}}}
+
+
+# ---------------------------------------------------------------- reward plumbing
+def test_score_dicts_hold_every_field():
+    ref = task_reference(get_environment("HotelBooking"), get_environment("HotelBooking").tasks.ids()[0])
+    score = score_episode([], ref, ref.final_state, RewardConfig())
+    d = score.to_dict()
+    assert d["config"] == dataclasses.asdict(score.config)
+    assert set(d) == {f.name for f in dataclasses.fields(score)}
+    t = TurnScore(0, 1.0, None, 0.5, 1, 1, 0, 0, 0.0, 1.0, ["r_state"], [])
+    assert t.to_dict() == dataclasses.asdict(t)
+
+
+def test_a_turn_window_starts_from_the_references_own_records():
+    """A per-turn window's episode starts from the bytes of the ground-truth state before its first turn;
+    the session parses them to the reference's own frozen records, so the comparison stays by identity."""
+    spec = get_environment("HotelBooking")
+    tid = next(t for t in spec.tasks.ids() if len(spec.tasks.get(t).turns) > 1 and len(spec.tasks.get(t).envs) == 1)
+    ref = task_reference(spec, tid)
+    win = ref.window(1, ref.n_turns, [spec])
+    s = Session.from_states([spec], win.initial_state)
+    mine, theirs = s.frozen_state().models["HotelBooking"], ref.turn_frozen[0].models["HotelBooking"]
+    for field, value in theirs.__dict__.items():
+        if isinstance(value, dict):
+            assert all(mine.__dict__[field][k] is v for k, v in value.items()), field
+    assert win.turn_frozen == ref.turn_frozen[1:]
+
+
+@pytest.mark.parametrize("env_name", ENVS)
+def test_oracle_episodes_score_the_same_frozen_or_as_dicts(env_name):
+    """Every task's ground truth replayed in a session: the episode score from frozen states equals the
+    score from canonical dicts, component by component."""
+    spec = get_environment(env_name)
+    for tid in spec.tasks.ids()[:12]:
+        ref = task_reference(spec, tid)
+        s = Session.from_states(task_environments(spec, spec.tasks.get(tid)), ref.initial_state)
+        frozen_recs, dict_recs = [], []
+        for turn in ref.turn_calls:
+            calls = []
+            for c in turn:
+                r = s.call(c.name, dict(c.arguments))
+                calls.append((c.name, r.arguments, not r.ok))
+            frozen_recs.append(TurnRecord(calls=list(calls), state=s.frozen_state()))
+            dict_recs.append(TurnRecord(calls=list(calls), state=s.state()))
+        cfg = RewardConfig()
+        a = score_episode(frozen_recs, ref, frozen_recs[-1].state, cfg).to_dict()
+        b = score_episode(dict_recs, ref, dict_recs[-1].state, cfg).to_dict()
+        assert a == b and a["reward"] == 1.0, tid
