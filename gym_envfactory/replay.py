@@ -10,7 +10,6 @@ error naming the file, line, task, turn and call (docs/cases.md C06), never a lo
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import threading
 import weakref
@@ -18,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
-
-from pydantic import BaseModel
 
 from gym_envfactory.environment.cow import BASE_CACHE, FrozenState
 from gym_envfactory.environment.spec import EnvironmentSpec
@@ -123,6 +120,20 @@ class TaskReference:
             raise ValueError(f"turn window [{start}, {end}) is not inside the task's {self.n_turns} turn(s)")
         if (start, end) == (0, self.n_turns):
             return self
+        key = ("window", start, end, tuple(e.name for e in environments))
+        window = self.memo.get(key)
+        if window is None:
+            window = self.memo[key] = self._window(start, end, environments)
+        if start > 0 and self.turn_frozen is not None:
+            # sessions started from these bytes get the reference's own records (compared by identity)
+            frozen = self.turn_frozen[start - 1].models
+            for e in environments:
+                model = frozen.get(e.name)
+                if model is not None and type(model) is e.state_model:
+                    BASE_CACHE.put(e.state_model, window.initial_state[e.name], model)
+        return window
+
+    def _window(self, start: int, end: int, environments: Sequence[EnvironmentSpec]) -> TaskReference:
         if start == 0:
             initial_state, initial = self.initial_state, self.initial
         else:
@@ -130,12 +141,6 @@ class TaskReference:
             by_env = {environments[0].name: before} if len(environments) == 1 else before
             initial_state = {e.name: e.validate_state(by_env[e.name]).model_dump_json().encode() for e in environments}
             initial = before
-            if self.turn_frozen is not None:  # sessions started from these bytes share the reference's records
-                frozen = self.turn_frozen[start - 1].models
-                for e in environments:
-                    model = frozen.get(e.name)
-                    if model is not None and type(model) is e.state_model:
-                        BASE_CACHE.get(e.state_model, initial_state[e.name], functools.partial(_same, model))
         return TaskReference(
             task_id=self.task_id, envs=self.envs, initial_state=initial_state,
             turn_states=self.turn_states[start:end], turn_calls=self.turn_calls[start:end],
@@ -146,10 +151,6 @@ class TaskReference:
     def state_before(self, turn: int) -> Any:
         """The ground-truth state before ``turn`` (the initial state for turn 0)."""
         return self.turn_states[turn - 1] if turn > 0 else self.initial
-
-
-def _same(model: BaseModel, _raw: bytes) -> BaseModel:
-    return model
 
 
 class _Where(TypedDict):

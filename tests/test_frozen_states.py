@@ -226,6 +226,9 @@ def test_a_turn_window_starts_from_the_references_own_records():
     tid = next(t for t in spec.tasks.ids() if len(spec.tasks.get(t).turns) > 1 and len(spec.tasks.get(t).envs) == 1)
     ref = task_reference(spec, tid)
     win = ref.window(1, ref.n_turns, [spec])
+    raw = win.initial_state["HotelBooking"]
+    cow.BASE_CACHE.put(spec.state_model, raw, spec.state_model.model_validate_json(raw))  # another parse of them
+    assert ref.window(1, ref.n_turns, [spec]) is win  # memoised: validated and dumped once per window
     s = Session.from_states([spec], win.initial_state)
     mine, theirs = s.frozen_state().models["HotelBooking"], ref.turn_frozen[0].models["HotelBooking"]
     for field, value in theirs.__dict__.items():

@@ -384,6 +384,23 @@ class BaseCache:
                     self._bytes -= len(old_raw)
         return base
 
+    def put(self, model_cls: type[M], raw: bytes, base: M) -> None:
+        """Make ``base`` (a parsed state equal to ``raw``, that nobody mutates any more) the base for
+        ``raw``, replacing any other (sessions holding that one keep it), if it fits the bounds."""
+        if len(raw) > self.max_bytes or self.max_entries <= 0:
+            return
+        key = (model_cls, raw)
+        with self._lock:
+            if key in self._entries:
+                self._entries[key] = base
+                self._entries.move_to_end(key)
+                return
+            self._entries[key] = base
+            self._bytes += len(raw)
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                (_, old_raw), _ = self._entries.popitem(last=False)
+                self._bytes -= len(old_raw)
+
     def clear(self) -> None:
         """Drop every cached base (sessions holding one keep it)."""
         with self._lock:
