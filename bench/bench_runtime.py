@@ -62,6 +62,90 @@ def summary(xs: list[float]) -> dict[str, float]:
     return {"p50_us": pct(xs, 50) * 1e6, "p99_us": pct(xs, 99) * 1e6, "mean_us": statistics.fmean(xs) * 1e6, "n": len(xs)}
 
 
+def _counter_env():
+    """The issue's trivial tool: a read of one integer (code-defined, not registered)."""
+    from pydantic import BaseModel
+
+    from gym_envfactory import define_environment, tool
+
+    class Counter(BaseModel):
+        value: int = 0
+
+    @tool(read_only=True)
+    def get_value(state: Counter) -> int:
+        """The counter's value."""
+        return state.value
+
+    get_value.__annotations__["state"] = Counter
+    return define_environment("BenchCounter", Counter, [get_value], register=False)
+
+
+def tool_call_part(spec, session: Session, name: str, args: dict, direct_fn, n: int) -> dict:
+    """Session.call against a FastMCP in-memory client call of the same tool (whose handler calls a second
+    session), in alternating blocks so machine load hits both alike; also the bare function."""
+    from fastmcp import Client, FastMCP
+
+    direct = timeit(direct_fn, n)
+    mcp = FastMCP("bench")
+    mcp_session = Session(spec, session_initial(session))
+
+    async def handler(**kwargs) -> dict:
+        r = mcp_session.call(name, kwargs)
+        return {"result": r.content} if r.ok else {"error": r.error}
+
+    mcp.tool(name=name)(_with_signature(handler, args))
+    cpu = time.thread_time  # this thread's CPU time: what each call costs, without the time others' load takes
+
+    async def alternating(rounds: int, k_session: int, k_mcp: int) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {"call": [], "mcp": [], "call_cpu": [], "mcp_cpu": []}
+        async with Client(mcp) as c:
+            await c.call_tool(name, args)
+            for _ in range(rounds):
+                session.reset()  # a bounded action log, as in an episode
+                session.call(name, args)
+                for _ in range(k_session):
+                    t, u = time.perf_counter(), cpu()
+                    session.call(name, args)
+                    out["call_cpu"].append(cpu() - u)
+                    out["call"].append(time.perf_counter() - t)
+                for _ in range(k_mcp):
+                    t, u = time.perf_counter(), cpu()
+                    await c.call_tool(name, args)
+                    out["mcp_cpu"].append(cpu() - u)
+                    out["mcp"].append(time.perf_counter() - t)
+        return out
+
+    alt = asyncio.run(alternating(10 if QUICK else 20, n // 10 if QUICK else n // 20, 30 if QUICK else 100))
+    call, mcp_mem = alt["call"], alt["mcp"]
+    return {
+        "tool": name,
+        "direct_python": summary(direct),
+        "session_call": summary(call),
+        "fastmcp_in_memory": summary(mcp_mem),
+        "ratio_fastmcp_over_session_p50": pct(mcp_mem, 50) / pct(call, 50),
+        "session_call_thread_cpu": summary(alt["call_cpu"]),
+        "fastmcp_in_memory_thread_cpu": summary(alt["mcp_cpu"]),
+        "ratio_fastmcp_over_session_thread_cpu_p50": pct(alt["mcp_cpu"], 50) / pct(alt["call_cpu"], 50),
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "target_ratio": 100.0,
+    }
+
+
+def session_initial(session: Session):
+    """The session's initial state as a reference a new Session accepts (its name when it has one)."""
+    return "large" if session.envs and "HotelBooking" in session.envs else None
+
+
+def _with_signature(fn, args: dict):
+    """``fn`` with a signature naming ``args``' keys as string parameters (FastMCP derives the schema)."""
+    import inspect
+
+    params = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, annotation=str) for k in args]
+    fn.__signature__ = inspect.Signature(params, return_annotation=dict)
+    fn.__annotations__ = {k: str for k in args} | {"return": dict}
+    return fn
+
+
 def main() -> None:
     spec = get_environment("HotelBooking")
     session = Session(spec, "large")
@@ -76,55 +160,16 @@ def main() -> None:
         "tool": "get_hotel_details",
     }
 
-    # 1. tool-call latency (Session.call and FastMCP in alternating blocks, below)
-    direct = timeit(lambda: tool.fn(state, hotel_id=hotel_id), n)
+    # 1. tool-call latency (Session.call and FastMCP in alternating blocks), for the issue's trivial tool
+    #    (a counter's read) and for a real read of the large state (get_hotel_details)
+    counter = _counter_env()
+    c_session = Session(counter)
+    c_state = Session(counter).state_model()
+    results["tool_call_trivial"] = tool_call_part(counter, c_session, "get_value", {},
+                                                  lambda: counter.tools["get_value"].fn(c_state), n)
+    results["tool_call"] = tool_call_part(spec, session, "get_hotel_details", args,
+                                          lambda: tool.fn(state, hotel_id=hotel_id), n)
     session.reset()
-
-    from fastmcp import Client, FastMCP
-
-    mcp = FastMCP("bench")
-    mcp_session = Session(spec, "large")
-
-    @mcp.tool
-    def get_hotel_details(hotel_id: str) -> dict:
-        """Details of one hotel."""
-        r = mcp_session.call("get_hotel_details", {"hotel_id": hotel_id})
-        return r.content if r.ok else {"error": r.error}
-
-    cpu = time.thread_time  # this thread's CPU time: what each call costs, without the time others' load takes
-
-    async def alternating(rounds: int, k_session: int, k_mcp: int) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {"call": [], "mcp": [], "call_cpu": [], "mcp_cpu": []}
-        async with Client(mcp) as c:
-            await c.call_tool("get_hotel_details", args)
-            for _ in range(rounds):
-                session.reset()  # a bounded action log, as in an episode
-                for _ in range(k_session):
-                    t, u = time.perf_counter(), cpu()
-                    session.call("get_hotel_details", args)
-                    out["call_cpu"].append(cpu() - u)
-                    out["call"].append(time.perf_counter() - t)
-                for _ in range(k_mcp):
-                    t, u = time.perf_counter(), cpu()
-                    await c.call_tool("get_hotel_details", args)
-                    out["mcp_cpu"].append(cpu() - u)
-                    out["mcp"].append(time.perf_counter() - t)
-        return out
-
-    alt = asyncio.run(alternating(10 if QUICK else 20, n // 10 if QUICK else n // 20, 30 if QUICK else 100))
-    call, mcp_mem = alt["call"], alt["mcp"]
-    session.reset()
-    results["tool_call"] = {
-        "direct_python": summary(direct),
-        "session_call": summary(call),
-        "fastmcp_in_memory": summary(mcp_mem),
-        "ratio_fastmcp_over_session_p50": pct(mcp_mem, 50) / pct(call, 50),
-        "session_call_thread_cpu": summary(alt["call_cpu"]),
-        "fastmcp_in_memory_thread_cpu": summary(alt["mcp_cpu"]),
-        "ratio_fastmcp_over_session_thread_cpu_p50": pct(alt["mcp_cpu"], 50) / pct(alt["call_cpu"], 50),
-        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "target_ratio": 100.0,
-    }
 
     # 2. episode start
     reset = timeit(lambda: session.reset(), 2000)
@@ -135,6 +180,7 @@ def main() -> None:
     init = spec.initial_state_json("large")
     new_session = timeit(lambda: Session(spec, "large").call("get_hotel_details", args), 200 if QUICK else 1000)
 
+    from fastmcp import Client
     from fastmcp.client.transports import StdioTransport
 
     async def stdio_episode() -> float:
@@ -218,13 +264,15 @@ def main() -> None:
 
     tc, es, fk = results["tool_call"], results["episode_start"], results["grpo_fork_8"]
     sc, fm = results["scan_tool"], results["fork_memory"]
-    print(f"HotelBooking large state ({es['state_json_bytes'] / 1024:.0f} KiB JSON), tool get_hotel_details")
-    print("tool call p50 / p99:")
-    for k in ("direct_python", "session_call", "fastmcp_in_memory"):
-        print(f"  {k:<22} {tc[k]['p50_us']:10.1f} us {tc[k]['p99_us']:10.1f} us")
-    print(f"  ratio FastMCP in-memory / Session.call = {tc['ratio_fastmcp_over_session_p50']:.1f}x wall, "
-          f"{tc['ratio_fastmcp_over_session_thread_cpu_p50']:.1f}x thread CPU time (target >= 100x; "
-          f"1-min load average {tc['load_average_1min']}: FastMCP's wall time grows fastest under load)")
+    for part, label in ((results["tool_call_trivial"], "the trivial tool get_value (a counter's read; T1)"),
+                        (tc, f"HotelBooking large state ({es['state_json_bytes'] / 1024:.0f} KiB JSON), "
+                             "tool get_hotel_details")):
+        print(f"ratio FastMCP in-memory / Session.call = {part['ratio_fastmcp_over_session_p50']:.1f}x wall, "
+              f"{part['ratio_fastmcp_over_session_thread_cpu_p50']:.1f}x thread CPU time (target >= 100x), {label}")
+        print("  tool call p50 / p99:")
+        for k in ("direct_python", "session_call", "fastmcp_in_memory"):
+            print(f"    {k:<22} {part[k]['p50_us']:10.1f} us {part[k]['p99_us']:10.1f} us")
+    print(f"  (1-min load average {tc['load_average_1min']}: FastMCP's wall time grows fastest under load)")
     print("episode start p50:")
     for k in ("session_reset", "session_reset_plus_first_call", "new_session_plus_first_call", "stdio_server_per_episode_to_first_result"):
         print(f"  {k:<42} {es[k]['p50_us'] / 1000:10.3f} ms")

@@ -80,6 +80,9 @@ class _LiveState:
     redo: list[tuple[ToolSpec, dict[str, Any], Any]]
     exposed: bool = False
     pristine: bool = True
+    #: the model whose shared-reads cell (:func:`~gym_envfactory.environment.cow.share_cell`) is ``cell``
+    cell_of: BaseModel | None = None
+    cell: list[bool] | None = None
 
 
 
@@ -533,7 +536,7 @@ class Session:
         before = state.model_dump_json() if self.check_writes else None
         try:
             if tool.shared_reads and before is None:  # docs/performance.md, "Shared reads"
-                result = self._execute_shared(tool, state, validated, normalized, call_id)
+                result = self._execute_shared(live, tool, state, validated, normalized, call_id)
             else:
                 result = self._execute(tool, state, validated, normalized, call_id)
         except BaseException:  # KeyboardInterrupt and the like: still nothing half-done
@@ -558,18 +561,19 @@ class Session:
         return result
 
     @classmethod
-    def _execute_shared(cls, tool: ToolSpec, state: BaseModel, validated: BaseModel, normalized: dict[str, Any],
-                        call_id: str | None) -> ToolResult:
+    def _execute_shared(cls, live: _LiveState, tool: ToolSpec, state: BaseModel, validated: BaseModel,
+                        normalized: dict[str, Any], call_id: str | None) -> ToolResult:
         """:meth:`_execute` for a shared-reads tool: copy-on-write suspended on the state's collections
         for the call, so its scans read the base's records in place instead of copying them."""
-        shared = [v for v in state.__dict__.values() if type(v) is cow.CowDict]
-        for v in shared:
-            v.share(True)
+        cell = live.cell
+        if live.cell_of is not state or cell is None:
+            cell = live.cell = cow.share_cell(state)
+            live.cell_of = state
+        cell[0] = True
         try:
             return cls._execute(tool, state, validated, normalized, call_id)
         finally:
-            for v in shared:
-                v.share(False)
+            cell[0] = False
 
     @staticmethod
     def _execute(tool: ToolSpec, state: BaseModel, validated: BaseModel, normalized: dict[str, Any],

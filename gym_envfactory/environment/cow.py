@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-__all__ = ["CowDict", "BaseCache", "FrozenState", "copy_value", "deep_copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
+__all__ = ["CowDict", "BaseCache", "FrozenState", "share_cell", "copy_value", "deep_copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -123,6 +123,24 @@ def _copy_model(model: BaseModel, copier: Callable[[Any], Any]) -> BaseModel:
     return _model_like(model, d, copier, deep_copy_value)
 
 
+_OFF: list[bool] = [False]  # the cell of every CowDict not in a view's root (never set)
+
+
+def share_cell(model: BaseModel) -> list[bool]:
+    """The one-item list that suspends copy-on-write for reads on every root collection of the view
+    ``model`` at once: set its item to ``True`` around code that never writes to what it reads (a
+    read-only tool of a ``shared_reads`` environment), and back to ``False`` after; while it is
+    ``True``, ``[]``, ``get``, ``values``, ``items`` and ``copy`` hand out the stored values, which may be
+    the base's own records.  Writes still own what they write.  Made on first use; one per view."""
+    cell: list[bool] | None = None
+    for v in model.__dict__.values():
+        if type(v) is CowDict:
+            if cell is None:
+                cell = v._cell if v._cell is not _OFF else [False]
+            v._cell = cell
+    return cell if cell is not None else [False]
+
+
 class CowDict(dict):
     """A ``dict`` whose values start out shared with a base and are copied on first hand-out.
 
@@ -135,16 +153,10 @@ class CowDict(dict):
     """
 
     _owned: set[Any] | None = None
-    #: ``True`` while a shared-reads tool runs (:meth:`share`): reads hand out the stored values as they
-    #: are, shared with the base, instead of copying them (docs/performance.md, "Shared reads").
-    _shared: bool = False
-
-    def share(self, on: bool) -> None:
-        """Suspend (``on``) or resume copy-on-write for reads: while suspended, ``[]``, ``get``,
-        ``values``, ``items`` and ``copy`` hand out the stored values, which may be the base's own records.
-        Only for code that never writes to what it reads (a read-only tool of a ``shared_reads``
-        environment); writes still own what they write."""
-        self._shared = on
+    #: A one-item list shared by the root collections of one view (:func:`share_cell`): while its item
+    #: is ``True`` (a shared-reads tool runs), reads hand out the stored values as they are, shared with
+    #: the base, instead of copying them (docs/performance.md, "Shared reads").
+    _cell: list[bool] = _OFF
 
     # -- reads that hand out values
     def _own(self, key: Any, value: Any) -> Any:
@@ -172,7 +184,7 @@ class CowDict(dict):
         """``view[key]``: the owned value (copied now if still shared)."""
         value = dict.__getitem__(self, key)
         owned = self._owned
-        if owned is not None and key in owned or self._shared:
+        if owned is not None and key in owned or self._cell[0]:
             return value
         return self._own(key, value)
 
@@ -183,7 +195,7 @@ class CowDict(dict):
         except KeyError:
             return default
         owned = self._owned
-        if owned is not None and key in owned or self._shared:
+        if owned is not None and key in owned or self._cell[0]:
             return value
         return self._own(key, value)
 
@@ -216,13 +228,13 @@ class CowDict(dict):
 
     def values(self) -> Any:
         """``view.values()``: every value owned first (copies the shared ones once), then the dict's view."""
-        if not self._shared:
+        if not self._cell[0]:
             self.own_all()
         return dict.values(self)
 
     def items(self) -> Any:
         """``view.items()``: every value owned first (copies the shared ones once), then the dict's view."""
-        if not self._shared:
+        if not self._cell[0]:
             self.own_all()
         return dict.items(self)
 
@@ -232,7 +244,7 @@ class CowDict(dict):
 
     def copy(self) -> dict[Any, Any]:
         """A plain shallow copy holding this view's (owned) values."""
-        if not self._shared:
+        if not self._cell[0]:
             self.own_all()
         return dict(dict.items(self))
 
