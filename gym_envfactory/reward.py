@@ -210,7 +210,8 @@ def state_diff(
     Work is proportional to what differs.  Two :class:`~gym_envfactory.environment.cow.FrozenState`
     objects grown from one base (an in-process episode's and its ground truth's) are compared by record
     identity: only the records and root fields that are not the same objects are serialised and walked,
-    so equal large states compare in microseconds.  Otherwise (canonical dicts, or a frozen state against
+    so equal large states compare in microseconds; a verdict of "equal" is remembered on ``actual`` (both
+    are immutable), so the episode's final comparison after its last turn's costs nothing.  Otherwise (canonical dicts, or a frozen state against
     a dict) equal subtrees are recognised in C (equality confirmed by their JSON text) and never walked
     node by node.
 
@@ -225,21 +226,27 @@ def state_diff(
             serialisation of ``actual``.  Ignored when both states are frozen.
     """
     if isinstance(actual, FrozenState) or isinstance(expected, FrozenState):
-        parts = _frozen_parts(actual, expected) if type(actual) is type(expected) else None
+        both = type(actual) is type(expected)
+        key = (tuple(bookkeeping), tuple(set_fields))
+        if both and actual.known_equal(expected, key):
+            return []  # compared equal before (at the end of the last turn): both are immutable
+        parts = _frozen_parts(actual, expected) if both else None
         if parts is not None:
-            actual, expected = parts
-            if not actual and not expected:
-                return []
-        else:
-            actual = actual.canonical() if isinstance(actual, FrozenState) else actual
-            expected = expected.canonical() if isinstance(expected, FrozenState) else expected
-            if expected_text is not None:
-                try:
-                    # equal text and == together: the text tells true from 1, == tells a tuple from a list
-                    if _DUMPS(actual) == expected_text and actual == expected:
-                        return []
-                except (TypeError, ValueError):
-                    pass
+            actual_parts, expected_parts = parts
+            found = (state_diff(actual_parts, expected_parts, bookkeeping=bookkeeping, set_fields=set_fields,
+                                limit=limit) if actual_parts or expected_parts else [])
+            if not found:
+                actual.note_equal(expected, key)
+            return found
+        actual = actual.canonical() if isinstance(actual, FrozenState) else actual
+        expected = expected.canonical() if isinstance(expected, FrozenState) else expected
+        if expected_text is not None:
+            try:
+                # equal text and == together: the text tells true from 1, == tells a tuple from a list
+                if _DUMPS(actual) == expected_text and actual == expected:
+                    return []
+            except (TypeError, ValueError):
+                pass
     elif expected_text is not None:
         try:
             # equal text and == together: the text tells true from 1, == tells a tuple from a list and 1 from "1"

@@ -130,6 +130,39 @@ def test_frozen_state_freezes_the_moment_later_calls_do_not_reach_it():
     assert state_diff(after, before) == state_diff(s.state(), json.loads(text))
 
 
+def test_an_equal_verdict_is_remembered_and_a_differing_one_is_not(monkeypatch):
+    """Frozen states are immutable, so a pair found equal stays equal: the episode's final comparison
+    after its last turn's reuses the verdict.  Other options, or a pair that differs, are compared again."""
+    spec = get_environment("HotelBooking")
+    small = [t for t in spec.tasks.ids() if spec.tasks.get(t).initial_state == "small"]
+    ref = next(r for r in map(lambda t: task_reference(spec, t), small) if r.turn_states[-1] != r.state_before(0))
+    a, b, c = Session(spec, "small"), Session(spec, "small"), Session(spec, "small")
+    for s in (a, b):
+        for turn in ref.turn_calls:
+            for call in turn:
+                s.call(call.name, dict(call.arguments))
+    fa, fb, fc = a.frozen_state(), b.frozen_state(), c.frozen_state()
+    cls = type(fa.models["HotelBooking"])
+    real = cls.__pydantic_serializer__
+    seen: list[int] = []
+
+    class Counting:  # counts the serialisations a comparison makes of the records that are not shared
+        def to_json(self, *args, **kwargs):
+            seen.append(1)
+            return real.to_json(*args, **kwargs)
+
+        def to_python(self, *args, **kwargs):
+            return real.to_python(*args, **kwargs)
+
+    monkeypatch.setattr(cls, "__pydantic_serializer__", Counting())
+    assert state_diff(fa, fb) == [] and len(seen) == 2
+    assert state_diff(fa, fb, limit=1) == [] and len(seen) == 2  # remembered
+    assert state_diff(fa, fb, bookkeeping=["bookings.*.created_at"]) == [] and len(seen) == 4  # other options
+    first = state_diff(fa, fc)
+    assert first and state_diff(fa, fc) == first and len(seen) == 8  # a difference is computed each time
+    assert state_diff(fb, fa) == [] and len(seen) == 10  # remembered on the actual side only
+
+
 def test_a_root_with_a_model_serializer_falls_back_to_the_dicts():
     """A root that does not serialise field by field is compared through its canonical form."""
     from pydantic import model_serializer

@@ -447,12 +447,23 @@ class FrozenState:
         models: environment name -> frozen state model, in the session's environment order.
     """
 
-    __slots__ = ("models", "_canonical")
+    __slots__ = ("models", "_canonical", "_equal")
 
     def __init__(self, models: dict[str, BaseModel]) -> None:
         """Hold ``models`` (which the caller must never mutate afterwards)."""
         self.models = dict(models)
         self._canonical: Any = None
+        self._equal: list[tuple[FrozenState, Any]] = []
+
+    def known_equal(self, other: FrozenState, key: Any) -> bool:
+        """Whether :meth:`note_equal` recorded ``other`` (the very object) as equal to this state under
+        the comparison options ``key`` (both states are immutable, so the verdict still holds)."""
+        return any(o is other and k == key for o, k in self._equal)
+
+    def note_equal(self, other: FrozenState, key: Any) -> None:
+        """Record that ``other`` compared equal to this state under the options ``key`` (the last four
+        such verdicts are kept: an episode compares its final state with the one its last turn ended on)."""
+        self._equal = [*self._equal[-3:], (other, key)]
 
     def canonical(self) -> Any:
         """The canonical JSON-compatible form, as :meth:`Session.state` returns it (one environment: its
