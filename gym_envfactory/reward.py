@@ -240,14 +240,7 @@ def state_diff(
             return found
         actual = actual.canonical() if isinstance(actual, FrozenState) else actual
         expected = expected.canonical() if isinstance(expected, FrozenState) else expected
-        if expected_text is not None:
-            try:
-                # equal text and == together: the text tells true from 1, == tells a tuple from a list
-                if _DUMPS(actual) == expected_text and actual == expected:
-                    return []
-            except (TypeError, ValueError):
-                pass
-    elif expected_text is not None:
+    if expected_text is not None:
         try:
             # equal text and == together: the text tells true from 1, == tells a tuple from a list and 1 from "1"
             if _DUMPS(actual) == expected_text and actual == expected:

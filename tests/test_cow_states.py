@@ -21,6 +21,7 @@ from gym_envfactory import Session, ToolError, define_environment, get_environme
 from gym_envfactory.environment import cow
 from gym_envfactory.environment.catalog import list_environments
 from gym_envfactory.environment.cow import BaseCache, CowDict, copy_value, freeze, make_view
+from tests.shipped import call_pool
 
 ENVS = sorted(list_environments())  # the whole catalog
 
@@ -347,23 +348,7 @@ def test_reset_and_restore_after_writes_start_clean(store):
 
 
 # ---------------------------------------------------------------- property: forks equal solo replays
-def _pool(env_name: str) -> list[tuple[str, dict]]:
-    spec = get_environment(env_name)
-    calls = [(st_.call, st_.arguments) for sc in spec.scenarios if sc.initial_state == "small" for st_ in sc.steps]
-    for tid in spec.tasks.ids():
-        task = spec.tasks.get(tid)
-        if task.initial_state == "small":
-            calls += [(c.name, c.arguments) for turn in task.turns for c in turn.ground_truth]
-    seen, out = set(), []
-    for name, args in calls:
-        key = json.dumps([name, args], sort_keys=True, default=str)
-        if key not in seen and name in spec.tools:  # cross-environment tasks name other environments' tools
-            seen.add(key)
-            out.append((name, args))
-    return out
-
-
-POOLS = {e: _pool(e) for e in ENVS}
+POOLS = {e: call_pool(e) for e in ENVS}
 
 
 def _outcome(r) -> tuple:

@@ -24,28 +24,12 @@ from gym_envfactory.environment.states import task_environments
 from gym_envfactory.replay import task_reference
 from gym_envfactory.reward import RewardConfig, StateDiff, TurnRecord, TurnScore, score_episode, state_diff
 from gym_envfactory.validation import validate_environment
-from tests.shipped import SHIPPED
+from tests.shipped import SHIPPED, call_pool
 
 ENVS = sorted(SHIPPED)
 
 
-def _pool(env_name: str) -> list[tuple[str, dict]]:
-    spec = get_environment(env_name)
-    calls = [(s.call, s.arguments) for sc in spec.scenarios if sc.initial_state == "small" for s in sc.steps]
-    for tid in spec.tasks.ids():
-        task = spec.tasks.get(tid)
-        if task.initial_state == "small":
-            calls += [(c.name, c.arguments) for turn in task.turns for c in turn.ground_truth]
-    seen, out = set(), []
-    for name, args in calls:
-        key = json.dumps([name, args], sort_keys=True, default=str)
-        if key not in seen and name in spec.tools:
-            seen.add(key)
-            out.append((name, args))
-    return out
-
-
-POOLS = {e: _pool(e) for e in ENVS}
+POOLS = {e: call_pool(e) for e in ENVS}
 
 
 def _both(a: Session, b: Session, spec) -> tuple[list[StateDiff], list[StateDiff]]:
