@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from gym_envfactory.environment.cow import BASE_CACHE, FrozenState
+from gym_envfactory.environment.cow import BASE_CACHE, FrozenState, plain_model
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments, task_initial_state
 from gym_envfactory.environment.tasks import Task, TaskSet, check_tool_names
@@ -129,7 +129,10 @@ class TaskReference:
             frozen = self.turn_frozen[start - 1].models
             for e in environments:
                 model = frozen.get(e.name)
-                if model is not None and type(model) is e.state_model:
+                # only a plain model is all in its JSON: any other may carry what the ground truth's replay
+                # left outside it (a login in a private attribute), which sessions must not inherit
+                if (model is not None and type(model) is e.state_model and plain_model(e.state_model)
+                        and not model.__pydantic_private__):
                     BASE_CACHE.put(e.state_model, window.initial_state[e.name], model)
         return window
 

@@ -200,8 +200,8 @@ def state_diff(
     actual: Any,
     expected: Any,
     *,
-    bookkeeping: Sequence[str] = (),
-    set_fields: Sequence[str] = (),
+    bookkeeping: Iterable[str] = (),
+    set_fields: Iterable[str] = (),
     limit: int = 50,
     expected_text: str | None = None,
 ) -> list[StateDiff]:
@@ -225,9 +225,10 @@ def state_diff(
             (the reward does, per ground-truth state): equal text means equal states, in one
             serialisation of ``actual``.  Ignored when both states are frozen.
     """
+    bookkeeping, set_fields = tuple(bookkeeping), tuple(set_fields)  # any iterable, read once
     if isinstance(actual, FrozenState) or isinstance(expected, FrozenState):
         both = type(actual) is type(expected)
-        key = (tuple(bookkeeping), tuple(set_fields))
+        key = (bookkeeping, set_fields)
         if both and actual.known_equal(expected, key):
             return []  # compared equal before (at the end of the last turn): both are immutable
         parts = _frozen_parts(actual, expected) if both else None
@@ -235,7 +236,7 @@ def state_diff(
             actual_parts, expected_parts = parts
             found = (state_diff(actual_parts, expected_parts, bookkeeping=bookkeeping, set_fields=set_fields,
                                 limit=limit) if actual_parts or expected_parts else [])
-            if not found:
+            if not found and limit > 0:  # with limit 0 nothing is reported, equal or not
                 actual.note_equal(expected, key)
             return found
         actual = actual.canonical() if isinstance(actual, FrozenState) else actual
@@ -316,8 +317,8 @@ def _frozen_parts(actual: FrozenState, expected: FrozenState) -> tuple[Any, Any]
     single = len(actual.models) == 1
     pa: dict[str, Any] = {}
     pe: dict[str, Any] = {}
-    for name, ma in actual.models.items():
-        me = expected.models[name]
+    for name, me in expected.models.items():  # in the expected state's order, as the walk reports
+        ma = actual.models[name]
         if ma is me:
             continue
         cls = type(ma)
@@ -338,10 +339,11 @@ def _frozen_parts(actual: FrozenState, expected: FrozenState) -> tuple[Any, Any]
         if not include:
             continue
         ser = cls.__pydantic_serializer__
-        if ser.to_json(ma, include=include) == ser.to_json(me, include=include):
+        ja, je = ser.to_json(ma, include=include), ser.to_json(me, include=include)
+        if ja == je:
             continue  # equal JSON text: equal parts (the common case: records copied by a scan, unchanged)
-        pa[name] = ser.to_python(ma, mode="json", include=include)
-        pe[name] = ser.to_python(me, mode="json", include=include)
+        # parsed back from the text, exactly as FrozenState.canonical() reads a whole state (NaN -> null)
+        pa[name], pe[name] = json.loads(ja), json.loads(je)
     if single:
         return pa.get(next(iter(actual.models)), {}), pe.get(next(iter(actual.models)), {})
     return pa, pe

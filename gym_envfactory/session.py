@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, Self, runtime_checkable
@@ -293,7 +294,8 @@ class Session:
         SpecError: tool name collisions across environments or an invalid initial state.
     """
 
-    __slots__ = ("envs", "tools", "check_writes", "_pending", "_states", "_log", "_closed", "_initial", "__weakref__")
+    __slots__ = ("envs", "tools", "check_writes", "_pending", "_states", "_log", "_closed", "_initial", "_lock",
+                 "__weakref__")
 
     def __init__(
         self,
@@ -343,6 +345,9 @@ class Session:
         self._states: dict[str, _LiveState] = {}
         self._log: list[ActionRecord] = []
         self._closed = False
+        #: held while a call runs and while frozen_state/fork_many freeze a live model in place, so a
+        #: reader in another thread (an env's score() during astep) never swaps the model under a tool
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ state access
     def _model(self, env_name: str) -> BaseModel:
@@ -404,7 +409,10 @@ class Session:
         compares by record identity (docs/reward.md, "Cost").  No serialisation: an untouched state
         hands out its shared base; a changed one is frozen in place as a new base (the session goes on
         with a fresh view of it and a rollback point at this moment), O(records' pointers); a state
-        handed out by :meth:`state_model` is deep-copied (it may still change).
+        handed out by :meth:`state_model` is deep-copied (it may still change).  A state model that is
+        not plain (:func:`~gym_envfactory.environment.cow.plain_model`: private attributes, an imported
+        API's live instance) is not touched: its JSON is parsed instead (once per distinct state, through
+        the base cache).  Safe to call from another thread while a call runs: it waits for the call.
 
         Raises:
             SessionClosedError: the session was closed.
@@ -412,15 +420,22 @@ class Session:
         """
         self._check_open()
         models: dict[str, BaseModel] = {}
-        for name in self.envs:
-            self._model(name)
-            live = self._states[name]
-            if live.exposed:
-                models[name] = cow.frozen_copy(live.model)
-                continue
-            if not live.pristine:
-                self._rebase(live)
-            models[name] = live.base
+        with self._lock:
+            for name, spec in self.envs.items():
+                self._model(name)
+                live = self._states[name]
+                if live.pristine and not live.exposed:
+                    models[name] = live.base
+                elif not cow.plain_model(spec.state_model) or live.model.__pydantic_private__:
+                    # hidden state (private attributes, an imported API's instance): leave the session as it
+                    # is and compare what its JSON holds, parsed once per distinct state (the base cache)
+                    raw = live.model.model_dump_json().encode()
+                    models[name] = cow.BASE_CACHE.get(spec.state_model, raw, spec.state_model.model_validate_json)
+                elif live.exposed:
+                    models[name] = cow.frozen_copy(live.model)
+                else:
+                    self._rebase(live)
+                    models[name] = live.base
         return cow.FrozenState(models)
 
     def state_bytes(self) -> bytes:
@@ -469,11 +484,12 @@ class Session:
         """
         if self._closed:
             raise SessionClosedError("session is closed")
-        result = self._run(name, arguments, call_id)
-        raw = result.arguments if result.arguments is not None else _loggable(arguments)
-        log = self._log
-        # result.name is the tool's name, or the unknown name scrubbed / safely repr'd by _run
-        log.append(ActionRecord(len(log), result.name, raw, result, tag))
+        with self._lock:
+            result = self._run(name, arguments, call_id)
+            raw = result.arguments if result.arguments is not None else _loggable(arguments)
+            log = self._log
+            # result.name is the tool's name, or the unknown name scrubbed / safely repr'd by _run
+            log.append(ActionRecord(len(log), result.name, raw, result, tag))
         return result
 
     def record_invalid(self, name: str, raw: Any, message: str, *, call_id: str | None = None, tag: Any = None,
@@ -803,18 +819,20 @@ class Session:
         """
         self._check_open()
         bases: dict[str, BaseModel] = {}
-        for n, live in self._states.items():
-            if live.exposed:
-                bases[n] = cow.frozen_copy(live.model)
-            else:
-                if not live.pristine:
-                    self._rebase(live)
-                bases[n] = live.base
+        with self._lock:
+            for n, live in self._states.items():
+                if live.exposed:
+                    bases[n] = cow.frozen_copy(live.model)
+                else:
+                    if not live.pristine:
+                        self._rebase(live)
+                    bases[n] = live.base
         out = []
         for _ in range(k):
             child = Session.__new__(Session)
             child.envs, child.tools, child.check_writes = dict(self.envs), dict(self.tools), self.check_writes
             child._initial, child._pending, child._closed = dict(self._initial), dict(self._pending), False
+            child._lock = threading.Lock()
             child._states = {n: _LiveState(cow.make_view(b), b, []) for n, b in bases.items()}
             child._log = list(self._log)  # records are never handed out uncopied, so they can be shared
             out.append(child)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
+import threading
+from typing import Any, Literal, Optional
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -274,3 +277,289 @@ def test_oracle_episodes_score_the_same_frozen_or_as_dicts(env_name):
         a = score_episode(frozen_recs, ref, frozen_recs[-1].state, cfg).to_dict()
         b = score_episode(dict_recs, ref, dict_recs[-1].state, cfg).to_dict()
         assert a == b and a["reward"] == 1.0, tid
+
+
+# ---------------------------------------------------------------- review findings (stop 21)
+class _NanRec(BaseModel):
+    score: float = 0.0
+    touched: int = 0
+
+
+class _NanBox(BaseModel):
+    recs: dict[str, _NanRec] = {}
+
+
+@tool
+def nan_rate(state: _NanBox, *, key: str) -> float:
+    """Store NaN as the record's score."""
+    state.recs[key].score = float("nan")
+    return 0.0
+
+
+@tool
+def nan_touch(state: _NanBox, *, key: str) -> int:
+    """Bump the bookkeeping counter."""
+    state.recs[key].touched += 1
+    return state.recs[key].touched
+
+
+class _BoxA(BaseModel):
+    a_items: dict[str, dict[str, int]] = {}
+
+
+class _BoxB(BaseModel):
+    b_items: dict[str, dict[str, int]] = {}
+
+
+@tool
+def put_a(state: _BoxA, *, key: str, value: int) -> int:
+    """Store in A."""
+    state.a_items[key] = {"v": value}
+    return value
+
+
+@tool
+def put_b(state: _BoxB, *, key: str, value: int) -> int:
+    """Store in B."""
+    state.b_items[key] = {"v": value}
+    return value
+
+
+def test_limit_zero_iterators_nan_and_environment_order_match_the_dicts():
+    """Edge cases of the frozen comparison: a limit-0 comparison is not remembered as "equal";
+    one-shot iterators of patterns are read once; NaN compares as the canonical form has it (null);
+    several environments are reported in the expected state's order."""
+    spec = get_environment("HotelBooking")
+    a, b = Session(spec, "small"), Session(spec, "small")
+    assert b.call("cancel_hotel_booking", {"booking_id": "BK-0001", "reason": "x"}).ok
+    fa, fb = a.frozen_state(), b.frozen_state()
+    plain = state_diff(fa.canonical(), fb.canonical())
+    assert plain and state_diff(fa, fb, limit=0) == [] and state_diff(fa, fb) == plain
+    pats = ["hotels", "guests", "bookings", "refunds", "next_refund_seq"]
+    assert state_diff(fa, fb, bookkeeping=iter(pats)) == state_diff(fa.canonical(), fb.canonical(), bookkeeping=pats) == []
+
+    nan_spec = define_environment("NanBoxReview", _NanBox, [nan_rate, nan_touch], register=False,
+                                  bookkeeping_fields=["recs.*.touched"], initial_state=_NanBox(recs={"a": _NanRec()}))
+    x = Session(nan_spec)
+    assert x.call("nan_rate", {"key": "a"}).ok
+    y = x.fork()
+    assert y.call("nan_touch", {"key": "a"}).ok
+    fx, fy = x.frozen_state(), y.frozen_state()
+    assert state_diff(fy, fx, bookkeeping=nan_spec.excluded_fields) == []
+    assert state_diff(fy.canonical(), fx.canonical(), bookkeeping=nan_spec.excluded_fields) == []
+
+    env_a = define_environment("OrderAReview", _BoxA, [put_a], register=False, initial_state=_BoxA(a_items={"k": {"v": 0}}))
+    env_b = define_environment("OrderBReview", _BoxB, [put_b], register=False, initial_state=_BoxB(b_items={"k": {"v": 0}}))
+    p, q = Session([env_a, env_b]), Session([env_b, env_a])
+    for sess, v in ((p, 1), (q, 0)):
+        assert sess.call("put_a", {"key": "k", "value": v}).ok and sess.call("put_b", {"key": "k", "value": v}).ok
+    fp, fq = p.frozen_state(), q.frozen_state()
+    for limit in (1, 50):
+        assert state_diff(fp, fq, limit=limit) == state_diff(fp.canonical(), fq.canonical(), limit=limit)
+
+
+class _Desk(BaseModel):
+    agents: dict[str, str] = {"kim": "pw"}
+    tickets: dict[str, dict[str, str]] = {}
+    _user: str | None = None
+
+
+@tool
+def desk_login(state: _Desk, *, agent: str, password: str) -> str:
+    """Log in (kept in a private attribute, not in the JSON state)."""
+    if state.agents.get(agent) != password:
+        raise ToolError("wrong agent or password", code="forbidden")
+    state._user = agent
+    return agent
+
+
+@tool
+def desk_open_ticket(state: _Desk, *, title: str) -> str:
+    """Open a ticket as the logged-in agent."""
+    if state._user is None:
+        raise ToolError("log in first", code="forbidden")
+    tid = f"T{len(state.tickets) + 1}"
+    state.tickets[tid] = {"title": title, "by": state._user}
+    return tid
+
+
+_DESK_TASKS = [{"task_id": "t", "turns": [
+    {"user": "log in", "ground_truth": [{"name": "desk_login", "arguments": {"agent": "kim", "password": "pw"}}]},
+    {"user": "open", "ground_truth": [{"name": "desk_open_ticket", "arguments": {"title": "vpn"}}]}]}]
+
+
+def test_hidden_state_neither_leaks_through_a_window_nor_is_lost_by_scoring():
+    """A model with private attributes is not plain: reading its frozen state leaves the session as it
+    is (still logged in), a two-turn ground truth replays, and a turn window does not hand the ground
+    truth's login to fresh sessions through the base cache (docs/cases.md C03, C05)."""
+    spec = define_environment("PrivDeskReview", _Desk, [desk_login, desk_open_ticket], register=False,
+                              initial_state=_Desk(), tasks=_DESK_TASKS)
+    assert not cow.plain_model(_Desk)
+    s = Session(spec)
+    assert s.call("desk_login", {"agent": "kim", "password": "pw"}).ok
+    frozen = s.frozen_state()
+    assert frozen.canonical() == s.state()
+    assert s.call("desk_open_ticket", {"title": "x"}).ok  # still logged in
+    ref = task_reference(spec, "t")
+    ref.window(1, 2, [spec])
+    fresh = Session(spec).call("desk_open_ticket", {"title": "x"})
+    assert not fresh.ok and fresh.error_code == "forbidden"
+
+
+class LockedDesk:
+    """An imported API whose instance cannot be deep-copied (it holds a lock)."""
+
+    def __init__(self) -> None:
+        self.agents = {"kim": "pw"}
+        self.opened = 0
+        self._token: str | None = None
+        self._lock = threading.Lock()
+
+    def login(self, agent: str, password: str) -> str:
+        """Log in."""
+        if self.agents.get(agent) != password:
+            raise PermissionError("wrong agent or password")
+        self._token = agent
+        return agent
+
+    def open_ticket(self) -> int:
+        """Open a ticket (needs a login)."""
+        if self._token is None:
+            raise PermissionError("log in first")
+        with self._lock:
+            self.opened += 1
+            return self.opened
+
+
+def test_an_imported_api_that_cannot_be_copied_keeps_its_login_through_frozen_states(caplog):
+    from gym_envfactory.generators.importer import import_python_class
+
+    tasks = [{"task_id": "two-turns", "turns": [
+        {"user": "log in", "ground_truth": [{"name": "login", "arguments": {"agent": "kim", "password": "pw"}}]},
+        {"user": "open a ticket", "ground_truth": [{"name": "open_ticket", "arguments": {}}]}]}]
+    spec = import_python_class(LockedDesk, name="LockedDeskReview", register=False, tasks=tasks)
+    assert not cow.plain_model(spec.state_model)
+    s = Session(spec)
+    assert s.call("login", {"agent": "kim", "password": "pw"}).ok
+    s.frozen_state()
+    assert s.call("open_ticket", {}).ok
+    ref = task_reference(spec, "two-turns")  # replays turn by turn, reading frozen states between
+    assert ref.final_state["opened"] == 1
+    ref.window(1, 2, [spec])
+    assert not Session(spec).call("open_ticket", {}).ok  # no login inherited through the base cache
+
+
+_STARTED, _GO = threading.Event(), threading.Event()
+
+
+class _SlowBox(BaseModel):
+    items: dict[str, dict[str, int]] = {}
+
+
+@tool
+def slow_put(state: _SlowBox, *, key: str) -> int:
+    """Two writes with a pause between them."""
+    state.items[key + "-1"] = {"v": 1}
+    if key == "slow":
+        _STARTED.set()
+        _GO.wait(10)
+    state.items[key + "-2"] = {"v": 2}
+    return 1
+
+
+def test_a_frozen_state_read_while_a_call_runs_waits_for_the_call():
+    """env.score() (and info["score"]) may be read from another thread while astep runs a tool: reading
+    the frozen state must neither lose the call's later writes nor hand out a state that changes after."""
+    _STARTED.clear()
+    _GO.clear()
+    spec = define_environment("SlowBoxReview", _SlowBox, [slow_put], register=False, initial_state=_SlowBox())
+    s = Session(spec)
+    assert s.call("slow_put", {"key": "warm"}).ok
+    worker = threading.Thread(target=s.call, args=("slow_put", {"key": "slow"}))
+    worker.start()
+    assert _STARTED.wait(10)
+    got: list[FrozenState] = []
+    reader = threading.Thread(target=lambda: got.append(s.frozen_state()))
+    reader.start()
+    reader.join(0.2)
+    assert not got  # waiting for the call (the lock), not reading half of it
+    _GO.set()
+    worker.join(10)
+    reader.join(10)
+    taken = sorted(got[0].models["SlowBoxReview"].items)
+    assert taken == ["slow-1", "slow-2", "warm-1", "warm-2"] == sorted(s.state()["items"])
+    assert s.call("slow_put", {"key": "after"}).ok
+    assert sorted(got[0].models["SlowBoxReview"].items) == taken  # frozen: later calls do not reach it
+
+
+class _Line(BaseModel):
+    price: float
+    qty: int
+
+    @functools.cached_property
+    def total(self) -> float:
+        """Cached in the record's ``__dict__`` on first read."""
+        return self.price * self.qty
+
+
+class _Cart(BaseModel):
+    lines: dict[str, _Line] = {}
+
+
+@tool(read_only=True)
+def get_total(state: _Cart, *, line_id: str) -> float:
+    """A line's total."""
+    return state.lines[line_id].total
+
+
+@tool
+def set_price(state: _Cart, *, line_id: str, price: float) -> float:
+    """Change a line's unit price."""
+    state.lines[line_id].price = price
+    return price
+
+
+def test_shared_reads_are_off_for_a_model_whose_reads_leave_a_trace():
+    """A cached_property stores its value in the record it is read from: under shared reads that record
+    is the base every session shares, so such a model never gets shared reads."""
+    spec = define_environment("CachedCartReview", _Cart, [get_total, set_price], shared_reads=True, register=False,
+                              initial_state=_Cart(lines={"L1": _Line(price=10.0, qty=2)}))
+    assert not cow.plain_model(_Cart) and not spec.tools["get_total"].shared_reads
+    a, b = Session(spec), Session(spec)
+    assert a.call("get_total", {"line_id": "L1"}).content == 20.0
+    assert b.call("set_price", {"line_id": "L1", "price": 1.0}).ok
+    assert b.call("get_total", {"line_id": "L1"}).content == 2.0
+
+
+@pytest.mark.parametrize("env_name", ENVS)
+def test_every_shipped_state_model_is_plain(env_name):
+    """The catalog keeps its state in its fields: shared reads, in-place frozen states and window seeding
+    all apply (a model that is not plain still scores right, only slower)."""
+    spec = get_environment(env_name)
+    assert cow.plain_model(spec.state_model)
+    assert all(t.shared_reads == t.read_only for t in spec.tools.values())
+
+
+class _Leaf(BaseModel):
+    tags: list[str] = []
+    kind: Literal["a", "b"] = "a"
+    size: Optional[int] = None  # noqa: UP045 - the typing form is what is being tested
+
+
+class _Tree(BaseModel):
+    leaves: dict[str, _Leaf] = {}
+    children: list[_Tree] = []
+    pair: tuple[int, ...] | None = None
+
+
+class _Loose(BaseModel):
+    anything: Any = None
+
+
+class _Extra(BaseModel, extra="allow"):
+    x: int = 0
+
+
+def test_plain_model_decides_from_the_field_types():
+    assert cow.plain_model(_Tree) and cow.plain_model(_Leaf)
+    assert not cow.plain_model(_Loose) and not cow.plain_model(_Extra) and not cow.plain_model(_Desk)

@@ -28,8 +28,11 @@ from __future__ import annotations
 
 import copy
 import enum
+import functools
 import json
 import threading
+import types
+import typing
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -39,7 +42,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-__all__ = ["CowDict", "BaseCache", "FrozenState", "share_cell", "copy_value", "deep_copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
+__all__ = ["CowDict", "BaseCache", "FrozenState", "plain_model", "share_cell", "copy_value", "deep_copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -121,6 +124,64 @@ def _copy_model(model: BaseModel, copier: Callable[[Any], Any]) -> BaseModel:
         if type(v) not in ATOMIC_TYPES:
             d[k] = copier(v)
     return _model_like(model, d, copier, deep_copy_value)
+
+
+def plain_model(cls: type[BaseModel]) -> bool:
+    """Whether every instance of the state model ``cls`` is all in its fields, so that a base parsed from
+    its JSON and a base frozen from a session are interchangeable, and reading one leaves no trace in it:
+    no model class reachable from ``cls``'s field types declares private attributes, allows extra fields,
+    hooks attribute access or has a ``functools.cached_property`` (a read that stores a value in the
+    record), and every field
+    type is built from atomic types, enums, literals, models that are plain in turn, and
+    ``list``/``dict``/``set``/``frozenset``/``tuple``/``Optional``/unions of those (``Any`` or another
+    class could hold anything: not plain).  Decided once per class, from the types alone.
+
+    What depends on it (docs/performance.md, "Shared reads"; docs/reward.md, "Cost"): shared reads are
+    used only for plain state models, :meth:`Session.frozen_state` freezes a plain session in place (a
+    model with private attributes is re-parsed from its JSON instead, leaving the session untouched), and
+    a task's turn window seeds the base cache with the reference's frozen state only when plain.  Those
+    callers also treat an instance holding private storage (``__pydantic_private__``, set at run time) as
+    not plain."""
+    hit = _PLAIN.get(cls)
+    if hit is None:
+        hit = _PLAIN[cls] = _plain_class(cls, set())
+    return hit
+
+
+_PLAIN: dict[type, bool] = {}
+
+
+def _plain_class(cls: type[BaseModel], seen: set[type]) -> bool:
+    if cls in seen:
+        return True  # a recursive model: decided by the first visit
+    seen.add(cls)
+    if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
+        return False
+    if any("__getattribute__" in vars(k) for k in cls.__mro__ if k is not object):
+        return False  # attribute access is hooked (an imported API's live instance behind the fields)
+    if any(isinstance(v, functools.cached_property) for k in cls.__mro__ for v in vars(k).values()):
+        return False
+    return all(_plain_type(f.annotation, seen) for f in cls.model_fields.values())
+
+
+_CONTAINERS = (list, dict, set, frozenset, tuple, typing.Union, types.UnionType)
+
+
+def _plain_type(t: Any, seen: set[type]) -> bool:
+    if t is None or t is type(None) or t is Ellipsis:
+        return True
+    origin = typing.get_origin(t)
+    if origin is None:
+        if not isinstance(t, type):
+            return False
+        if t in ATOMIC_TYPES or issubclass(t, enum.Enum):
+            return True
+        return issubclass(t, BaseModel) and _plain_class(t, seen)
+    if origin is typing.Literal:
+        return True
+    if origin is typing.Annotated:
+        return _plain_type(typing.get_args(t)[0], seen)
+    return origin in _CONTAINERS and all(_plain_type(a, seen) for a in typing.get_args(t))
 
 
 _OFF: list[bool] = [False]  # the cell of every CowDict not in a view's root (never set)

@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gym_envfactory.environment.arguments import format_validation_error
+from gym_envfactory.environment.cow import plain_model
 from gym_envfactory.environment.manifest import STATE_NAME_RE, Manifest, canonical_json, parse_json_text
 from gym_envfactory.environment.scenarios import Scenario, load_scenarios
 from gym_envfactory.environment.tasks import TaskSet
@@ -83,7 +84,8 @@ class EnvironmentSpec:
                 raise SpecError(f"duplicate tool name {t.name!r}", file=path, field="tools")
             t.env = self.name
             t.strict_arguments = manifest.strict_arguments  # docs/argument-policy.md, "Strict mode"
-            t.shared_reads = manifest.shared_reads and t.read_only  # docs/performance.md, "Shared reads"
+            # docs/performance.md, "Shared reads": only for state models all in their fields
+            t.shared_reads = manifest.shared_reads and t.read_only and plain_model(state_model)
             self.tools[t.name] = t
         if not self.tools:
             raise SpecError("an environment needs at least one tool", file=path, field="tools")
