@@ -4,7 +4,11 @@ functions replaced by constants: T4's ratio, target <= 2x), and against replayin
 calls in a bare session (no env, no parsing, no reward: the floor), per catalog environment and
 initial-state size, side by side in one run.  Also times one comparison of two equal large states.
 
-    python bench/bench_reward.py [--quick]      # prints ratios first, writes bench/results/reward.json
+    python bench/bench_reward.py [--quick] [--repeats N] [--min-seconds S]   # ratios first; bench/results/reward.json
+
+Each figure is a median of N interleaved measurements (scored, unscored, bare replay in turn), each
+repeating the group's episodes for at least S seconds: a group takes a few milliseconds, which one timing
+on a shared machine cannot resolve.
 """
 
 from __future__ import annotations
@@ -90,36 +94,55 @@ def unscored_episode_seconds(env_name: str, task_ids: list[str]) -> float:
         return episode_seconds(env_name, task_ids)
 
 
+def per_pass(measure, env_name: str, ids: list[str], min_s: float) -> float:
+    """Seconds per pass over ``ids`` with ``measure`` (one of the three above), passes repeated until at
+    least ``min_s`` elapsed: a group's episodes take a few milliseconds, too short to time once."""
+    total, passes = 0.0, 0
+    while total < min_s:
+        total += measure(env_name, ids)
+        passes += 1
+    return total / passes
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
     p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--min-seconds", type=float, default=None,
+                   help="each measurement repeats the group's episodes for at least this long")
     a = p.parse_args()
-    repeats = a.repeats or (1 if a.quick else 3)
+    repeats = a.repeats or (3 if a.quick else 5)
+    min_s = a.min_seconds or (0.05 if a.quick else 0.2)
     rows = []
+    med = statistics.median
     for (env_name, size), ids in sorted(groups().items()):
         if size not in ("small", "large"):
             continue
         episode_seconds(env_name, ids)  # warm: every task's reference (replayed once per process), imports
-        ep = [episode_seconds(env_name, ids) for _ in range(repeats)]
-        un = [unscored_episode_seconds(env_name, ids) for _ in range(repeats)]
-        rp = [replay_seconds(env_name, ids) for _ in range(repeats)]
+        ep, un, rp = [], [], []
+        for _ in range(repeats):  # interleaved, so that a change in the machine's load hits all three alike
+            ep.append(per_pass(episode_seconds, env_name, ids, min_s))
+            un.append(per_pass(unscored_episode_seconds, env_name, ids, min_s))
+            rp.append(per_pass(replay_seconds, env_name, ids, min_s))
         n = len(ids)
-        med = statistics.median
+        paired = sorted(e / u for e, u in zip(ep, un, strict=True))
         rows.append({"env": env_name, "state": size, "tasks": n,
-                     "ratio_scored_over_unscored": med(ep) / med(un),
+                     "ratio_scored_over_unscored": med(paired),
+                     "ratio_scored_over_unscored_min_max": [paired[0], paired[-1]],
                      "ratio_scored_over_bare_replay": med(ep) / med(rp),
                      "episodes_per_s": n / med(ep), "unscored_episodes_per_s": n / med(un),
                      "bare_replays_per_s": n / med(rp),
                      "episode_s_min_med_max": [min(ep), med(ep), max(ep)],
                      "unscored_s_min_med_max": [min(un), med(un), max(un)],
                      "replay_s_min_med_max": [min(rp), med(rp), max(rp)]})
-    print(f"{'env':16} {'state':6} {'tasks':>5} {'scored/unscored':>16} {'scored/bare':>12} {'episodes/s':>11} "
-          f"{'unscored/s':>11} {'bare/s':>8}")
+    print(f"{'env':16} {'state':6} {'tasks':>5} {'scored/unscored':>16} {'(min-max)':>12} {'scored/bare':>12} "
+          f"{'episodes/s':>11} {'unscored/s':>11} {'bare/s':>8}")
     for r in rows:
+        lo, hi = r["ratio_scored_over_unscored_min_max"]
         print(f"{r['env']:16} {r['state']:6} {r['tasks']:5d} {r['ratio_scored_over_unscored']:15.2f}x "
-              f"{r['ratio_scored_over_bare_replay']:11.2f}x {r['episodes_per_s']:11.1f} "
+              f"{lo:5.2f}-{hi:5.2f}x {r['ratio_scored_over_bare_replay']:11.2f}x {r['episodes_per_s']:11.1f} "
               f"{r['unscored_episodes_per_s']:11.1f} {r['bare_replays_per_s']:8.1f}")
+    print(f"scored/unscored: median of {repeats} interleaved pairs, each timing >= {min_s} s of episodes")
     print("T4 target: scored/unscored <= 2x (the reward costs at most as much as the episode itself)")
     # one comparison of two equal large states
     from gym_envfactory.reward import state_diff

@@ -8,11 +8,12 @@ Measures on HotelBooking's large initial state (~1,000 records):
   3. GRPO fork of 8 sessions of a materialised session (and fork + first call in each; target <= 2 ms,
      issue 10 part 2: copy-on-write states);
   4. a read-only tool that scans whole collections (search_hotels): steady state, and the first call in a
-     fresh fork (which copies the records it reads);
-  5. memory: RSS per forked session for 1,000 forks of a materialised session, each with one read and one
-     write call.
-Part 1 alternates blocks of Session.call and FastMCP calls so machine load hits both alike (target: FastMCP
-in-memory / Session.call >= 100x, issue 10 part 8).
+     fresh fork (under shared reads it copies nothing, docs/performance.md);
+  5. memory: RSS per forked session for 1,000 forks (200 with --quick) of a materialised session, each
+     with one read and one write call.
+Part 1 alternates blocks of Session.call and FastMCP calls so machine load hits both alike, first for a
+trivial tool (a counter's read: T1, FastMCP in-memory / Session.call >= 100x, issue 10 part 8), then for
+get_hotel_details on the large state (a real tool whose own body costs microseconds: shown for scale).
 Prints figures and ratios against the targets and writes bench/results/runtime.json.
 Usage: python bench/bench_runtime.py [--quick]
 """
@@ -264,11 +265,11 @@ def main() -> None:
 
     tc, es, fk = results["tool_call"], results["episode_start"], results["grpo_fork_8"]
     sc, fm = results["scan_tool"], results["fork_memory"]
-    for part, label in ((results["tool_call_trivial"], "the trivial tool get_value (a counter's read; T1)"),
-                        (tc, f"HotelBooking large state ({es['state_json_bytes'] / 1024:.0f} KiB JSON), "
-                             "tool get_hotel_details")):
+    for part, label in ((results["tool_call_trivial"], "(T1 target >= 100x) the trivial tool get_value (a counter's read)"),
+                        (tc, f"(for scale, no target) HotelBooking large state ({es['state_json_bytes'] / 1024:.0f} "
+                             "KiB JSON), tool get_hotel_details")):
         print(f"ratio FastMCP in-memory / Session.call = {part['ratio_fastmcp_over_session_p50']:.1f}x wall, "
-              f"{part['ratio_fastmcp_over_session_thread_cpu_p50']:.1f}x thread CPU time (target >= 100x), {label}")
+              f"{part['ratio_fastmcp_over_session_thread_cpu_p50']:.1f}x thread CPU time {label}")
         print("  tool call p50 / p99:")
         for k in ("direct_python", "session_call", "fastmcp_in_memory"):
             print(f"    {k:<22} {part[k]['p50_us']:10.1f} us {part[k]['p99_us']:10.1f} us")

@@ -22,7 +22,7 @@ from gym_envfactory.environment.cow import BASE_CACHE, FrozenState, plain_model
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments, task_initial_state
 from gym_envfactory.environment.tasks import Task, TaskSet, check_tool_names
-from gym_envfactory.errors import DatasetError
+from gym_envfactory.errors import DatasetError, SpecError
 from gym_envfactory.session import Session
 
 __all__ = ["ReferenceCall", "TaskReference", "task_reference", "replay_ground_truth"]
@@ -60,6 +60,9 @@ class TaskReference:
         turn_frozen: the same turn states as :class:`~gym_envfactory.environment.cow.FrozenState`
             (what the reward compares an in-process episode's frozen states with, by record identity:
             docs/reward.md, "Cost"), or ``None`` (a hand-built reference).
+        start_frozen: the state the episodes start from (``initial_state``) as the replay's own
+            :class:`~gym_envfactory.environment.cow.FrozenState` (for a window, the state after the turn
+            before it), or ``None``; :meth:`share_start` hands it to sessions through the base cache.
     """
 
     task_id: str
@@ -73,6 +76,7 @@ class TaskReference:
     set_fields: tuple[str, ...] = ()
     initial: Any = None
     turn_frozen: list[FrozenState] | None = field(default=None, compare=False, repr=False)
+    start_frozen: FrozenState | None = field(default=None, compare=False, repr=False)
     #: what the reward derives from this reference alone, memoised (a pure function of the reference,
     #: asked several times per episode and by every episode of the task): verdicts of comparisons
     #: between its own states, and the JSON text of each turn state.
@@ -124,17 +128,25 @@ class TaskReference:
         window = self.memo.get(key)
         if window is None:
             window = self.memo[key] = self._window(start, end, environments)
-        if start > 0 and self.turn_frozen is not None:
-            # sessions started from these bytes get the reference's own records (compared by identity)
-            frozen = self.turn_frozen[start - 1].models
-            for e in environments:
-                model = frozen.get(e.name)
-                # only a plain model is all in its JSON: any other may carry what the ground truth's replay
-                # left outside it (a login in a private attribute), which sessions must not inherit
-                if (model is not None and type(model) is e.state_model and plain_model(e.state_model)
-                        and not model.__pydantic_private__):
-                    BASE_CACHE.put(e.state_model, window.initial_state[e.name], model)
         return window
+
+    def share_start(self, environments: Sequence[EnvironmentSpec]) -> None:
+        """Make the process's base cache (:data:`~gym_envfactory.environment.cow.BASE_CACHE`) hand
+        sessions started from :attr:`initial_state` this reference's own model of that state
+        (:attr:`start_frozen`), so that the records an episode never changes are the reference's
+        records and the reward compares them by identity (docs/reward.md, "Cost").  The env calls it at
+        every reset: a base the cache evicted in between is put back.  Only for plain state models
+        (:func:`~gym_envfactory.environment.cow.plain_model`) holding no private storage: any other may
+        carry what the replay left outside its JSON (a login), which sessions must not inherit.  Costs
+        one dictionary update per environment; does nothing without :attr:`start_frozen`."""
+        frozen = self.start_frozen
+        if frozen is None:
+            return
+        for e in environments:
+            model, raw = frozen.models.get(e.name), self.initial_state.get(e.name)
+            if (model is not None and raw is not None and type(model) is e.state_model
+                    and plain_model(e.state_model) and not model.__pydantic_private__):
+                BASE_CACHE.put(e.state_model, raw, model)
 
     def _window(self, start: int, end: int, environments: Sequence[EnvironmentSpec]) -> TaskReference:
         if start == 0:
@@ -149,7 +161,9 @@ class TaskReference:
             turn_states=self.turn_states[start:end], turn_calls=self.turn_calls[start:end],
             expected_outputs=self.expected_outputs[start:end], clarification=self.clarification[start:end],
             excluded_fields=self.excluded_fields, set_fields=self.set_fields, initial=initial,
-            turn_frozen=self.turn_frozen[start:end] if self.turn_frozen is not None else None)
+            turn_frozen=self.turn_frozen[start:end] if self.turn_frozen is not None else None,
+            start_frozen=self.start_frozen if start == 0 else (
+                self.turn_frozen[start - 1] if self.turn_frozen is not None else None))
 
     def state_before(self, turn: int) -> Any:
         """The ground-truth state before ``turn`` (the initial state for turn 0)."""
@@ -187,6 +201,10 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
     session = Session.from_states(environments, initial)
     turn_states: list[Any] = []
     turn_frozen: list[FrozenState] = []
+    try:
+        start_frozen: FrozenState | None = session.frozen_state()  # the parsed base the replay starts from
+    except SpecError:  # bytes that do not load: the first ground-truth call reports it
+        start_frozen = None
     turn_calls: list[list[ReferenceCall]] = []
     where: _Where = {"file": tasks.source, "line": tasks.line_of(task.task_id), "task_id": task.task_id}
     try:
@@ -223,6 +241,7 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
         set_fields=set_fields,
         initial=_canonical(initial),
         turn_frozen=turn_frozen,
+        start_frozen=start_frozen,
     )
 
 

@@ -249,12 +249,32 @@ def test_a_turn_window_starts_from_the_references_own_records():
     raw = win.initial_state["HotelBooking"]
     cow.BASE_CACHE.put(spec.state_model, raw, spec.state_model.model_validate_json(raw))  # another parse of them
     assert ref.window(1, ref.n_turns, [spec]) is win  # memoised: validated and dumped once per window
+    win.share_start([spec])  # what the env does at every reset
     s = Session.from_states([spec], win.initial_state)
     mine, theirs = s.frozen_state().models["HotelBooking"], ref.turn_frozen[0].models["HotelBooking"]
     for field, value in theirs.__dict__.items():
         if isinstance(value, dict):
             assert all(mine.__dict__[field][k] is v for k, v in value.items()), field
     assert win.turn_frozen == ref.turn_frozen[1:]
+
+
+def test_an_episode_starts_on_the_references_records_even_after_the_cache_evicted_them():
+    """The base cache is bounded (32 bases): once the reference's start state was evicted, a parse of the
+    same bytes would share no record with the reference and every comparison would serialise whole
+    collections.  The env puts the reference's own base back at every reset."""
+    from gym_envfactory.envs.env import EnvFactoryEnv
+
+    spec = get_environment("HotelBooking")
+    tid = next(t for t in spec.tasks.ids() if spec.tasks.get(t).initial_state == "large"
+               and len(spec.tasks.get(t).envs) == 1)
+    ref = task_reference(spec, tid)
+    assert ref.start_frozen is not None
+    env = EnvFactoryEnv("HotelBooking", task_id=tid)
+    for _ in range(2):
+        cow.BASE_CACHE.clear()
+        env.reset()
+        assert env.session.frozen_state().models["HotelBooking"] is ref.start_frozen.models["HotelBooking"]
+    env.close()
 
 
 @pytest.mark.parametrize("env_name", ENVS)

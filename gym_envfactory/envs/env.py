@@ -524,6 +524,7 @@ class EnvFactoryEnv(gym.Env):
         environments = task_environments(self.environment, task)
         full = task_reference(self.environment, task, self.tasks)
         reference = full.window(start, end, environments)
+        reference.share_start(environments)  # in process: the episode starts on the reference's own records
         if self.session is not None:
             self.session.close()
         self.session = self.backend.create_session(environments, reference.initial_state,
