@@ -8,12 +8,14 @@ initial-state size, side by side in one run.  Also times one comparison of two e
 
 Each figure is a median of N interleaved measurements (scored, unscored, bare replay in turn), each
 repeating the group's episodes for at least S seconds: a group takes a few milliseconds, which one timing
-on a shared machine cannot resolve.
+on a shared machine cannot resolve.  Long-lived objects are frozen out of the garbage collector after the
+warm-up (``gc.freeze()``, as the server does), and each measurement starts after a collection.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -97,6 +99,7 @@ def unscored_episode_seconds(env_name: str, task_ids: list[str]) -> float:
 def per_pass(measure, env_name: str, ids: list[str], min_s: float) -> float:
     """Seconds per pass over ``ids`` with ``measure`` (one of the three above), passes repeated until at
     least ``min_s`` elapsed: a group's episodes take a few milliseconds, too short to time once."""
+    gc.collect()  # each measurement starts with no garbage left by the one before
     total, passes = 0.0, 0
     while total < min_s:
         total += measure(env_name, ids)
@@ -119,6 +122,11 @@ def main() -> None:
         if size not in ("small", "large"):
             continue
         episode_seconds(env_name, ids)  # warm: every task's reference (replayed once per process), imports
+        # what lives for the whole process (catalog, references, cached bases) out of the collector's
+        # sight, as `envfactory serve` does: otherwise full collections over it (~100 ms each on the large
+        # states) land on whichever measurement runs then, and the ratios measure the collector
+        gc.collect()
+        gc.freeze()
         ep, un, rp = [], [], []
         for _ in range(repeats):  # interleaved, so that a change in the machine's load hits all three alike
             ep.append(per_pass(episode_seconds, env_name, ids, min_s))
