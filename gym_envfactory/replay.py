@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
+from pydantic import BaseModel
+
 from gym_envfactory.environment.cow import BASE_CACHE, FrozenState, plain_model
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments, task_initial_state
@@ -135,18 +137,36 @@ class TaskReference:
         sessions started from :attr:`initial_state` this reference's own model of that state
         (:attr:`start_frozen`), so that the records an episode never changes are the reference's
         records and the reward compares them by identity (docs/reward.md, "Cost").  The env calls it at
-        every reset: a base the cache evicted in between is put back.  Only for plain state models
-        (:func:`~gym_envfactory.environment.cow.plain_model`) holding no private storage: any other may
-        carry what the replay left outside its JSON (a login), which sessions must not inherit.  Costs
-        one dictionary update per environment; does nothing without :attr:`start_frozen`."""
+        every reset: a base the cache evicted in between is put back.  Only when that model is exactly
+        what the bytes parse to (a plain state model, :func:`~gym_envfactory.environment.cow.plain_model`,
+        with no private storage, equal to a fresh parse, checked once): any other may carry what the
+        replay left outside its JSON (a login), which sessions must not inherit.  Costs one dictionary
+        update per environment; does nothing without :attr:`start_frozen`."""
         frozen = self.start_frozen
         if frozen is None:
             return
         for e in environments:
             model, raw = frozen.models.get(e.name), self.initial_state.get(e.name)
-            if (model is not None and raw is not None and type(model) is e.state_model
-                    and plain_model(e.state_model) and not model.__pydantic_private__):
+            if model is not None and raw is not None and self._round_trips(e, model, raw):
                 BASE_CACHE.put(e.state_model, raw, model)
+
+    def _round_trips(self, env: EnvironmentSpec, model: BaseModel, raw: bytes) -> bool:
+        """Whether ``model`` is what ``raw`` parses to, in every value it holds (memoised): a plain model
+        with no private storage, equal (Pydantic ``==``: every field, excluded ones too) to a fresh parse
+        of ``raw``.  A field left out of the JSON, a serializer that does not round-trip or a validator
+        that normalises makes them differ, and then sessions must parse the bytes themselves."""
+        key = ("round_trips", env.name, raw)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = bool(type(model) is env.state_model and plain_model(env.state_model)
+                       and not model.__pydantic_private__)
+            if hit:
+                try:
+                    hit = env.state_model.model_validate_json(raw) == model
+                except ValueError:  # pydantic's ValidationError is a ValueError
+                    hit = False
+            self.memo[key] = hit
+        return hit
 
     def _window(self, start: int, end: int, environments: Sequence[EnvironmentSpec]) -> TaskReference:
         if start == 0:
@@ -201,10 +221,13 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
     session = Session.from_states(environments, initial)
     turn_states: list[Any] = []
     turn_frozen: list[FrozenState] = []
-    try:
-        start_frozen: FrozenState | None = session.frozen_state()  # the parsed base the replay starts from
-    except SpecError:  # bytes that do not load: the first ground-truth call reports it
-        start_frozen = None
+    frozen = session.frozen_in_place  # else the env compares dicts: no frozen states to keep
+    start_frozen: FrozenState | None = None
+    if frozen:
+        try:
+            start_frozen = session.frozen_state()  # the parsed base the replay starts from
+        except SpecError:  # bytes that do not load: the first ground-truth call reports it
+            frozen = False
     turn_calls: list[list[ReferenceCall]] = []
     where: _Where = {"file": tasks.source, "line": tasks.line_of(task.task_id), "task_id": task.task_id}
     try:
@@ -224,7 +247,8 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
                                        turn=ti, call=ci)
                 calls.append(ReferenceCall(call.name, res.arguments or {}, tuple(call.masked_arguments), res.content))
             turn_states.append(session.state())
-            turn_frozen.append(session.frozen_state())
+            if frozen:
+                turn_frozen.append(session.frozen_state())
             turn_calls.append(calls)
     finally:
         session.close()
@@ -240,7 +264,7 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
         excluded_fields=excluded,
         set_fields=set_fields,
         initial=_canonical(initial),
-        turn_frozen=turn_frozen,
+        turn_frozen=turn_frozen if frozen else None,
         start_frozen=start_frozen,
     )
 

@@ -409,10 +409,10 @@ class Session:
         compares by record identity (docs/reward.md, "Cost").  No serialisation: an untouched state
         hands out its shared base; a changed one is frozen in place as a new base (the session goes on
         with a fresh view of it and a rollback point at this moment), O(records' pointers); a state
-        handed out by :meth:`state_model` is deep-copied (it may still change).  A state model that is
-        not plain (:func:`~gym_envfactory.environment.cow.plain_model`: private attributes, an imported
-        API's live instance) is not touched: its JSON is parsed instead (once per distinct state, through
-        the base cache).  Safe to call from another thread while a call runs: it waits for the call.
+        handed out by :meth:`state_model` is deep-copied (it may still change), and so is a state whose
+        model is not plain (:func:`~gym_envfactory.environment.cow.plain_model`: private attributes, an
+        imported API's live instance), which leaves the session untouched (:attr:`frozen_in_place` tells
+        which).  Safe to call from another thread while a call runs: it waits for the call.
 
         Raises:
             SessionClosedError: the session was closed.
@@ -426,17 +426,21 @@ class Session:
                 live = self._states[name]
                 if live.pristine and not live.exposed:
                     models[name] = live.base
-                elif not cow.plain_model(spec.state_model) or live.model.__pydantic_private__:
-                    # hidden state (private attributes, an imported API's instance): leave the session as it
-                    # is and compare what its JSON holds, parsed once per distinct state (the base cache)
-                    raw = live.model.model_dump_json().encode()
-                    models[name] = cow.BASE_CACHE.get(spec.state_model, raw, spec.state_model.model_validate_json)
-                elif live.exposed:
+                elif live.exposed or not cow.plain_model(spec.state_model) or live.model.__pydantic_private__:
+                    # may change outside calls, or holds state a fresh view would not carry over (private
+                    # attributes, an imported API's instance): a frozen copy, the session left as it is
                     models[name] = cow.frozen_copy(live.model)
                 else:
                     self._rebase(live)
                     models[name] = live.base
         return cow.FrozenState(models)
+
+    @property
+    def frozen_in_place(self) -> bool:
+        """Whether :meth:`frozen_state` costs O(records' pointers) here: every state model is plain
+        (:func:`~gym_envfactory.environment.cow.plain_model`).  Otherwise it deep-copies the states, and
+        :meth:`state` (one serialisation) is the cheaper read for the reward."""
+        return all(cow.plain_model(spec.state_model) for spec in self.envs.values())
 
     def state_bytes(self) -> bytes:
         """Canonical JSON bytes of :meth:`state` (sorted keys): byte-identical for equal states."""
@@ -819,7 +823,8 @@ class Session:
         """
         self._check_open()
         bases: dict[str, BaseModel] = {}
-        with self._lock:
+        out = []
+        with self._lock:  # the children take states, pending bytes and log as of one moment
             for n, live in self._states.items():
                 if live.exposed:
                     bases[n] = cow.frozen_copy(live.model)
@@ -827,15 +832,14 @@ class Session:
                     if not live.pristine:
                         self._rebase(live)
                     bases[n] = live.base
-        out = []
-        for _ in range(k):
-            child = Session.__new__(Session)
-            child.envs, child.tools, child.check_writes = dict(self.envs), dict(self.tools), self.check_writes
-            child._initial, child._pending, child._closed = dict(self._initial), dict(self._pending), False
-            child._lock = threading.Lock()
-            child._states = {n: _LiveState(cow.make_view(b), b, []) for n, b in bases.items()}
-            child._log = list(self._log)  # records are never handed out uncopied, so they can be shared
-            out.append(child)
+            for _ in range(k):
+                child = Session.__new__(Session)
+                child.envs, child.tools, child.check_writes = dict(self.envs), dict(self.tools), self.check_writes
+                child._initial, child._pending, child._closed = dict(self._initial), dict(self._pending), False
+                child._lock = threading.Lock()
+                child._states = {n: _LiveState(cow.make_view(b), b, []) for n, b in bases.items()}
+                child._log = list(self._log)  # records are never handed out uncopied, so they can be shared
+                out.append(child)
         return out
 
     def close(self) -> None:

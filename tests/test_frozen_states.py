@@ -13,12 +13,12 @@ import dataclasses
 import functools
 import json
 import threading
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, PlainSerializer
 
 from gym_envfactory import Session, ToolError, define_environment, get_environment, tool
 from gym_envfactory.environment import cow
@@ -583,3 +583,149 @@ class _Extra(BaseModel, extra="allow"):
 def test_plain_model_decides_from_the_field_types():
     assert cow.plain_model(_Tree) and cow.plain_model(_Leaf)
     assert not cow.plain_model(_Loose) and not cow.plain_model(_Extra) and not cow.plain_model(_Desk)
+
+
+# ---------------------------------------------------------------- review findings, second round
+class _ExcludedDesk(BaseModel):
+    agents: dict[str, str] = {"kim": "pw"}
+    user: str | None = Field(default=None, exclude=True)  # the login: deliberately not in the JSON
+
+
+@tool
+def ex_login(state: _ExcludedDesk, *, agent: str) -> str:
+    """Log in."""
+    state.user = agent
+    return agent
+
+
+@tool(read_only=True)
+def ex_whoami(state: _ExcludedDesk) -> str:
+    """Who is logged in."""
+    return state.user or "<nobody>"
+
+
+class _Price(BaseModel):
+    price: Annotated[float, PlainSerializer(lambda v: round(v, 2), return_type=float)] = 1.0
+
+
+@tool
+def set_third(state: _Price) -> str:
+    """Set the price to a third of ten (the JSON holds it rounded)."""
+    state.price = 10 / 3
+    return "ok"
+
+
+@tool(read_only=True)
+def total_3000(state: _Price) -> float:
+    """The total of 3,000 items."""
+    return state.price * 3000
+
+
+@pytest.mark.parametrize("model, tools, first, probe", [
+    (_ExcludedDesk, [ex_login, ex_whoami], ("ex_login", {"agent": "kim"}), "ex_whoami"),
+    (_Price, [set_third, total_3000], ("set_third", {}), "total_3000"),
+])
+def test_a_window_episode_behaves_as_a_parse_of_its_start_bytes(model, tools, first, probe):
+    """A plain model whose values do not all round-trip through its JSON (a field excluded from it, a
+    rounding serializer): the episode of a window, in process, must behave exactly as a session parsed
+    from the window's start bytes (what a remote backend, a restore or another process runs), so the
+    reference's own model is not handed to sessions, and nothing leaks to later episodes (C03)."""
+    from gym_envfactory.envs.env import EnvFactoryEnv
+
+    tasks = [{"task_id": "t", "turns": [{"user": "one", "ground_truth": [{"name": first[0], "arguments": first[1]}]},
+                                        {"user": "two", "ground_truth": [{"name": probe, "arguments": {}}]}]}]
+    spec = define_environment(f"RoundTrip{model.__name__.strip('_')}", model, tools, register=False, initial_state=model(),
+                              tasks=tasks)
+    env = EnvFactoryEnv(spec)
+    env.reset(options={"task_id": "t", "start_turn": 1})
+    in_process = env.session.call(probe, {}).content
+    raw = env.reference.initial_state
+    cow.BASE_CACHE.clear()
+    assert in_process == Session.from_states([spec], raw).call(probe, {}).content
+    env.reset(options={"task_id": "t"})
+    assert env.session.call(probe, {}).content == Session(spec).call(probe, {}).content
+    env.close()
+
+
+class _AnyShop(BaseModel):
+    stock: dict[str, Annotated[int, Field(ge=0)]] = {"apple": 1}
+    meta: dict[str, Any] = {}  # an Any field: not plain
+
+
+@tool
+def sell(state: _AnyShop, *, item: str, n: int) -> int:
+    """Sell ``n`` items (no check: may leave the stock negative, which the model forbids)."""
+    state.stock[item] -= n
+    return state.stock[item]
+
+
+def test_a_model_that_is_not_plain_is_read_without_validation_and_compared_as_dicts():
+    """A state model that is not plain is scored from its canonical dicts (as before frozen states), and
+    a frozen state of it is a copy: a write that left the state invalid for its model does not crash the
+    end of the turn, and the session is left as it was."""
+    from gym_envfactory.envs.env import EnvFactoryEnv
+
+    tasks = [{"task_id": "t", "turns": [{"user": "sell one", "ground_truth": [
+        {"name": "sell", "arguments": {"item": "apple", "n": 1}}]}]}]
+    spec = define_environment("AnyShopReview", _AnyShop, [sell], register=False, initial_state=_AnyShop(), tasks=tasks)
+    assert not cow.plain_model(_AnyShop) and not Session(spec).frozen_in_place
+    assert task_reference(spec, "t").turn_frozen is None
+    env = EnvFactoryEnv(spec)
+    env.reset(options={"task_id": "t"})
+    env.step('<tool_call>{"name": "sell", "arguments": {"item": "apple", "n": 5}}</tool_call>')
+    _, reward, terminated, _, info = env.step("done")
+    assert terminated and reward == 0.0 and info["state_diff"]
+    assert env.session.state()["stock"]["apple"] == -4
+    frozen = env.session.frozen_state()
+    assert frozen.canonical() == env.session.state()
+    env.close()
+
+
+def test_fork_many_takes_states_and_log_as_of_one_moment():
+    """A call in another thread never lands half in the forks (its log record without its write): the
+    session lock is held across the whole fork."""
+    spec = get_environment("HotelBooking")
+    s = Session(spec, "small")
+    s.call("list_hotel_destinations", {})
+    gate = threading.Event()
+
+    class SlowLock:  # the session's lock, slowed down while the fork holds it
+        def __init__(self) -> None:
+            self.inner = threading.Lock()
+
+        def __enter__(self):
+            self.inner.acquire()
+            if not gate.is_set():
+                gate.set()
+                racer.start()
+                racer.join(0.1)  # the racer now waits on the lock, at the worst moment
+
+        def __exit__(self, *exc):
+            self.inner.release()
+            if threading.current_thread() is not racer:
+                racer.join(0.1)  # the racer runs right after the release
+
+    done: list = []
+    racer = threading.Thread(target=lambda: done.append(
+        s.call("cancel_hotel_booking", {"booking_id": "BK-0001", "reason": "x"})))
+    s._lock = SlowLock()
+    child = s.fork_many(1)[0]
+    racer.join(10)
+    assert done and done[0].ok  # the parent's call ran, after the fork
+    names = [r.name for r in child.action_log]
+    assert names == ["list_hotel_destinations"]
+    assert child.call("cancel_hotel_booking", {"booking_id": "BK-0001", "reason": "x"}).ok  # not cancelled there
+
+
+class _WithProperty(BaseModel):
+    price: float = 1.0
+
+    @property
+    def doubled(self) -> float:
+        """Twice the price."""
+        return self.price * 2
+
+
+def test_a_model_with_a_property_is_not_plain():
+    """A property may cache into the record it reads (a hand-written cached_property): not plain."""
+    assert not cow.plain_model(_WithProperty)

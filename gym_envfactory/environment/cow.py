@@ -127,21 +127,21 @@ def _copy_model(model: BaseModel, copier: Callable[[Any], Any]) -> BaseModel:
 
 
 def plain_model(cls: type[BaseModel]) -> bool:
-    """Whether every instance of the state model ``cls`` is all in its fields, so that a base parsed from
-    its JSON and a base frozen from a session are interchangeable, and reading one leaves no trace in it:
+    """Whether every instance of the state model ``cls`` is all in its fields, so that a session's view
+    can be frozen in place and replaced by a fresh view of it, and reading a record leaves no trace in it:
     no model class reachable from ``cls``'s field types declares private attributes, allows extra fields,
-    hooks attribute access or has a ``functools.cached_property`` (a read that stores a value in the
-    record), and every field
+    hooks attribute access or has a property (``property`` or ``functools.cached_property``: a read that
+    may store a value in the record), and every field
     type is built from atomic types, enums, literals, models that are plain in turn, and
     ``list``/``dict``/``set``/``frozenset``/``tuple``/``Optional``/unions of those (``Any`` or another
     class could hold anything: not plain).  Decided once per class, from the types alone.
 
     What depends on it (docs/performance.md, "Shared reads"; docs/reward.md, "Cost"): shared reads are
-    used only for plain state models, :meth:`Session.frozen_state` freezes a plain session in place (a
-    model with private attributes is re-parsed from its JSON instead, leaving the session untouched), and
-    a task's turn window seeds the base cache with the reference's frozen state only when plain.  Those
-    callers also treat an instance holding private storage (``__pydantic_private__``, set at run time) as
-    not plain."""
+    used only for plain state models, :meth:`Session.frozen_state` freezes a plain session in place (any
+    other is deep-copied, leaving the session untouched, and the env's reward reads it as dicts), and
+    :meth:`TaskReference.share_start` seeds the base cache only with a plain model that also equals a
+    fresh parse of its bytes.  Those callers also treat an instance holding private storage
+    (``__pydantic_private__``, set at run time) as not plain."""
     hit = _PLAIN.get(cls)
     if hit is None:
         hit = _PLAIN[cls] = _plain_class(cls, set())
@@ -149,6 +149,7 @@ def plain_model(cls: type[BaseModel]) -> bool:
 
 
 _PLAIN: dict[type, bool] = {}
+_PYDANTIC_MRO = frozenset(BaseModel.__mro__)
 
 
 def _plain_class(cls: type[BaseModel], seen: set[type]) -> bool:
@@ -159,8 +160,9 @@ def _plain_class(cls: type[BaseModel], seen: set[type]) -> bool:
         return False
     if any("__getattribute__" in vars(k) for k in cls.__mro__ if k is not object):
         return False  # attribute access is hooked (an imported API's live instance behind the fields)
-    if any(isinstance(v, functools.cached_property) for k in cls.__mro__ for v in vars(k).values()):
-        return False
+    own = [k for k in cls.__mro__ if k not in _PYDANTIC_MRO]  # the model's own classes and mixins
+    if any(isinstance(v, (property, functools.cached_property)) for k in own for v in vars(k).values()):
+        return False  # a property may cache into the record it reads (a read that leaves a trace)
     return all(_plain_type(f.annotation, seen) for f in cls.model_fields.values())
 
 

@@ -717,10 +717,11 @@ class EnvFactoryEnv(gym.Env):
 
     def _read_state(self) -> Any:
         """The session's state for scoring: a :class:`~gym_envfactory.environment.cow.FrozenState` from an
-        in-process session (no serialisation; compared by record identity), else :meth:`Session.state`."""
+        in-process session whose state models are plain (no serialisation; compared by record identity),
+        else :meth:`Session.state`."""
         assert self.session is not None
         frozen = getattr(self.session, "frozen_state", None)
-        if frozen is not None:
+        if frozen is not None and getattr(self.session, "frozen_in_place", False):
             try:
                 return frozen()
             except SpecError:  # a state that does not load: its canonical form is still what it holds
