@@ -152,9 +152,11 @@ class TaskReference:
 
     def _round_trips(self, env: EnvironmentSpec, model: BaseModel, raw: bytes) -> bool:
         """Whether ``model`` is what ``raw`` parses to, in every value it holds (memoised): a plain model
-        with no private storage, equal (Pydantic ``==``: every field, excluded ones too) to a fresh parse
-        of ``raw``.  A field left out of the JSON, a serializer that does not round-trip or a validator
-        that normalises makes them differ, and then sessions must parse the bytes themselves."""
+        with no private storage, the same as a fresh parse of ``raw`` value by value and type by type
+        (:func:`_same`: every field, excluded ones too, and every attribute stored on a record).  A field
+        left out of the JSON, a serializer that does not round-trip, a validator that normalises, or a
+        value of another type that compares equal (``2.0`` in an ``int`` field, a ``str`` in an enum
+        field) makes them differ, and then sessions must parse the bytes themselves."""
         key = ("round_trips", env.name, raw)
         hit = self.memo.get(key)
         if hit is None:
@@ -162,7 +164,7 @@ class TaskReference:
                        and not model.__pydantic_private__)
             if hit:
                 try:
-                    hit = env.state_model.model_validate_json(raw) == model
+                    hit = _same(env.state_model.model_validate_json(raw), model)
                 except ValueError:  # pydantic's ValidationError is a ValueError
                     hit = False
             self.memo[key] = hit
@@ -188,6 +190,27 @@ class TaskReference:
     def state_before(self, turn: int) -> Any:
         """The ground-truth state before ``turn`` (the initial state for turn 0)."""
         return self.turn_states[turn - 1] if turn > 0 else self.initial
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Strict structural identity of two parsed states: equal values of the very same types all the way
+    down (models: same class, same ``__dict__`` keys, same private storage and extra fields; dicts, lists,
+    tuples, sets: same type and items; ``True`` is not ``1``, ``2.0`` is not ``2``, NaN is NaN)."""
+    t = type(a)
+    if t is not type(b):
+        return False
+    if isinstance(a, BaseModel):
+        return (_same(a.__dict__, b.__dict__) and _same(a.__pydantic_extra__, b.__pydantic_extra__)
+                and _same(getattr(a, "__pydantic_private__", None), getattr(b, "__pydantic_private__", None)))
+    if t is dict:
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if t is list or t is tuple:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if t is set or t is frozenset:
+        return len(a) == len(b) and sorted(map(repr, a)) == sorted(map(repr, b))
+    if t is float and a != a:
+        return b != b  # NaN
+    return bool(a == b)
 
 
 class _Where(TypedDict):

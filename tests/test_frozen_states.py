@@ -621,9 +621,28 @@ def total_3000(state: _Price) -> float:
     return state.price * 3000
 
 
+class _Points(BaseModel):
+    points: int = 0
+
+
+@tool
+def add_half_twice(state: _Points) -> str:
+    """Add 2.0 (a float in an int field: equal to 2, not the same value)."""
+    state.points += 2.0  # type: ignore[assignment]
+    return "ok"
+
+
+@tool(read_only=True)
+def show_points(state: _Points) -> str:
+    """The points as text."""
+    return f"{state.points} points"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic: 2.0 serialised from an int field
 @pytest.mark.parametrize("model, tools, first, probe", [
     (_ExcludedDesk, [ex_login, ex_whoami], ("ex_login", {"agent": "kim"}), "ex_whoami"),
     (_Price, [set_third, total_3000], ("set_third", {}), "total_3000"),
+    (_Points, [add_half_twice, show_points], ("add_half_twice", {}), "show_points"),
 ])
 def test_a_window_episode_behaves_as_a_parse_of_its_start_bytes(model, tools, first, probe):
     """A plain model whose values do not all round-trip through its JSON (a field excluded from it, a
@@ -729,3 +748,33 @@ class _WithProperty(BaseModel):
 def test_a_model_with_a_property_is_not_plain():
     """A property may cache into the record it reads (a hand-written cached_property): not plain."""
     assert not cow.plain_model(_WithProperty)
+
+
+def test_a_frozen_base_holds_no_copy_on_write_dict():
+    """Freezing settles the copy-on-write dicts inside what the view owned: a base that every session and
+    the reference share is never filled in by a later reader (a shared read of a nested collection)."""
+    spec = get_environment("HotelBooking")
+    s = Session(spec, "small")
+    hotel = next(iter(json.loads(spec.initial_state_json("small"))["hotels"]))
+    assert s.call("get_hotel_details", {"hotel_id": hotel}).ok
+    assert s.call("cancel_hotel_booking", {"booking_id": "BK-0001", "reason": "x"}).ok
+    base = s.frozen_state().models["HotelBooking"]
+
+    def cowdicts(value, path="") -> list[str]:
+        found = [path] if type(value) is cow.CowDict else []
+        if isinstance(value, BaseModel):
+            for k, v in value.__dict__.items():
+                found += cowdicts(v, f"{path}.{k}")
+        elif isinstance(value, dict):
+            for k, v in dict.items(value):
+                found += cowdicts(v, f"{path}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                found += cowdicts(v, f"{path}.{i}")
+        return found
+
+    assert cowdicts(base) == []
+    before = base.model_dump_json()
+    for other in (s, s.fork(), Session(spec, "small")):
+        assert other.call("get_hotel_details", {"hotel_id": hotel}).ok
+    assert cowdicts(base) == [] and base.model_dump_json() == before

@@ -394,14 +394,58 @@ def make_view(base: M) -> M:
 
 def freeze(model: M) -> M:
     """Make ``model`` (a view or plain model no one else holds) a base, in place: its :class:`CowDict`
-    fields become plain dicts holding the same objects.  The caller must not mutate it afterwards (make a
-    :func:`make_view` of it instead).  O(number of records) pointer copies, no record copied.  Returns
-    ``model``."""
+    fields become plain dicts holding the same objects, and so does every :class:`CowDict` inside what
+    the view copied or wrote (its owned records, its other mutable root fields), so that a base holds no
+    copy-on-write dict a later reader could fill.  The caller must not mutate it afterwards (make a
+    :func:`make_view` of it instead).  O(number of records) pointer copies plus the size of what the view
+    owned; no record copied.  Returns ``model``."""
     d = model.__dict__
     for k, v in list(d.items()):
         if type(v) is CowDict:
-            d[k] = dict(dict.items(v))
+            d[k] = _settled(v)
+        elif type(v) not in ATOMIC_TYPES:
+            _settle(v)  # copied with the view: it may hold copy-on-write dicts
     return model
+
+
+def _settled(view: CowDict) -> dict[Any, Any]:
+    """A plain dict of ``view``'s values, the owned ones settled (:func:`_settle`); the shared ones are a
+    base's already."""
+    for k in view._owned or ():
+        if dict.__contains__(view, k):
+            value = dict.__getitem__(view, k)
+            if type(value) is CowDict:
+                dict.__setitem__(view, k, _settled(value))
+            elif type(value) not in ATOMIC_TYPES:
+                _settle(value)
+    return dict(dict.items(view))
+
+
+def _settle(value: Any) -> None:
+    """Replace, in place, every :class:`CowDict` inside ``value`` (a value a view owns) by a plain dict."""
+    if isinstance(value, BaseModel):
+        d = value.__dict__
+        for k, v in list(d.items()):
+            if type(v) is CowDict:
+                d[k] = _settled(v)
+            elif type(v) not in ATOMIC_TYPES:
+                _settle(v)
+    elif type(value) is list:
+        for i, v in enumerate(value):
+            if type(v) is CowDict:
+                value[i] = _settled(v)
+            elif type(v) not in ATOMIC_TYPES:
+                _settle(v)
+    elif type(value) is dict:
+        for k, v in list(value.items()):
+            if type(v) is CowDict:
+                value[k] = _settled(v)
+            elif type(v) not in ATOMIC_TYPES:
+                _settle(v)
+    elif type(value) is tuple:
+        for v in value:
+            if type(v) not in ATOMIC_TYPES:
+                _settle(v)  # a tuple cannot be changed: only what it holds
 
 
 def frozen_copy(model: M) -> M:
