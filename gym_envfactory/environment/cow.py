@@ -411,41 +411,31 @@ def freeze(model: M) -> M:
 def _settled(view: CowDict) -> dict[Any, Any]:
     """A plain dict of ``view``'s values, the owned ones settled (:func:`_settle`); the shared ones are a
     base's already."""
-    for k in view._owned or ():
-        if dict.__contains__(view, k):
-            value = dict.__getitem__(view, k)
-            if type(value) is CowDict:
-                dict.__setitem__(view, k, _settled(value))
-            elif type(value) not in ATOMIC_TYPES:
-                _settle(value)
+    _settle_items(view, [(k, dict.__getitem__(view, k)) for k in view._owned or () if dict.__contains__(view, k)],
+                  dict.__setitem__)
     return dict(dict.items(view))
 
 
 def _settle(value: Any) -> None:
     """Replace, in place, every :class:`CowDict` inside ``value`` (a value a view owns) by a plain dict."""
     if isinstance(value, BaseModel):
-        d = value.__dict__
-        for k, v in list(d.items()):
-            if type(v) is CowDict:
-                d[k] = _settled(v)
-            elif type(v) not in ATOMIC_TYPES:
-                _settle(v)
+        _settle_items(value.__dict__, list(value.__dict__.items()), dict.__setitem__)
     elif type(value) is list:
-        for i, v in enumerate(value):
-            if type(v) is CowDict:
-                value[i] = _settled(v)
-            elif type(v) not in ATOMIC_TYPES:
-                _settle(v)
+        _settle_items(value, list(enumerate(value)), list.__setitem__)
     elif type(value) is dict:
-        for k, v in list(value.items()):
-            if type(v) is CowDict:
-                value[k] = _settled(v)
-            elif type(v) not in ATOMIC_TYPES:
-                _settle(v)
-    elif type(value) is tuple:
-        for v in value:
-            if type(v) not in ATOMIC_TYPES:
-                _settle(v)  # a tuple cannot be changed: only what it holds
+        _settle_items(value, list(value.items()), dict.__setitem__)
+    elif type(value) is tuple:  # cannot be changed: only what it holds
+        _settle_items(value, list(enumerate(value)), None)
+
+
+def _settle_items(target: Any, items: list[tuple[Any, Any]], store: Callable[[Any, Any, Any], None] | None) -> None:
+    for k, v in items:
+        if type(v) is CowDict:
+            settled = _settled(v)
+            if store is not None:
+                store(target, k, settled)
+        elif type(v) not in ATOMIC_TYPES:
+            _settle(v)
 
 
 def frozen_copy(model: M) -> M:
