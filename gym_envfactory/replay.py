@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel
 
-from gym_envfactory.environment.cow import BASE_CACHE, FrozenState, plain_model
+from gym_envfactory.environment.cow import BASE_CACHE, FrozenState, plain_state
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments, task_initial_state
 from gym_envfactory.environment.tasks import Task, TaskSet, check_tool_names
@@ -160,8 +160,7 @@ class TaskReference:
         key = ("round_trips", env.name, raw)
         hit = self.memo.get(key)
         if hit is None:
-            hit = bool(type(model) is env.state_model and plain_model(env.state_model)
-                       and not model.__pydantic_private__)
+            hit = type(model) is env.state_model and plain_state(model)
             if hit:
                 try:
                     hit = _same(env.state_model.model_validate_json(raw), model)

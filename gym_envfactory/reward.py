@@ -211,9 +211,9 @@ def state_diff(
     objects grown from one base (an in-process episode's and its ground truth's) are compared by record
     identity: only the records and root fields that are not the same objects are serialised and walked,
     so equal large states compare in microseconds; a verdict of "equal" is remembered on ``actual`` (both
-    are immutable), so the episode's final comparison after its last turn's costs nothing.  Otherwise (canonical dicts, or a frozen state against
-    a dict) equal subtrees are recognised in C (equality confirmed by their JSON text) and never walked
-    node by node.
+    are immutable), so the episode's final comparison after its last turn's costs nothing.  Otherwise
+    (canonical dicts, or a frozen state against a dict) equal subtrees are recognised in C (equality
+    confirmed by their JSON text) and never walked node by node.
 
     Args:
         actual, expected: canonical states (the form of :meth:`Session.state`) or frozen states

@@ -421,12 +421,12 @@ class Session:
         self._check_open()
         models: dict[str, BaseModel] = {}
         with self._lock:
-            for name, spec in self.envs.items():
+            for name in self.envs:
                 self._model(name)
                 live = self._states[name]
                 if live.pristine and not live.exposed:
                     models[name] = live.base
-                elif live.exposed or not cow.plain_model(spec.state_model) or live.model.__pydantic_private__:
+                elif live.exposed or not cow.plain_state(live.model):
                     # may change outside calls, or holds state a fresh view would not carry over (private
                     # attributes, an imported API's instance): a frozen copy, the session left as it is
                     models[name] = cow.frozen_copy(live.model)

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-__all__ = ["CowDict", "BaseCache", "FrozenState", "plain_model", "share_cell", "copy_value", "deep_copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
+__all__ = ["CowDict", "BaseCache", "FrozenState", "plain_model", "plain_state", "share_cell", "copy_value", "deep_copy_value", "make_view", "freeze", "frozen_copy", "BASE_CACHE"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -140,12 +140,17 @@ def plain_model(cls: type[BaseModel]) -> bool:
     used only for plain state models, :meth:`Session.frozen_state` freezes a plain session in place (any
     other is deep-copied, leaving the session untouched, and the env's reward reads it as dicts), and
     :meth:`TaskReference.share_start` seeds the base cache only with a plain model that also equals a
-    fresh parse of its bytes.  Those callers also treat an instance holding private storage
-    (``__pydantic_private__``, set at run time) as not plain."""
+    fresh parse of its bytes.  Those callers ask :func:`plain_state` of an instance."""
     hit = _PLAIN.get(cls)
     if hit is None:
         hit = _PLAIN[cls] = _plain_class(cls, set())
     return hit
+
+
+def plain_state(model: BaseModel) -> bool:
+    """Whether the state ``model`` is all in its fields: its class is plain (:func:`plain_model`) and it
+    holds no private storage set at run time (``__pydantic_private__``)."""
+    return plain_model(type(model)) and not model.__pydantic_private__
 
 
 _PLAIN: dict[type, bool] = {}
