@@ -60,8 +60,6 @@ __all__ = [
     "UnknownTaskError",
 ]
 
-from gym_envfactory import _layout
 from gym_envfactory.environment.catalog import register_catalog as _register_catalog
 
-_layout.install()
 _register_catalog()
