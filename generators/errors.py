@@ -1,44 +1,20 @@
 """The generators' errors, all in the runtime's one family (:class:`~gym_envfactory.errors.EnvFactoryError`),
-each keeping the builtin base its callers catch (``RuntimeError``, ``ValueError``)."""
+each keeping the builtin base its callers catch (``RuntimeError``, ``ValueError``).  The LLM client's errors
+(``LLMError``, ``LLMRequestError``, ``LLMOutputError``) are the runtime's own: :mod:`gym_envfactory.errors`."""
 
 from __future__ import annotations
 
 from gym_envfactory.errors import DatasetError, EnvFactoryError, SpecError
 
-__all__ = ["LLMError", "LLMRequestError", "LLMOutputError", "EnvGenError", "MetadataError", "OpenAPIError",
-           "MCPImportError", "ImporterError", "PackageExistsError", "ChainError"]
+__all__ = ["EnvGenError", "MetadataError", "OpenAPIError",
+           "MCPImportError", "ImporterError", "PackageExistsError", "ChainError", "SandboxError"]
 
 
-class LLMError(EnvFactoryError, RuntimeError):
-    """Base of the LLM layer's errors."""
-
-
-class LLMRequestError(LLMError):
-    """The endpoint refused the request (a non-retryable 4xx) or failed on every retry.
-
-    Attributes: ``status`` (HTTP status, ``None`` for connection errors/timeouts), ``attempts``, ``stage``.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1, stage: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.attempts = attempts
-        self.stage = stage
-
-
-class LLMOutputError(LLMError):
-    """The answer was not valid JSON for the schema, even after the repair round.
-
-    Attributes: ``raw`` (the last answer's text), ``first_raw`` (the first answer's text), ``error`` (the
-    last parse/validation error), ``stage``.
-    """
-
-    def __init__(self, message: str, *, raw: str, first_raw: str, error: str, stage: str) -> None:
-        super().__init__(message)
-        self.raw = raw
-        self.first_raw = first_raw
-        self.error = error
-        self.stage = stage
+class SandboxError(EnvFactoryError, RuntimeError):
+    """Untrusted code cannot be run where it was asked to run: an unknown sandbox mode, no Docker
+    engine or runtime image for ``sandbox="docker"``, a container that cannot start
+    (:mod:`gym_envfactory.generators.sandbox`).  EnvGen reports it as :class:`EnvGenError`, the importer
+    as :class:`ImporterError`."""
 
 
 class EnvGenError(EnvFactoryError):
