@@ -48,8 +48,12 @@ def check_file(path: Path) -> list[str]:
     modules: set[str] = set()  # local names bound to project modules
     if rel.parts[0] == "gym_envfactory":
         for node in ast.walk(tree):
-            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if isinstance(node, ast.ImportFrom):
+                names = [] if node.level else [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
             for name in names:
                 if name.startswith(("gym_envfactory.generators", "gym_envfactory.training")):
                     out.append(f"{rel}:{node.lineno}: the runtime imports the optional part {name}")

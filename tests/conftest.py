@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
@@ -137,7 +138,7 @@ LIBRARY_STATE = {
     "members": {"ada": {"name": "ada", "age": 36}, "bob": {"name": "bob", "age": 41}},
 }
 
-LIBRARY_TASKS = [
+LIBRARY_TASKS: list[dict[str, Any]] = [
     {"task_id": "borrow-dune", "turns": [
         {"user": "Borrow Dune for ada.", "ground_truth": [{"name": "borrow_book", "arguments": {"book_id": "B1", "member": "ada"}}],
          "expected_outputs": ["L-0001"]}]},
@@ -161,7 +162,7 @@ LIBRARY_TASKS = [
 
 
 def make_library(name: str = "Library", *, with_bug: bool = False, register: bool = True):
-    tools = [get_book, borrow_book, return_book, set_fee, add_members, extend_loan]
+    tools: list[Callable[..., Any]] = [get_book, borrow_book, return_book, set_fee, add_members, extend_loan]
     if with_bug:
         tools.append(buggy_noop_write)
     return define_environment(

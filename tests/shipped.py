@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 ENV_IMAGES = Path(__file__).resolve().parents[1] / "env_images"
 
@@ -11,7 +12,7 @@ ENV_IMAGES = Path(__file__).resolve().parents[1] / "env_images"
 SHIPPED = sorted(p.name for p in ENV_IMAGES.iterdir() if (p / "environment.toml").is_file())
 
 
-def call_pool(env_name: str) -> list[tuple[str, dict]]:
+def call_pool(env_name: str) -> list[tuple[str, dict[str, Any] | str]]:
     """Distinct ``(tool, arguments)`` calls of ``env_name``'s small-state scenarios and tasks (tools of
     other environments, named by cross-environment tasks, left out): material for property tests."""
     from gym_envfactory import get_environment

@@ -47,7 +47,7 @@ class Folder(BaseModel):
     status: ItemStatus = "active"
     created_at: datetime
     trashed_at: datetime | None = None
-    trashed_with: str | None = Field(None, description="The folder whose trashing took this one along")
+    trashed_with: str | None = Field(default=None, description="The folder whose trashing took this one along")
 
 
 class FileVersion(BaseModel):
@@ -70,17 +70,17 @@ class DriveFile(BaseModel):
     created_at: datetime
     modified_at: datetime
     trashed_at: datetime | None = None
-    trashed_with: str | None = Field(None, description="The folder whose trashing took this file along")
+    trashed_with: str | None = Field(default=None, description="The folder whose trashing took this file along")
 
 
 class Share(BaseModel):
     share_id: str = Field(description="Share id, e.g. SH-0004")
     item_id: str = Field(description="A file (FI-...) or folder (FO-...) id")
     kind: Literal["user", "link"]
-    grantee_id: str | None = Field(None, description="The user given access (kind 'user' only)")
-    url: str | None = Field(None, description="The share link (kind 'link' only)")
+    grantee_id: str | None = Field(default=None, description="The user given access (kind 'user' only)")
+    url: str | None = Field(default=None, description="The share link (kind 'link' only)")
     role: Role
-    expires_on: date | None = Field(None, description="Last day the share is in force; None = no expiry")
+    expires_on: date | None = Field(default=None, description="Last day the share is in force; None = no expiry")
     status: Literal["active", "revoked"] = "active"
     created_by: str
     created_at: datetime
@@ -91,7 +91,7 @@ class DriveDB(BaseModel):
     service: str = "Nimbus Drive"
     now: datetime
     link_base: str = "https://nimbus.example/s/"
-    max_file_mb: float = Field(10240.0, description="Largest single upload, in megabytes")
+    max_file_mb: float = Field(default=10240.0, description="Largest single upload, in megabytes")
     users: dict[str, User] = Field(default_factory=dict)
     folders: dict[str, Folder] = Field(default_factory=dict)
     files: dict[str, DriveFile] = Field(default_factory=dict)

@@ -426,10 +426,8 @@ def list_trash(
     empty list means the trash is empty. Errors: not_found.
     """
     _user(state, user_id)
-    entries: list[Folder | DriveFile] = [
-        x for x in [*state.folders.values(), *state.files.values()]
-        if x.owner_id == user_id and x.status == "trashed" and x.trashed_with is None
-    ]
+    items: list[Folder | DriveFile] = [*state.folders.values(), *state.files.values()]
+    entries = [x for x in items if x.owner_id == user_id and x.status == "trashed" and x.trashed_with is None]
     out = []
     for it in entries:
         group = _group(state, it)
@@ -838,7 +836,8 @@ def trash_item(
     ids = [item_id]
     if isinstance(it, Folder):
         folders, files = _under(state, it.folder_id)
-        for x in [*folders, *files]:
+        beneath: list[Folder | DriveFile] = [*folders, *files]
+        for x in beneath:
             if x.status == "active":
                 x.status = "trashed"
                 x.trashed_at = state.now
@@ -935,11 +934,9 @@ def empty_trash(
     Errors: not_found, trash_empty.
     """
     _user(state, user_id)
-    entries: list[Folder | DriveFile] = [
-        x for x in [*sorted(state.folders.values(), key=lambda f: f.folder_id),
-                    *sorted(state.files.values(), key=lambda f: f.file_id)]
-        if x.owner_id == user_id and x.status == "trashed" and x.trashed_with is None
-    ]
+    items: list[Folder | DriveFile] = [*sorted(state.folders.values(), key=lambda f: f.folder_id),
+                                       *sorted(state.files.values(), key=lambda f: f.file_id)]
+    entries = [x for x in items if x.owner_id == user_id and x.status == "trashed" and x.trashed_with is None]
     if not entries:
         raise ToolError(f"The trash of {user_id} is already empty", code="trash_empty")
     return _purge(state, entries, user_id)

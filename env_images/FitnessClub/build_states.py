@@ -20,10 +20,14 @@ sys.path.insert(0, str(HERE.parent))
 
 from FitnessClub.state import (  # noqa: E402
     AvailabilityWindow,
+    BookingStatus,
     Charge,
+    ChargeKind,
     CheckIn,
     ClassBooking,
+    ClassCategory,
     ClassSession,
+    ClassStatus,
     FitnessDB,
     Instructor,
     Location,
@@ -61,7 +65,7 @@ PLANS = [
 ]
 
 # (class_id, name, category, studio, instructor, start, minutes, capacity, credits, waitlist cap, status)
-SMALL_CLASSES = [
+SMALL_CLASSES: list[tuple[str, str, ClassCategory, str, str, str, int, int, int, int, ClassStatus]] = [
     ("CL-101", "Sunrise Ride", "cycling", "ST-11", "IN-01", "2026-12-01T07:00", 45, 20, 1, 5, "scheduled"),
     ("CL-102", "Vinyasa Flow", "yoga", "ST-21", "IN-03", "2026-12-01T09:30", 60, 16, 1, 5, "scheduled"),
     ("CL-103", "Power Strength", "strength", "ST-13", "IN-02", "2026-12-01T12:30", 50, 12, 1, 5, "scheduled"),
@@ -100,7 +104,7 @@ def member(mid, name, email, phone, home, plan, cycle_start, cycle_end, *, joine
                   freeze_reason=reason, freeze_days_used=freeze_used)
 
 
-def place(db: FitnessDB, mid: str, cid: str, status: str = "booked", *, guest: str | None = None,
+def place(db: FitnessDB, mid: str, cid: str, status: BookingStatus = "booked", *, guest: str | None = None,
           created: str = "2026-11-28T12:00") -> str:
     """Add a booking (place, waitlist entry or past attendance) and count its credits or guest pass."""
     m, c = db.members[mid], db.classes[cid]
@@ -123,7 +127,7 @@ def overlaps(a: ClassSession, b: ClassSession) -> bool:
     return a.start < b.start + timedelta(minutes=b.duration_min) and b.start < a.start + timedelta(minutes=a.duration_min)
 
 
-def charge(db: FitnessDB, mid: str, kind: str, amount: float, desc: str, at: str, ref: str | None = None) -> str:
+def charge(db: FitnessDB, mid: str, kind: ChargeKind, amount: float, desc: str, at: str, ref: str | None = None) -> str:
     cid = f"CH-{db.next_charge_seq:04d}"
     db.next_charge_seq += 1
     db.charges[cid] = Charge(charge_id=cid, member_id=mid, kind=kind, amount=amount, description=desc,
@@ -264,9 +268,9 @@ EXTRA_LOCATIONS = [
     ("LOC-HAM", "PulseWorks Hamburg Altona", "Hamburg", "Grosse Bergstrasse 160", "06:00", "22:30"),
     ("LOC-LEJ", "PulseWorks Leipzig Zentrum", "Leipzig", "Karl-Liebknecht-Strasse 12", "06:30", "22:00"),
 ]
-STUDIO_KINDS = [("Ride Room", 22, ["cycling"]), ("Studio One", 18, ["yoga", "pilates", "dance"]),
+STUDIO_KINDS: list[tuple[str, int, list[ClassCategory]]] = [("Ride Room", 22, ["cycling"]), ("Studio One", 18, ["yoga", "pilates", "dance"]),
                 ("Strength Floor", 16, ["strength", "hiit", "boxing"])]
-CLASS_NAMES = {"cycling": ["Sunrise Ride", "Rhythm Ride", "Climb & Sprint"], "yoga": ["Vinyasa Flow", "Yin Yoga"],
+CLASS_NAMES: dict[ClassCategory, list[str]] = {"cycling": ["Sunrise Ride", "Rhythm Ride", "Climb & Sprint"], "yoga": ["Vinyasa Flow", "Yin Yoga"],
                "pilates": ["Mat Pilates", "Core Pilates"], "dance": ["Dance Cardio", "Latin Groove"],
                "strength": ["Power Strength", "Kettlebell Strength"], "hiit": ["HIIT Express", "Tabata 40"],
                "boxing": ["Boxing Basics", "Boxing Bootcamp"]}
@@ -284,7 +288,7 @@ def large_state() -> FitnessDB:
     for lid, name, city, addr, opens, closes in EXTRA_LOCATIONS:
         db.locations[lid] = Location(location_id=lid, name=name, city=city, address=addr, opens=opens, closes=closes)
     studio_seq, ins_seq = 41, 7
-    studios_by_loc: dict[str, list[tuple[str, list[str]]]] = {}
+    studios_by_loc: dict[str, list[tuple[str, list[ClassCategory]]]] = {}
     for lid, *_ in EXTRA_LOCATIONS:
         for sname, cap, cats in STUDIO_KINDS:
             sid = f"ST-{studio_seq}"
@@ -332,12 +336,13 @@ def large_state() -> FitnessDB:
         if email in used_emails:
             continue
         used_emails.add(email)
-        start = date(2026, 11, 1) + timedelta(days=rng.randrange(30))
-        end = (start.replace(day=1) + timedelta(days=32)).replace(day=start.day)
+        cycle_start = date(2026, 11, 1) + timedelta(days=rng.randrange(30))
+        end = (cycle_start.replace(day=1) + timedelta(days=32)).replace(day=cycle_start.day)
         db.members[f"M-{n:03d}"] = member(
             f"M-{n:03d}", f"{first} {last}", email, f"+49 15{rng.randrange(10)} {rng.randrange(1000, 9999)} "
-            f"{rng.randrange(1000, 9999)}", rng.choice(homes), rng.choice(plans), start.isoformat(), end.isoformat(),
-            joined=(start - timedelta(days=30 * rng.randrange(1, 40))).isoformat(), credits=rng.randrange(0, 3))
+            f"{rng.randrange(1000, 9999)}", rng.choice(homes), rng.choice(plans), cycle_start.isoformat(),
+            end.isoformat(), joined=(cycle_start - timedelta(days=30 * rng.randrange(1, 40))).isoformat(),
+            credits=rng.randrange(0, 3))
     # bookings: members book upcoming classes they are allowed to take
     future = [c for c in db.classes.values() if int(c.class_id[3:]) >= 201 and c.start > NOW
               and c.start <= NOW + timedelta(days=db.booking_window_days)]

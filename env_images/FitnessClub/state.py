@@ -30,6 +30,8 @@ from pydantic import BaseModel, Field
 
 ClassCategory = Literal["cycling", "yoga", "pilates", "hiit", "strength", "dance", "boxing", "swim"]
 ChargeKind = Literal["late_cancel_fee", "plan_change", "personal_training", "pt_refund", "payment"]
+ClassStatus = Literal["scheduled", "cancelled"]
+BookingStatus = Literal["booked", "waitlisted", "cancelled", "attended"]
 
 
 class Location(BaseModel):
@@ -75,7 +77,7 @@ class ClassSession(BaseModel):
     capacity: int
     credits: int  # class credits one place costs
     waitlist_capacity: int = 5
-    status: Literal["scheduled", "cancelled"] = "scheduled"
+    status: ClassStatus = "scheduled"
     roster: list[str] = Field(default_factory=list)  # booking ids holding a place
     waitlist: list[str] = Field(default_factory=list)  # booking ids waiting, first promoted first
 
@@ -117,7 +119,7 @@ class ClassBooking(BaseModel):
     member_id: str
     class_id: str
     guest_name: str | None = None  # a guest brought on a guest pass (no credits used)
-    status: Literal["booked", "waitlisted", "cancelled", "attended"]
+    status: BookingStatus
     credits_used: int
     created_at: datetime
     cancelled_at: datetime | None = None

@@ -41,6 +41,7 @@ from .results import (
 )
 from .state import (
     Charge,
+    ChargeKind,
     CheckIn,
     ClassBooking,
     ClassCategory,
@@ -221,7 +222,7 @@ def _booking_result(state: FitnessDB, b: ClassBooking) -> ClassBookingResult:
                               waitlist_position=pos)
 
 
-def _charge(state: FitnessDB, m: Member, kind: str, amount: float, description: str,
+def _charge(state: FitnessDB, m: Member, kind: ChargeKind, amount: float, description: str,
             booking_id: str | None = None) -> str:
     cid = f"CH-{state.next_charge_seq:04d}"
     state.next_charge_seq += 1

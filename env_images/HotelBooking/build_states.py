@@ -310,10 +310,10 @@ def large_state() -> HotelDB:
         if T._price(db, h, r, ci, co)["total"] > pm.credit_limit - pm.balance:
             continue
         created = NOW - timedelta(days=rng.randint(1, 90), minutes=rng.randint(0, 1439))
-        cancelled = None
+        cancelled: str | None = None
         if rng.random() < 0.12:
-            cancelled = (created + timedelta(hours=rng.randint(1, 200))).replace(microsecond=0)
-            cancelled = min(cancelled, NOW - timedelta(hours=1)).isoformat()
+            cancelled_at = (created + timedelta(hours=rng.randint(1, 200))).replace(microsecond=0)
+            cancelled = min(cancelled_at, NOW - timedelta(hours=1)).isoformat()
         add_booking(db, g.guest_id, h.hotel_id, r.code, ci.isoformat(), co.isoformat(),
                     rng.randint(1, r.max_guests), pm.payment_method_id, created.replace(microsecond=0).isoformat(),
                     cancelled_at=cancelled, reason="Plans changed" if cancelled else "")

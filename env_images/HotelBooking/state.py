@@ -18,6 +18,8 @@ from pydantic import BaseModel, Field
 
 BedType = Literal["single", "double", "queen", "king", "twin", "futon", "bunk"]
 CardBrand = Literal["visa", "mastercard", "amex", "jcb", "discover"]
+PaymentPurpose = Literal["booking", "modification"]
+RefundReason = Literal["cancellation", "modification"]
 
 
 class City(BaseModel):
@@ -129,7 +131,7 @@ class Payment(BaseModel):
     guest_id: str
     payment_method_id: str
     amount: float
-    purpose: Literal["booking", "modification"]
+    purpose: PaymentPurpose
     created_at: datetime
 
 
@@ -139,7 +141,7 @@ class Refund(BaseModel):
     guest_id: str
     payment_method_id: str
     amount: float
-    reason: Literal["cancellation", "modification"]
+    reason: RefundReason
     created_at: datetime
 
 

@@ -8,6 +8,7 @@ Every domain failure raises ToolError before the state is touched.  The clock is
 
 from __future__ import annotations
 
+from collections.abc import Container
 from datetime import date, timedelta
 from typing import Annotated, Literal
 
@@ -24,8 +25,10 @@ from .state import (
     HotelDB,
     Payment,
     PaymentMethod,
+    PaymentPurpose,
     Quote,
     Refund,
+    RefundReason,
     RoomType,
 )
 
@@ -261,7 +264,7 @@ def _price(state: HotelDB, hotel: Hotel, rt: RoomType, check_in: date, check_out
             "total": _money(subtotal + taxes + fees)}
 
 
-def _sold_out_nights(rt: RoomType, nights: list[date], released: set[date] = frozenset()) -> list[date]:
+def _sold_out_nights(rt: RoomType, nights: list[date], released: Container[date] = frozenset()) -> list[date]:
     return [d for d in nights if _left(rt, d) + (1 if d in released else 0) < 1]
 
 
@@ -302,7 +305,7 @@ def _check_charge(state: HotelDB, pm: PaymentMethod, amount: float) -> None:
                         f"{amount:.2f} needed; use another payment method", code="insufficient_funds")
 
 
-def _pay(state: HotelDB, booking: Booking, pm: PaymentMethod, amount: float, purpose: str) -> str:
+def _pay(state: HotelDB, booking: Booking, pm: PaymentMethod, amount: float, purpose: PaymentPurpose) -> str:
     pid = f"PAY-{state.next_payment_seq:04d}"
     state.next_payment_seq += 1
     state.payments[pid] = Payment(payment_id=pid, booking_id=booking.booking_id, guest_id=booking.guest_id,
@@ -314,7 +317,7 @@ def _pay(state: HotelDB, booking: Booking, pm: PaymentMethod, amount: float, pur
     return pid
 
 
-def _refund(state: HotelDB, booking: Booking, amount: float, reason: str) -> str:
+def _refund(state: HotelDB, booking: Booking, amount: float, reason: RefundReason) -> str:
     rid = f"RF-{state.next_refund_seq:04d}"
     state.next_refund_seq += 1
     state.refunds[rid] = Refund(refund_id=rid, booking_id=booking.booking_id, guest_id=booking.guest_id,

@@ -12,6 +12,7 @@ import json
 import random
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 NOW = "2026-12-01T09:00:00"
@@ -344,7 +345,7 @@ def large_state() -> dict:
         cid = f"C-{2001 + i}"
         name = f"{FIRST[i % len(FIRST)]} {LAST[(i * 3 + i // len(FIRST)) % len(LAST)]}"
         email = f"{name.lower().replace(' ', '.')}{i + 1}@example.net"
-        addrs = []
+        addrs: list[dict[str, Any]] = []
         for label in (["Home", "Work"] if i % 3 == 0 else ["Home"]):
             city, cc, fmt = CITIES[(i + len(addrs)) % len(CITIES)]
             addrs.append(address(f"AD-{aseq:04d}", label, name, f"{STREETS[(i + aseq) % len(STREETS)]} {1 + i % 90}",

@@ -13,6 +13,7 @@ import math
 import random
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 NOW = datetime(2026, 12, 1, 9, 0)
@@ -252,7 +253,7 @@ def large_state():
         sid = f"SH-{sseq}"
         sseq += 1
         r = route(st["addresses"][frm]["city"], st["addresses"][to]["city"])
-        kw = {}
+        kw: dict[str, Any] = {}
         if status == "delivered":
             created = NOW - timedelta(days=rng.randint(4, 60), hours=rng.randint(0, 9))
             kw["delivered"] = min(created + timedelta(days=rng.randint(2, 5), hours=5), NOW - timedelta(hours=20))

@@ -38,6 +38,7 @@ STOPWORDS = frozenset({"a", "an", "the", "on", "of", "for", "in", "to", "and", "
 PaperId = Annotated[str, Field(description="Paper id, e.g. PAP-0007 (see search_papers)")]
 ResearcherId = Annotated[str, Field(description="Researcher id, e.g. R-003 (see find_researcher)")]
 ListId = Annotated[str, Field(description="Reading list id, e.g. RL-0002 (see list_reading_lists)")]
+Access = Literal["owner", "edit", "read"]  # what a researcher may do with a reading list
 
 # ----------------------------------------------------------------------------- result models
 
@@ -91,7 +92,7 @@ class ReadingListView(BaseModel):
     description: str
     papers: list[ListEntry] = Field(description="In reading order, position 1 first")
     shares: list[Collaborator] = Field(description="Who the list is shared with, by researcher_id")
-    your_access: Literal["owner", "edit", "read"]
+    your_access: Access
 
 
 class ReadingListSummary(BaseModel):
@@ -99,7 +100,7 @@ class ReadingListSummary(BaseModel):
     name: str
     owner_id: str
     paper_count: int
-    your_access: Literal["owner", "edit", "read"]
+    your_access: Access
 
 
 class LoanOverview(BaseModel):
@@ -157,7 +158,7 @@ def _annotation(state: LibraryDB, annotation_id: str) -> Annotation:
     return a
 
 
-def _access(rl: ReadingList, researcher_id: str) -> str | None:
+def _access(rl: ReadingList, researcher_id: str) -> Access | None:
     if rl.owner_id == researcher_id:
         return "owner"
     for s in rl.shares:
@@ -166,7 +167,7 @@ def _access(rl: ReadingList, researcher_id: str) -> str | None:
     return None
 
 
-def _require_access(state: LibraryDB, rl: ReadingList, researcher_id: str, edit: bool) -> str:
+def _require_access(state: LibraryDB, rl: ReadingList, researcher_id: str, edit: bool) -> Access:
     r = _researcher(state, researcher_id)
     access = _access(rl, researcher_id)
     if access is None:

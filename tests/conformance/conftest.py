@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -42,7 +42,7 @@ def url_server():
 
 
 @pytest.fixture(params=BACKENDS)
-def make_env(request) -> Callable[..., gym.Env]:
+def make_env(request) -> Iterator[Callable[..., gym.Env]]:
     """``make_env(env_id, **gym_kwargs) -> env`` on the parametrised backend; envs are closed after."""
     made: list[gym.Env] = []
     extra: dict[str, Any] = {"backend": request.param}

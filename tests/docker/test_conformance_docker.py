@@ -3,7 +3,7 @@ typed errors as in-process.  One container per configuration, shared by the suit
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -21,7 +21,7 @@ from tests.conformance.test_conformance import (  # noqa: F401  (collected here 
 
 
 @pytest.fixture
-def make_env(docker_images) -> Callable[..., gym.Env]:
+def make_env(docker_images) -> Iterator[Callable[..., gym.Env]]:
     made: list[gym.Env] = []
 
     def factory(env_id: str, **kwargs: Any) -> gym.Env:
