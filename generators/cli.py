@@ -141,9 +141,10 @@ def gen_env(
 ) -> None:
     """Generate environments from tool metadata, an OpenAPI document or a live MCP server; validate them
     by execution, revise, and write the ones that pass to the catalog."""
+    from gym_envfactory.llm.client import LLMConfig
+
     from . import inputs
     from .envgen import EnvGen, EnvGenJob, EnvGenOptions
-    from .llm import LLMConfig
 
     if sum(x is not None for x in (metadata, openapi, mcp)) != 1:
         raise typer.BadParameter("give exactly one of --metadata, --openapi, --mcp")
@@ -449,8 +450,8 @@ def gen_tasks(
     from rich.progress import Progress
 
     from gym_envfactory.environment.catalog import get_environment, strip_gym_id
+    from gym_envfactory.llm.client import LLMConfig
 
-    from .llm import LLMConfig
     from .tasks.querygen import QueryGen, QueryGenOptions, get_preset, write_tasks
 
     if not model:

@@ -36,6 +36,9 @@ __all__ = [
     "BadRequestError",
     "InsecureBindError",
     "PolicyError",
+    "LLMError",
+    "LLMRequestError",
+    "LLMOutputError",
 ]
 
 
@@ -207,3 +210,37 @@ class InsecureBindError(EnvFactoryError, RuntimeError):
 
 class PolicyError(EnvFactoryError, RuntimeError):
     """The policy could not produce an action (e.g. the LLM endpoint failed after retries)."""
+
+
+class LLMError(EnvFactoryError, RuntimeError):
+    """Base of the LLM client's errors (:mod:`gym_envfactory.llm`: EnvGen, QueryGen, the LLM user)."""
+
+
+class LLMRequestError(LLMError):
+    """The endpoint refused the request (a non-retryable 4xx), failed on every retry, or answered with
+    something that is not a chat completion.
+
+    Attributes: ``status`` (HTTP status, ``None`` for connection errors/timeouts), ``attempts`` (requests
+    made, retries included), ``stage`` (the accounting stage of the request).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1, stage: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts
+        self.stage = stage
+
+
+class LLMOutputError(LLMError):
+    """The answer was not valid JSON for the schema, even after the repair round.
+
+    Attributes: ``raw`` (the last answer's text), ``first_raw`` (the first answer's text), ``error`` (the
+    last parse/validation error), ``stage``.
+    """
+
+    def __init__(self, message: str, *, raw: str, first_raw: str, error: str, stage: str) -> None:
+        super().__init__(message)
+        self.raw = raw
+        self.first_raw = first_raw
+        self.error = error
+        self.stage = stage

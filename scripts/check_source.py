@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CEILING = 1000
-FOLDERS = ("gym_envfactory", "generators", "training", "ui", "env_images", "tests", "bench", "scripts")
+FOLDERS = ("gym_envfactory", "generators", "training", "ui", "recipes", "env_images", "tests", "bench", "scripts")
 PROJECT = ("gym_envfactory", "generators", "training", "ui")
 SKIP_PARTS = {"__pycache__", "_catalog", "build", ".venv"}
 

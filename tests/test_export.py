@@ -9,12 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from gym_envfactory import EnvFactoryEnv
-from gym_envfactory.generators.export.cli import export_app
-from gym_envfactory.generators.export.episodes import Trajectory, oracle_trajectories, read_trajectories
-from gym_envfactory.generators.export.rl import rl_rows, write_parquet
-from gym_envfactory.generators.export.sft import dataset_info_entry, to_alpaca, to_sharegpt
 from gym_envfactory.rollout.policies import OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
+from gym_envfactory.training.export.cli import export_app
+from gym_envfactory.training.export.episodes import Trajectory, oracle_trajectories, read_trajectories
+from gym_envfactory.training.export.rl import rl_rows, write_parquet
+from gym_envfactory.training.export.sft import dataset_info_entry, to_alpaca, to_sharegpt
 
 ENV = "HotelBooking"
 

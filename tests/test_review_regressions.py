@@ -272,7 +272,7 @@ def test_read_trajectories_keeps_nan_reward_despite_min_reward(tmp_path):
     """DEFECT: ``reward < min_reward`` is False for NaN, so a trajectory with ``"reward": NaN`` (or
     ``"nan"``) passes ``--min-reward 1.0`` and lands in the SFT file, which then holds ``"reward": NaN``
     (not valid JSON for strict readers).  Should: rejected (DatasetError) or filtered out."""
-    from gym_envfactory.generators.export.episodes import read_trajectories
+    from gym_envfactory.training.export.episodes import read_trajectories
 
     msgs = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "Done."}]
     p = _write(tmp_path, None, raw='{"env": "HotelBooking", "task_id": "hotel-001", "reward": NaN, "messages": ' + json.dumps(msgs) + "}")
@@ -287,7 +287,7 @@ def test_read_trajectories_accepts_messages_that_are_not_a_list_of_messages(tmp_
     """DEFECT (low): ``list(obj["messages"])`` turns ``"messages": "hello"`` into five one-letter
     'messages'; ``envfactory export sft`` then dies with ``AttributeError: 'str' object has no attribute
     'get'`` and a traceback instead of the DatasetError naming file and line that the docstring promises."""
-    from gym_envfactory.generators.export.episodes import read_trajectories
+    from gym_envfactory.training.export.episodes import read_trajectories
 
     p = _write(tmp_path, {"env": "HotelBooking", "task_id": "hotel-001", "reward": 1.0, "messages": "hello"})
     with pytest.raises(DatasetError):
@@ -299,7 +299,7 @@ def test_rl_rows_export_a_window_whose_reward_is_constant_under_the_default_conf
     has ``output_weight=0``: a turn with no ground-truth call and no state change but an expected output
     (a recall question) is exported, and every policy gets the same 0.0 on it (zero GRPO advantage,
     exactly what the filter is meant to drop).  Should: the row is left out, or its reward varies."""
-    from gym_envfactory.generators.export.rl import rl_rows
+    from gym_envfactory.training.export.rl import rl_rows
     from tests.conftest import LIBRARY_STATE, LibraryDB, borrow_book, get_book
 
     define_environment(

@@ -10,11 +10,11 @@ import pytest
 
 from gym_envfactory import EnvFactoryEnv, define_environment
 from gym_envfactory.errors import DatasetError
-from gym_envfactory.generators.export.episodes import oracle_trajectories
-from gym_envfactory.generators.export.rl import rl_rows
-from gym_envfactory.generators.export.sft import to_alpaca, to_sharegpt
 from gym_envfactory.rollout.policies import OraclePolicy, prompt_messages
 from gym_envfactory.rollout.runner import run_episode
+from gym_envfactory.training.export.episodes import oracle_trajectories
+from gym_envfactory.training.export.rl import rl_rows
+from gym_envfactory.training.export.sft import to_alpaca, to_sharegpt
 from tests.conftest import (
     LIBRARY_STATE,
     LibraryDB,

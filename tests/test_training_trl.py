@@ -12,7 +12,7 @@ import pytest
 get_json_schema = pytest.importorskip("transformers.utils").get_json_schema  # in the test extras
 
 from gym_envfactory import get_environment  # noqa: E402
-from gym_envfactory.generators.export.rl import rl_rows  # noqa: E402
+from gym_envfactory.training.export.rl import rl_rows  # noqa: E402
 from gym_envfactory.training.trl import environment_class  # noqa: E402
 
 ENV = "envfactory/HotelBooking-v0"

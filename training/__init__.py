@@ -15,8 +15,10 @@ The runtime never imports this package.  Each part needs its extra:
   configs and a launch script.
 - :mod:`.episodes`: token-faithful episodes (generated ids kept, observation tokens masked) for any
   trainer that generates with its own model.
-- :mod:`.recipe_smollm2`: SFT → GRPO on SmolLM2-135M-Instruct on CPU, evaluated on held-out tasks.
+- :mod:`.export` (``pip install ".[export]"`` for parquet): training data from environments, VeRL RL rows
+  and LlamaFactory SFT records (``envfactory export rl|sft``, mounted through the ``envfactory.cli`` entry
+  points).
 
-Data export for trainers lives in :mod:`gym_envfactory.generators.export` (``envfactory export rl|sft``).
-Design: docs/training.md.
+The SmolLM2 recipe (SFT → GRPO on CPU) is an experiment, not part of this package: ``recipes/smollm2.py``
+in the repository (``make recipe``).  Design: docs/training.md.
 """

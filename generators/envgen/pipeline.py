@@ -26,8 +26,9 @@ from ..packages import add_catalog_dir, purge_modules
 from .jobs import EnvGenError, EnvGenJob, EnvGenOptions, EnvGenResult, EnvGenRun
 from .packaging import write_package
 from .report import Finding, ValidationOutcome
-from .sandbox import package_digest
-from .validator import validate_in_child, validate_package
+from ..sandbox import package_digest
+from .sandbox import validate_in_child
+from .validator import validate_package
 
 __all__ = ["EnvGen", "resume_checkpoint"]
 
@@ -68,7 +69,7 @@ class EnvGen:
     """
 
     def __init__(self, llm_config: Any, options: EnvGenOptions | None = None, *, client: Any = None) -> None:
-        from ..llm import LLMClient
+        from gym_envfactory.llm.client import LLMClient
 
         self.options = options or EnvGenOptions()
         if getattr(llm_config, "cache_dir", None) is None:
@@ -203,7 +204,7 @@ class EnvGen:
         run.add_usage(stage, reply)
         data = reply.data
         if not isinstance(data, dict):
-            from ..llm import LLMOutputError
+            from gym_envfactory.errors import LLMOutputError
 
             raise LLMOutputError(f"stage {stage}: expected a JSON object, got {type(data).__name__}")
         return data
@@ -369,7 +370,7 @@ async def resume_checkpoint(checkpoint: str | Path, *, llm_overrides: Mapping[st
                             client: Any = None, **option_overrides: Any) -> EnvGenResult:
     """Resume one environment's run from ``<checkpoint_dir>/<Name>.json`` with the LLM settings and
     options stored there (``llm_overrides``, e.g. a new ``base_url``, and ``option_overrides`` win)."""
-    from ..llm import LLMConfig
+    from gym_envfactory.llm.client import LLMConfig
 
     data = _read_json(Path(checkpoint))
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:

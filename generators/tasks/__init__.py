@@ -3,8 +3,8 @@
 - :mod:`.graph`: the tool dependency graph (parameter embeddings, threshold 0.85), saved as networkx
   node-link JSON;
 - :mod:`.sampler`: topology-aware sampling of tool chains, with an executed solvability check;
-- :mod:`.user`: an LLM user simulator for episodes (``gym.make(..., user=...)``) and QueryGen;
-- :mod:`.querygen`: chains → verified multi-turn tasks (``envfactory gen tasks``).
+- :mod:`.querygen`: chains → verified multi-turn tasks (``envfactory gen tasks``); its user simulator is
+  the runtime's :class:`gym_envfactory.users.llm.LLMUser` (also usable in episodes: ``gym.make(..., user=...)``).
 
 Needs the ``synthesis`` extra.  Design: ``docs/synthesis.md``.
 """

@@ -78,7 +78,7 @@ def build_cmd(
                         cache_dir=None if no_embedding_cache else embedding_cache)
         report = None
         if refine:
-            from gym_envfactory.generators.llm import LLMClient, LLMConfig
+            from gym_envfactory.llm.client import LLMClient, LLMConfig
 
             client = LLMClient(LLMConfig(model=str(model), base_url=base_url, api_key_env=api_key_env,
                                          cache_dir=cache_dir))

@@ -46,8 +46,8 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from gym_envfactory.errors import EnvFactoryError
-from gym_envfactory.generators.errors import GraphError, LLMError
+from gym_envfactory.errors import EnvFactoryError, LLMError
+from gym_envfactory.generators.errors import GraphError
 from gym_envfactory.generators.tasks.embcache import EmbeddingCache
 
 __all__ = [
@@ -707,7 +707,7 @@ def refine_graph(G: nx.DiGraph, client: Any, envs: Iterable[str] | None = None, 
     """Ask an LLM, once per environment, to add logical edges the embeddings missed, drop spurious
     ones and classify each input as user-providable or internal (arXiv 2605.18703 §3.3, optional step).
 
-    ``client`` is a :class:`~gym_envfactory.generators.llm.LLMClient` (structured output with one repair
+    ``client`` is a :class:`~gym_envfactory.llm.client.LLMClient` (structured output with one repair
     round, on-disk cache).  ``G`` is changed in place: added edges get ``origin="llm"`` and score 1.0,
     dropped ones leave (with their ``depends`` entry), input nodes get ``user_providable``.  References
     to unknown tools, outputs or inputs are ignored and counted in ``invalid``; an environment whose
@@ -735,7 +735,7 @@ def refine_graph(G: nx.DiGraph, client: Any, envs: Iterable[str] | None = None, 
     async def ask_all() -> list[tuple[str, Any, str | None]]:
         return list(await asyncio.gather(*(ask(e) for e in todo)))
 
-    from gym_envfactory.generators.llm import run
+    from gym_envfactory.llm.client import run
 
     for env, data, error in run(ask_all()):
         if error is not None or not isinstance(data, dict):

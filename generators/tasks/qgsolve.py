@@ -7,7 +7,7 @@ candidate task given in memory: :func:`task_environment` wraps the environment i
 tools and initial states) whose task list is the candidate alone, so nothing is written to disk and the
 runtime is not touched.  The agent is :meth:`LLMClient.chat` with the episode's tools (stage ``solve``;
 one client per attempt, seeded ``seed + attempt``); conversational presets play the user with
-:class:`~gym_envfactory.generators.tasks.user.LLMUser`.  An attempt solves the task when the episode's
+:class:`~gym_envfactory.users.llm.LLMUser`.  An attempt solves the task when the episode's
 final state is equivalent (:func:`gym_envfactory.reward.state_diff`, bookkeeping, free-text and set fields
 as the reward uses them) to the ground-truth final state.  When the ground truth leaves the state as it
 found it (a read-only chain, or ``freeze_card`` then ``unfreeze_card``), that test is passed by doing
@@ -31,14 +31,14 @@ from typing import Any
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.tasks import Task
-from gym_envfactory.envs.env import EnvFactoryEnv, UserSource
-from gym_envfactory.errors import EnvFactoryError
-from gym_envfactory.generators.errors import LLMOutputError
-from gym_envfactory.generators.llm import LLMClient
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.errors import EnvFactoryError, LLMOutputError
+from gym_envfactory.llm.client import LLMClient
 from gym_envfactory.replay import TaskReference
 from gym_envfactory.reward import TurnRecord, match_calls, state_diff
 from gym_envfactory.rollout.policies import Policy
 from gym_envfactory.rollout.runner import run_episode
+from gym_envfactory.users import UserSource, replayed_user
 
 __all__ = ["SOLVE_STAGE", "Attempt", "SolveResult", "task_environment", "wire_messages", "solve_attempt",
            "solve_pass_at_k", "states_equivalent", "leaves_state_unchanged", "calls_match",
@@ -258,12 +258,7 @@ def verified_trajectory(spec: EnvironmentSpec, task: Task, reference: TaskRefere
     messages = filter_calls(attempt.messages, attempt.failed_calls, _read_only_lookup(spec, task))
     users = [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
     actions = wire_messages([m for m in messages if m.get("role") == "assistant"])
-    served = iter(users)
-
-    def user(conversation: list[dict[str, Any]], task: Task, turn: int) -> str | None:
-        return next(served, None)
-
-    env = EnvFactoryEnv(spec, task_id=task.task_id, user=user, max_steps=max_steps)
+    env = EnvFactoryEnv(spec, task_id=task.task_id, user=replayed_user(users), max_steps=max_steps)
     try:
         replay = _Replay(actions, policy)
         result = run_episode(env, replay, task_id=task.task_id, seed=attempt.seed)

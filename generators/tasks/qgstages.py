@@ -26,10 +26,9 @@ from typing import Any
 
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import resolve_state
-from gym_envfactory.errors import DatasetError
-from gym_envfactory.generators.errors import LLMOutputError
-from gym_envfactory.generators.llm import LLMClient
-from gym_envfactory.generators.tasks.user import STAGE_MARK
+from gym_envfactory.errors import DatasetError, LLMOutputError
+from gym_envfactory.llm.client import LLMClient
+from gym_envfactory.users.llm import STAGE_MARK
 
 __all__ = ["Preset", "PRESETS", "REFINEMENTS", "StageError", "Scenario", "TurnPlan", "Clarification",
            "SCENARIO_SCHEMA", "STATE_SCHEMA", "TURNS_SCHEMA", "REFINE_SCHEMA",
@@ -52,7 +51,7 @@ class Preset:
     Attributes:
         name: ``sft-conv``, ``sft-non-conv`` or ``rl-non-conv``.
         conversational: clarification turns are introduced (``ambiguity``) and pass@k solving plays the
-            user with :class:`~gym_envfactory.generators.tasks.user.LLMUser`; otherwise the scripted
+            user with :class:`~gym_envfactory.users.llm.LLMUser`; otherwise the scripted
             user messages are used.
         refinements: the :data:`REFINEMENTS` asked for.
         max_tools_per_turn: the most ground-truth calls one turn may hold (1..5).

@@ -53,9 +53,7 @@ from typing import Any
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.tasks import TaskSet
-from gym_envfactory.errors import EnvFactoryError
-from gym_envfactory.generators.errors import LLMRequestError
-from gym_envfactory.generators.llm import LLMClient, LLMConfig
+from gym_envfactory.errors import EnvFactoryError, LLMRequestError
 from gym_envfactory.generators.tasks.qgsolve import solve_pass_at_k, task_environment, verified_trajectory
 from gym_envfactory.generators.tasks.qgstages import (
     PRESETS,
@@ -68,9 +66,10 @@ from gym_envfactory.generators.tasks.qgstages import (
     gen_scenario,
     gen_turns,
 )
-from gym_envfactory.generators.tasks.user import LLMUser
+from gym_envfactory.llm.client import LLMClient, LLMConfig
 from gym_envfactory.replay import task_reference
 from gym_envfactory.reward import contains_output
+from gym_envfactory.users.llm import LLMUser
 
 __all__ = ["QueryGen", "QueryGenOptions", "ChainOutcome", "Checker", "chain_json", "default_checker",
            "remove_redundant_calls", "dedupe_tasks", "task_statistics", "write_tasks", "get_preset"]

@@ -47,17 +47,9 @@ from gym_envfactory.reward import (
     turn_has_criteria,
 )
 from gym_envfactory.session import SessionProtocol, ToolResult
+from gym_envfactory.users import UserSource, scripted_user
 
 __all__ = ["EnvFactoryEnv", "UserSource", "scripted_user", "DEFAULT_SYSTEM_PROMPT", "TOOLS_NOTE_TEMPLATE", "tools_note"]
-
-#: ``user_source(conversation, task, turn_index) -> next user message, or None to end the episode``.
-UserSource = Callable[[list[dict[str, Any]], Task, int], "str | None"]
-
-
-def scripted_user(conversation: list[dict[str, Any]], task: Task, turn_index: int) -> str | None:
-    """The default user source: the task's scripted user message for ``turn_index``."""
-    return task.turns[turn_index].user if turn_index < len(task.turns) else None
-
 
 #: Keys ``reset(options=...)`` accepts.
 RESET_OPTIONS = frozenset({"task_id", "split", "start_turn", "end_turn"})

@@ -1,4 +1,8 @@
-"""The LLM layer of EnvGen: an async client for any OpenAI-compatible chat-completions endpoint.
+"""The LLM client: an async client for any OpenAI-compatible chat-completions endpoint (import name
+``gym_envfactory.llm.client``; the names are also importable from :mod:`gym_envfactory.llm`).  EnvGen,
+QueryGen, the tool graph's refinement and the LLM user simulator (:mod:`gym_envfactory.users.llm`) all call
+models through it.  Needs the ``openai``, ``tenacity`` and ``jsonschema`` packages (extras ``gen`` or
+``synthesis``).
 
 What it adds to the official ``openai`` client (used with ``max_retries=0``; the retrying is done here):
 
@@ -22,7 +26,7 @@ What it adds to the official ``openai`` client (used with ``max_retries=0``; the
 
 Progress: pass ``progress=callable`` to :class:`LLMClient`; it is called after every reply with a dict
 ``{"stage", "cached", "repair_round", "prompt_tokens", "completion_tokens"}`` (wire a rich progress bar to
-it).  Nothing is printed; diagnostics go to ``logging`` (logger ``gym_envfactory.generators.llm``).
+it).  Nothing is printed; diagnostics go to ``logging`` (logger ``gym_envfactory.llm.client``).
 
 The paper's pipeline (arXiv 2605.18703, §3.2) calls an LLM for code, tests and revisions; this module is
 the single place those calls go through.
@@ -51,7 +55,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from gym_envfactory.generators.errors import LLMError, LLMOutputError, LLMRequestError
+from gym_envfactory.errors import LLMError, LLMOutputError, LLMRequestError
 
 __all__ = [
     "LLMConfig",

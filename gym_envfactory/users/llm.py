@@ -1,5 +1,7 @@
-"""The LLM user simulator (arXiv 2605.18703, §3.4): a :data:`~gym_envfactory.envs.env.UserSource` that
-plays the user of a task.
+"""The LLM user simulator (arXiv 2605.18703, §3.4): a :data:`~gym_envfactory.users.UserSource` that
+plays the user of a task (import name ``gym_envfactory.users.llm``; ``LLMUser`` is also importable from
+:mod:`gym_envfactory.users`, which loads this module on first use).  Needs the LLM client's libraries
+(:mod:`gym_envfactory.llm.client`: ``openai``, ``tenacity``, ``jsonschema``).
 
 ``EnvFactoryEnv`` asks its user source for the next user message at ``reset`` (``turn_index`` = the first
 turn, empty conversation) and after every assistant reply that ends a turn (``turn_index`` = the next
@@ -12,8 +14,8 @@ scripted message for that turn (counted in :attr:`LLMUser.stats`).
 
 Usage::
 
-    from gym_envfactory.generators.llm import LLMConfig
-    from gym_envfactory.generators.tasks.user import LLMUser
+    from gym_envfactory.llm import LLMConfig
+    from gym_envfactory.users import LLMUser
     env = gym.make("envfactory/HotelBooking-v0", user=LLMUser(config=LLMConfig(model="m", base_url=URL)))
 
 Seeding and caching come from the LLM layer: the request carries ``LLMConfig.seed`` and, with
@@ -30,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from gym_envfactory.environment.tasks import Task
-from gym_envfactory.generators.errors import LLMOutputError
-from gym_envfactory.generators.llm import LLMClient, LLMConfig, run
+from gym_envfactory.errors import LLMOutputError
+from gym_envfactory.llm.client import LLMClient, LLMConfig, run
 
 __all__ = ["LLMUser", "USER_SCHEMA", "USER_STAGE", "STAGE_MARK", "run_sync", "known_values"]
 
@@ -142,11 +144,13 @@ class LLMUser:
 
     def __init__(self, config: LLMConfig | None = None, *, client: LLMClient | None = None,
                  persona: str | None = None, max_turns: int = 12, stop_on_done: bool = True) -> None:
-        if client is None and config is None:
-            raise ValueError("LLMUser needs config= (an LLMConfig) or client= (an LLMClient)")
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.client = client if client is not None else LLMClient(config)  # type: ignore[arg-type]
+        if client is None:
+            if config is None:
+                raise ValueError("LLMUser needs config= (an LLMConfig) or client= (an LLMClient)")
+            client = LLMClient(config)
+        self.client = client
         self.persona = persona
         self.max_turns = max_turns
         self.stop_on_done = stop_on_done

@@ -16,8 +16,8 @@ from typing import Any
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.states import resolve_initial_states
 from gym_envfactory.generators.tasks.querygen import chain_json
-from gym_envfactory.generators.tasks.user import STAGE_MARK
 from gym_envfactory.session import Session
+from gym_envfactory.users.llm import STAGE_MARK
 
 ADA_CALLS = [
     {"env": "HotelBooking", "name": "find_guest_by_email", "arguments": {"email": "ada.lovelace@example.com"}},

@@ -35,8 +35,8 @@ from gym_envfactory.generators.envgen import (
     validate_package,
     write_package,
 )
-from gym_envfactory.generators.llm import LLMConfig
 from gym_envfactory.generators.prompts import STAGE_MARK
+from gym_envfactory.llm import LLMConfig
 from gym_envfactory.rollout.policies import OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
 from gym_envfactory.testing import ScriptedChatServer

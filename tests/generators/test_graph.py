@@ -321,7 +321,7 @@ def _answer(body: dict) -> dict:
 
 def test_refine_against_scripted_server(graph_all: Any, tmp_path: Path) -> None:
     pytest.importorskip("openai")
-    from gym_envfactory.generators.llm import LLMClient, LLMConfig
+    from gym_envfactory.llm import LLMClient, LLMConfig
     from gym_envfactory.testing import ScriptedChatServer
 
     G = load_graph(save_graph(graph_all, tmp_path / "G.json"))  # a private copy

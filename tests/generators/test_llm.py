@@ -1,4 +1,4 @@
-"""The LLM layer (gym_envfactory.generators.llm) and the record/replay test server, all over real HTTP
+"""The LLM client (gym_envfactory.llm) and the record/replay test server, all over real HTTP
 against local ScriptedChatServer / RecordingProxy instances (no network, no model).
 
 Covers: the on-disk cache (a re-run makes zero requests; a run killed mid-way resumes without repeating
@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("tenacity")
 
-from gym_envfactory.generators.llm import (  # noqa: E402
+from gym_envfactory.llm import (  # noqa: E402
     LLMClient,
     LLMConfig,
     LLMOutputError,
@@ -35,7 +35,7 @@ from gym_envfactory.generators.llm import (  # noqa: E402
     extract_json,
     run,
 )
-from gym_envfactory.testing import RecordingProxy, ScriptedChatServer, request_sha
+from gym_envfactory.llm.testing import RecordingProxy, ScriptedChatServer, request_sha  # noqa: E402
 
 SCHEMA = {
     "type": "object",
@@ -242,7 +242,7 @@ def test_identical_concurrent_requests_are_paid_once(tmp_path: Path) -> None:
 
 _KILLED_RUN = textwrap.dedent("""
     import sys
-    from gym_envfactory.generators.llm import LLMClient, LLMConfig, run
+    from gym_envfactory.llm import LLMClient, LLMConfig, run
 
     base_url, cache_dir = sys.argv[1], sys.argv[2]
     client = LLMClient(LLMConfig(model="m1", base_url=base_url, cache_dir=cache_dir, timeout_s=60))

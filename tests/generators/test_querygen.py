@@ -19,9 +19,6 @@ from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.envs.env import EnvFactoryEnv
 from gym_envfactory.generators.cli import gen_app
-from gym_envfactory.generators.export.cli import export_app
-from gym_envfactory.generators.export.episodes import read_trajectories
-from gym_envfactory.generators.llm import LLMConfig
 from gym_envfactory.generators.tasks.qgsolve import task_environment
 from gym_envfactory.generators.tasks.querygen import (
     QueryGen,
@@ -29,10 +26,13 @@ from gym_envfactory.generators.tasks.querygen import (
     get_preset,
     write_tasks,
 )
+from gym_envfactory.llm import LLMConfig
 from gym_envfactory.replay import task_reference
 from gym_envfactory.rollout.policies import OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
 from gym_envfactory.testing import ScriptedChatServer
+from gym_envfactory.training.export.cli import export_app
+from gym_envfactory.training.export.episodes import read_trajectories
 from gym_envfactory.validation import validate_environment
 
 from .querygen_script import ADA_CALLS, GRACE_CALLS, FakeChecker, Script, make_chain

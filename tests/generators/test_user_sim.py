@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from gym_envfactory.environment.tasks import Task
 from gym_envfactory.generators.cli import gen_app
-from gym_envfactory.generators.llm import LLMConfig
-from gym_envfactory.generators.tasks.user import LLMUser, known_values, run_sync
+from gym_envfactory.llm import LLMConfig
 from gym_envfactory.testing import ScriptedChatServer
+from gym_envfactory.users.llm import LLMUser, known_values, run_sync
 
 from .querygen_script import ADA_CALLS, Script, make_chain
 

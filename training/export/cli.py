@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 
 from gym_envfactory.errors import EnvFactoryError
-from gym_envfactory.generators.export.episodes import oracle_trajectories, read_trajectories, resolve_env_names
-from gym_envfactory.generators.export.rl import rl_rows, write_parquet
-from gym_envfactory.generators.export.sft import dataset_info_entry, to_alpaca, to_sharegpt
+from gym_envfactory.training.export.episodes import oracle_trajectories, read_trajectories, resolve_env_names
+from gym_envfactory.training.export.rl import rl_rows, write_parquet
+from gym_envfactory.training.export.sft import dataset_info_entry, to_alpaca, to_sharegpt
 
 __all__ = ["export_app"]
 

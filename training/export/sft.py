@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gym_envfactory.generators.export.episodes import Trajectory
+from gym_envfactory.training.export.episodes import Trajectory
 
 __all__ = ["to_sharegpt", "to_alpaca", "dataset_info_entry", "hermes_call"]
 

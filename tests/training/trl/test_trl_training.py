@@ -13,10 +13,10 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from gym_envfactory.generators.export.rl import rl_rows
 from gym_envfactory.training.episodes import compact_tools
-from gym_envfactory.training.recipe_smollm2 import action_text, run, tiny_model
+from gym_envfactory.training.export.rl import rl_rows
 from gym_envfactory.training.trl import environment_class, environment_reward, prompt_key, rollout_function
+from recipes.smollm2 import action_text, run, tiny_model
 from tests.training.smollm2 import smollm2_tokenizer
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

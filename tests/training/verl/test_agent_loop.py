@@ -18,7 +18,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 from gym_envfactory.backends.subprocess import start_server_process
 from gym_envfactory.errors import BackendError
-from gym_envfactory.generators.export.rl import rl_rows
+from gym_envfactory.training.export.rl import rl_rows
 from gym_envfactory.training.verl import AGENT_LOOP_CONFIG, AGENT_NAME, CONFIG_DIR
 from gym_envfactory.training.verl.agent_loop import REWARD_EXTRA_KEYS, EnvFactoryAgentLoop
 from tests.training.smollm2 import smollm2_tokenizer
@@ -179,7 +179,7 @@ def test_an_unknown_backend_is_a_typed_error(config, tokenizer):
 
 def test_exported_parquet_through_verls_dataset_rebuilds_every_episode(config, tokenizer, tmp_path):
     """`envfactory export rl` rows read by VeRL's own RLHFDataset reach the loop intact: oracle 1.0 on each."""
-    from gym_envfactory.generators.export.rl import write_parquet
+    from gym_envfactory.training.export.rl import write_parquet
 
     rows = rl_rows(["HotelBooking"], split="test")
     path = write_parquet(rows, tmp_path / "test.parquet")

