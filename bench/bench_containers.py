@@ -21,8 +21,46 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, TypedDict
 
 HERE = Path(__file__).resolve().parent
+
+
+class ImageSize(TypedDict):
+    tag: str
+    mb: float
+
+
+class RuntimeImageSize(ImageSize):
+    over_base_mb: float
+
+
+class EnvImageSize(ImageSize):
+    layer_kb: float
+    serves: list[str]
+    tools: int
+
+
+class ImageSizes(TypedDict):
+    base: ImageSize
+    runtime: RuntimeImageSize
+    environments: dict[str, EnvImageSize]
+
+
+class Summary(TypedDict):
+    p50_s: float
+    min_s: float
+    max_s: float
+    p90_s: float
+    n: int
+
+
+class ColdStart(TypedDict):
+    env: str
+    serves: list[str]
+    to_healthy_and_ready: Summary
+    first_session_and_call: Summary
+    stop_and_remove: Summary
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -62,19 +100,26 @@ def main() -> None:
     from gym_envfactory.environment.catalog import get_environment
 
     client = docker_client()
+
+    def image(tag: str) -> Any:
+        """The local image ``tag`` (a docker SDK Image); ensure_images built every one this bench reads."""
+        img = find_image(client, tag)
+        assert img is not None, f"image {tag} missing after ensure_images"
+        return img
+
     t0 = time.monotonic()
     ensure_images(say=lambda m: print(f"[images] {m}", file=sys.stderr))
     ensure_s = time.monotonic() - t0
     base = DEFAULT_BASE_TAG if find_image(client, DEFAULT_BASE_TAG) is not None else OFFICIAL_BASE
-    rt = find_image(client, runtime_tag())
+    rt = image(runtime_tag())
     rt_size = int(rt.attrs["Size"])
-    sizes = {"base": {"tag": base, "mb": round(int(find_image(client, base).attrs["Size"]) / 1e6, 1)},
-             "runtime": {"tag": runtime_tag(), "mb": round(rt_size / 1e6, 1),
-                         "over_base_mb": round((rt_size - int(find_image(client, base).attrs["Size"])) / 1e6, 1)},
-             "environments": {}}
+    sizes: ImageSizes = {"base": {"tag": base, "mb": round(int(image(base).attrs["Size"]) / 1e6, 1)},
+                         "runtime": {"tag": runtime_tag(), "mb": round(rt_size / 1e6, 1),
+                                     "over_base_mb": round((rt_size - int(image(base).attrs["Size"])) / 1e6, 1)},
+                         "environments": {}}
     for spec in catalog_environments():
         tag = env_image_tag(spec)
-        img = find_image(client, tag)
+        img = image(tag)
         own = [layer for layer in layer_sizes(client, tag) if "COPY" in layer["created_by"] and "catalog" in layer["created_by"]]
         sizes["environments"][spec.name] = {
             "tag": tag, "mb": round(int(img.attrs["Size"]) / 1e6, 1),
@@ -108,25 +153,26 @@ def main() -> None:
         stop()
         stops.append(time.perf_counter() - t)
 
-    def summary(xs: list[float]) -> dict[str, float]:
+    def summary(xs: list[float]) -> Summary:
         return {"p50_s": round(statistics.median(xs), 3), "min_s": round(min(xs), 3), "max_s": round(max(xs), 3),
                 "p90_s": round(pct(xs, 90), 3), "n": len(xs)}
 
+    cold_start: ColdStart = {"env": args.env, "serves": envs, "to_healthy_and_ready": summary(starts),
+                             "first_session_and_call": summary(first_call), "stop_and_remove": summary(stops)}
     out = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                     "docker": client.version().get("Version"),
                     "storage_driver": client.info().get("Driver")},
         "image_sizes": sizes,
         "ensure_images_s": round(ensure_s, 1),
-        "cold_start": {"env": args.env, "serves": envs, "to_healthy_and_ready": summary(starts),
-                       "first_session_and_call": summary(first_call), "stop_and_remove": summary(stops)},
+        "cold_start": cold_start,
         "memory_mb": {"idle": mem_idle, "with_100_sessions": mem_busy},
     }
     print(f"images: base {sizes['base']['mb']} MB ({base}), runtime {sizes['runtime']['mb']} MB "
           f"(+{sizes['runtime']['over_base_mb']} MB over the base)")
     for s in sizes["environments"].values():
         print(f"  {s['tag']}: {s['mb']} MB, own layer {s['layer_kb']} kB ({', '.join(s['serves'])})")
-    cs = out["cold_start"]
+    cs = cold_start
     print(f"cold start to healthy+ready ({args.env}, n={n}): p50 {cs['to_healthy_and_ready']['p50_s']} s, "
           f"min {cs['to_healthy_and_ready']['min_s']} s, max {cs['to_healthy_and_ready']['max_s']} s")
     print(f"first session + tool call after start: p50 {cs['first_session_and_call']['p50_s'] * 1e3:.1f} ms; "

@@ -23,6 +23,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def load_parser(path: str | None) -> Callable[[Any], Any]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
-    return module.parse_action  # type: ignore[no-any-return]
+    return module.parse_action
 
 
 def best_of(fn: Callable[[], Any], repeats: int, budget_s: float) -> tuple[float, float]:
@@ -78,7 +79,7 @@ def bench_parsing(parse: Callable[[Any], Any], sizes: list[int], repeats: int) -
         rows = []
         for k in sizes:
             text = build(k)
-            cpu, wall = best_of(lambda text=text: parse(text), repeats, budget_s=20.0)
+            cpu, wall = best_of(partial(parse, text), repeats, budget_s=20.0)
             rows.append({"blocks": k, "chars": len(text), "seconds": cpu, "wall_seconds": wall})
         ratios = [b["seconds"] / a["seconds"] if a["seconds"] else None for a, b in zip(rows, rows[1:], strict=False)]
         out[shape] = {"rows": rows, "ratios_2n_over_n": ratios}

@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TypedDict
 from unittest import mock
 
 from gym_envfactory import Session, get_environment
@@ -107,6 +108,22 @@ def per_pass(measure, env_name: str, ids: list[str], min_s: float) -> float:
     return total / passes
 
 
+class RewardRow(TypedDict):
+    """One (environment, initial state) group of bench/results/reward.json."""
+    env: str
+    state: str
+    tasks: int
+    ratio_scored_over_unscored: float
+    ratio_scored_over_unscored_min_max: list[float]
+    ratio_scored_over_bare_replay: float
+    episodes_per_s: float
+    unscored_episodes_per_s: float
+    bare_replays_per_s: float
+    episode_s_min_med_max: list[float]
+    unscored_s_min_med_max: list[float]
+    replay_s_min_med_max: list[float]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
@@ -116,7 +133,7 @@ def main() -> None:
     a = p.parse_args()
     repeats = a.repeats or (3 if a.quick else 5)
     min_s = a.min_seconds or (0.05 if a.quick else 0.2)
-    rows = []
+    rows: list[RewardRow] = []
     med = statistics.median
     for (env_name, size), ids in sorted(groups().items()):
         if size not in ("small", "large"):

@@ -29,11 +29,79 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from gym_envfactory import Session, get_environment
 
+if TYPE_CHECKING:
+    from HotelBooking.state import HotelDB
+
 HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
+
+
+class Summary(TypedDict):
+    p50_us: float
+    p99_us: float
+    mean_us: float
+    n: int
+
+
+class ToolCallPart(TypedDict):
+    tool: str
+    direct_python: Summary
+    session_call: Summary
+    fastmcp_in_memory: Summary
+    ratio_fastmcp_over_session_p50: float
+    session_call_thread_cpu: Summary
+    fastmcp_in_memory_thread_cpu: Summary
+    ratio_fastmcp_over_session_thread_cpu_p50: float
+    load_average_1min: float | None
+    target_ratio: float
+
+
+class EpisodeStart(TypedDict):
+    session_reset: Summary
+    session_reset_plus_first_call: Summary
+    new_session_plus_first_call: Summary
+    stdio_server_per_episode_to_first_result: Summary
+    ratio_stdio_over_reset_p50: float
+    ratio_stdio_over_reset_plus_first_call_p50: float
+    target_ratio: float
+    state_json_bytes: int
+
+
+class GrpoFork(TypedDict):
+    fork_many_8: Summary
+    fork_many_8_plus_first_call_each: Summary
+    target_plus_first_call_us: float
+
+
+class ScanTool(TypedDict):
+    tool: str
+    steady_state: Summary
+    first_call_in_a_fresh_fork: Summary
+
+
+class ForkMemory(TypedDict):
+    forks: int
+    calls_per_fork: list[str]
+    rss_growth_bytes: int
+    rss_per_fork_bytes: float
+    state_json_bytes: int
+
+
+class RuntimeResults(TypedDict):
+    """bench/results/runtime.json: the parts are filled in as they are measured."""
+    machine: dict[str, Any]
+    state: dict[str, Any]
+    tool: str
+    tool_call_trivial: NotRequired[ToolCallPart]
+    tool_call: NotRequired[ToolCallPart]
+    episode_start: NotRequired[EpisodeStart]
+    grpo_fork_8: NotRequired[GrpoFork]
+    scan_tool: NotRequired[ScanTool]
+    fork_memory: NotRequired[ForkMemory]
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -59,7 +127,7 @@ def rss_bytes() -> int:
         return 0
 
 
-def summary(xs: list[float]) -> dict[str, float]:
+def summary(xs: list[float]) -> Summary:
     return {"p50_us": pct(xs, 50) * 1e6, "p99_us": pct(xs, 99) * 1e6, "mean_us": statistics.fmean(xs) * 1e6, "n": len(xs)}
 
 
@@ -81,7 +149,7 @@ def _counter_env():
     return define_environment("BenchCounter", Counter, [get_value], register=False)
 
 
-def tool_call_part(spec, session: Session, name: str, args: dict, direct_fn, n: int) -> dict:
+def tool_call_part(spec, session: Session, name: str, args: dict, direct_fn, n: int) -> ToolCallPart:
     """Session.call against a FastMCP in-memory client call of the same tool (whose handler calls a second
     session), in alternating blocks so machine load hits both alike; also the bare function."""
     from fastmcp import Client, FastMCP
@@ -150,12 +218,12 @@ def _with_signature(fn, args: dict):
 def main() -> None:
     spec = get_environment("HotelBooking")
     session = Session(spec, "large")
-    state = session.state_model()
+    state = cast("HotelDB", session.state_model())
     hotel_id = next(iter(state.hotels))
     args = {"hotel_id": hotel_id}
     tool = spec.tools["get_hotel_details"]
     n = 2000 if QUICK else 20000
-    results: dict[str, object] = {
+    results: RuntimeResults = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
         "state": {"env": "HotelBooking", "initial_state": "large", "bytes": len(spec.initial_state_json("large"))},
         "tool": "get_hotel_details",
@@ -275,8 +343,8 @@ def main() -> None:
             print(f"    {k:<22} {part[k]['p50_us']:10.1f} us {part[k]['p99_us']:10.1f} us")
     print(f"  (1-min load average {tc['load_average_1min']}: FastMCP's wall time grows fastest under load)")
     print("episode start p50:")
-    for k in ("session_reset", "session_reset_plus_first_call", "new_session_plus_first_call", "stdio_server_per_episode_to_first_result"):
-        print(f"  {k:<42} {es[k]['p50_us'] / 1000:10.3f} ms")
+    for start in ("session_reset", "session_reset_plus_first_call", "new_session_plus_first_call", "stdio_server_per_episode_to_first_result"):
+        print(f"  {start:<42} {es[start]['p50_us'] / 1000:10.3f} ms")
     print(f"  ratio stdio server / (reset + first call) = {es['ratio_stdio_over_reset_plus_first_call_p50']:.0f}x (target >= 500x)")
     print(f"  ratio stdio server / reset alone          = {es['ratio_stdio_over_reset_p50']:.0f}x (reset is lazy: the first call parses the state)")
     print("GRPO fork of 8 (of a materialised session) p50 / p99:")
@@ -284,8 +352,8 @@ def main() -> None:
     print(f"  fork_many(8) + first call in each  {f8c['p50_us']:10.1f} us {f8c['p99_us']:10.1f} us (target <= 2000 us)")
     print(f"  fork_many(8) alone                 {f8['p50_us']:10.1f} us {f8['p99_us']:10.1f} us")
     print("scan tool search_hotels p50 / p99:")
-    for k in ("steady_state", "first_call_in_a_fresh_fork"):
-        print(f"  {k:<34} {sc[k]['p50_us']:10.1f} us {sc[k]['p99_us']:10.1f} us")
+    for case in ("steady_state", "first_call_in_a_fresh_fork"):
+        print(f"  {case:<34} {sc[case]['p50_us']:10.1f} us {sc[case]['p99_us']:10.1f} us")
     print(f"memory: {fm['forks']} forks (one read + one write each): RSS +{fm['rss_growth_bytes'] / 2**20:.1f} MiB, "
           f"{fm['rss_per_fork_bytes'] / 1024:.1f} KiB per fork (state JSON {fm['state_json_bytes'] / 1024:.0f} KiB)")
     print(f"wrote {out_dir / 'runtime.json'}")

@@ -117,6 +117,7 @@ def start_ours(gc_log: str | None = None, *, old_gc: bool = False, no_trim: bool
         code += OLD_GC_SNIPPET
     head = [sys.executable, "-c", code + MAIN_SNIPPET] if code else [sys.executable, "-m", "gym_envfactory.cli"]
     p = subprocess.Popen([*head, "serve", "--all", "--port", "0", "--announce"], stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout is not None  # stdout=PIPE
     return p, json.loads(p.stdout.readline())["listening"]
 
 
@@ -125,8 +126,8 @@ def gc_pauses(path: str | None, t0: float, t1: float) -> dict:
     machine): count per generation, longest and total pause (ms)."""
     if not path or not Path(path).exists():
         return {}
-    rows = [line.split() for line in Path(path).read_text().splitlines() if line.strip()]
-    rows = [(int(g), float(s), float(d)) for g, s, d, _ in rows if t0 <= float(s) <= t1]
+    lines = [line.split() for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = [(int(g), float(s), float(d)) for g, s, d, _ in lines if t0 <= float(s) <= t1]
     return {"gc_collections": {str(g): sum(1 for r in rows if r[0] == g) for g in (0, 1, 2)},
             "gc_max_pause_ms": max((d for _, _, d in rows), default=0.0) * 1e3,
             "gc_total_pause_ms": sum(d for _, _, d in rows) * 1e3}
