@@ -18,14 +18,14 @@ VeRL's ``AgentLoopWorker`` instantiates one agent loop per trajectory and awaits
 
 Configure it through the agent loop YAML (keys become constructor keywords): ``backend`` (inprocess,
 url, docker), ``url``, ``token``, ``user`` (``"module:function"``, a
-:data:`~gym_envfactory.envs.env.UserSource`, e.g. a simulated user) and ``env_kwargs`` (any other
+:data:`~gym_envfactory.users.UserSource` resolved by :func:`~gym_envfactory.users.import_user`, e.g. a
+simulated user) and ``env_kwargs`` (any other
 :class:`EnvFactoryEnv` keyword: ``reward``, ``max_steps_per_turn`` ...).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +36,7 @@ from verl.utils.profiler import simple_timer
 
 from gym_envfactory import EnvFactoryEnv
 from gym_envfactory.training.verl import AGENT_NAME
+from gym_envfactory.users import import_user
 
 __all__ = ["EnvFactoryAgentLoop", "REWARD_EXTRA_KEYS"]
 
@@ -44,13 +45,6 @@ logger = logging.getLogger(__name__)
 #: Keys of ``reward_extra_info`` (every trajectory has all of them; ``None`` components become NaN).
 REWARD_EXTRA_KEYS = ("r_traj", "r_state", "r_output", "p_len", "penalty", "matched", "n_ground_truth", "invalid",
                      "truncated", "env_steps")
-
-
-def _import(path: str) -> Any:
-    module, _, name = path.partition(":")
-    if not name:
-        raise ValueError(f"user must be 'module:function', got {path!r}")
-    return getattr(importlib.import_module(module), name)
 
 
 @register(AGENT_NAME)
@@ -75,7 +69,7 @@ class EnvFactoryAgentLoop(AgentLoopBase):
         self.env_kwargs: dict[str, Any] = {"backend": backend, "url": url, "token": token,
                                            **dict(env_kwargs or {})}
         if user:
-            self.env_kwargs["user"] = _import(user)
+            self.env_kwargs["user"] = import_user(user)
 
     def _make_env(self, env_id: str) -> EnvFactoryEnv:
         kwargs = {k: v for k, v in self.env_kwargs.items() if v is not None}
