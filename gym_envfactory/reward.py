@@ -15,6 +15,9 @@
 - ``R_output`` (optional, weight ``output_weight``, default 0): required outputs found in the assistant's
   replies at token boundaries (docs/cases.md C10).
 
+Each component is a :class:`RewardComponent` (:data:`COMPONENTS`: ``RTraj``, ``RState``, ``ROutput``,
+``PLen``; ``RewardConfig.components`` adds more) scoring a turn and an episode; :func:`score_turn` and
+:func:`score_episode` compose them.  :data:`REWARD_COMPONENTS` names the headline keys, written once.
 Components enter with weights ``α``, ``1−α``, ``output_weight``.  A component with no criteria in a
 task (no ground-truth calls; no expected outputs) is *vacuous*: reported as such and left out, the
 remaining weights renormalised; it never counts as 1.0 (docs/cases.md C11).  If every weighted component is
@@ -26,11 +29,14 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import operator
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -52,7 +58,22 @@ __all__ = [
     "score_turn",
     "score_episode",
     "turn_has_criteria",
+    "RewardComponent",
+    "ComponentResult",
+    "EpisodeView",
+    "RTraj",
+    "RState",
+    "ROutput",
+    "PLen",
+    "COMPONENTS",
+    "REWARD_COMPONENTS",
 ]
+
+
+def _finite(name: str, v: Any) -> None:
+    """Raise ``ValueError`` unless ``v`` is a finite int or float (never a bool)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -60,29 +81,59 @@ class RewardConfig:
     """Reward weights.  ``alpha`` ∈ [0, 1] (paper: 0.5 best); ``gamma`` per penalised call;
     ``penalty_cap`` bounds ``γ·P_len``; ``output_weight`` ≥ 0 enables ``R_output``.
 
+    ``components``: :class:`RewardComponent` instances scored besides the built-in ones
+    (:data:`COMPONENTS`); ``weights``: ``{weight_key: weight ≥ 0}`` for them (a component whose key is
+    missing weighs 0: reported, not counted).  A dict is kept as sorted ``(key, weight)`` pairs and a list
+    of components as a tuple, so the config stays hashable (docs/reward.md, "Adding a reward component").
+
     Raises:
-        ValueError: weights out of range.
+        ValueError: weights out of range; a component that is not a :class:`RewardComponent`, or whose
+            name is taken (a built-in component's, another score field's, or another component's).
     """
 
     alpha: float = 0.5
     gamma: float = 0.05
     penalty_cap: float = 0.5
     output_weight: float = 0.0
+    components: tuple[RewardComponent, ...] = ()
+    weights: Mapping[str, float] | tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        import math
-
-        for name in ("alpha", "gamma", "penalty_cap", "output_weight"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-                raise ValueError(f"{name} must be a finite number, got {v!r}")
+        for name in _CONFIG_WEIGHTS:
+            _finite(name, getattr(self, name))
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
         if self.gamma < 0 or self.penalty_cap < 0 or self.output_weight < 0:
             raise ValueError("gamma, penalty_cap and output_weight must be >= 0")
+        if self.components or self.weights:
+            comps = tuple(self.components)
+            taken = set(_RESERVED_NAMES)
+            for c in comps:
+                if not isinstance(c, RewardComponent):
+                    raise ValueError(f"components must be RewardComponent instances, got {type(c).__name__}")
+                if c.name in taken:
+                    raise ValueError(f"reward component name {c.name!r} is taken (built-in names and score fields: "
+                                     f"{', '.join(_RESERVED_NAMES)}; and each component's name is its own)")
+                taken.add(c.name)
+            pairs = self.weights.items() if isinstance(self.weights, Mapping) else self.weights
+            weights = tuple(sorted((str(k), v) for k, v in pairs))
+            for k, v in weights:
+                _finite(f"weights[{k!r}]", v)
+                if v < 0:
+                    raise ValueError(f"weights[{k!r}] must be >= 0, got {v}")
+            object.__setattr__(self, "components", comps)
+            object.__setattr__(self, "weights", weights)
+
+    def weight(self, key: str) -> float:
+        """The weight named ``key``: one of the config's fields (``alpha``, ``gamma``, ``penalty_cap``,
+        ``output_weight``), else ``weights[key]``, else 0.0."""
+        if key in _CONFIG_WEIGHTS:
+            return float(getattr(self, key))
+        pairs = self.weights.items() if isinstance(self.weights, Mapping) else self.weights
+        return next((float(w) for k, w in pairs if k == key), 0.0)
 
     @classmethod
-    def coerce(cls, value: RewardConfig | Mapping[str, float] | None) -> RewardConfig:
+    def coerce(cls, value: RewardConfig | Mapping[str, Any] | None) -> RewardConfig:
         """A config from ``None`` (the defaults), a config (returned as is) or a dict of its fields.
 
         Raises:
@@ -94,6 +145,10 @@ class RewardConfig:
         if isinstance(value, RewardConfig):
             return value
         return cls(**dict(value))
+
+
+#: The numeric fields of :class:`RewardConfig`.
+_CONFIG_WEIGHTS = ("alpha", "gamma", "penalty_cap", "output_weight")
 
 
 # ---------------------------------------------------------------------------- state equivalence
@@ -451,13 +506,18 @@ class TurnScore:
     reward: float
     vacuous: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
+    extra: dict[str, float | None] = field(default_factory=dict)  # RewardConfig.components' values, by name
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field as a JSON-ready dict (``info["turn_score"]``)."""
-        return {"turn": self.turn, "r_traj": self.r_traj, "r_state": self.r_state, "r_output": self.r_output,
-                "matched": self.matched, "n_ground_truth": self.n_ground_truth, "surplus": self.surplus,
-                "invalid": self.invalid, "penalty": self.penalty, "reward": self.reward,
-                "vacuous": list(self.vacuous), "missed": list(self.missed)}
+        """Every field as a JSON-ready dict (``info["turn_score"]``); ``extra`` components beside the
+        built-in ones, under their names."""
+        d = {"turn": self.turn, "r_traj": self.r_traj, "r_state": self.r_state, "r_output": self.r_output,
+             "matched": self.matched, "n_ground_truth": self.n_ground_truth, "surplus": self.surplus,
+             "invalid": self.invalid, "penalty": self.penalty, "reward": self.reward,
+             "vacuous": list(self.vacuous), "missed": list(self.missed)}
+        if self.extra:
+            d.update(self.extra)
+        return d
 
 
 @dataclass
@@ -479,12 +539,23 @@ class EpisodeScore:
     state_diff: list[StateDiff]
     turns: list[TurnScore]
     config: RewardConfig
+    extra: dict[str, float | None] = field(default_factory=dict)  # RewardConfig.components' values, by name
+
+    def reward_components(self) -> dict[str, Any]:
+        """The headline components (``info["reward_components"]``): :data:`REWARD_COMPONENTS` in that
+        order, then the config's extra components by name."""
+        d = {k: getattr(self, k) for k in REWARD_COMPONENTS}
+        d["vacuous"] = list(self.vacuous)
+        if self.extra:
+            d.update(self.extra)
+        return d
 
     def to_dict(self) -> dict[str, Any]:
         """Every component as a JSON-ready dict (``info["score"]``): state differences as
-        ``{path, expected, actual}``, per-turn scores, and the config's weights."""
+        ``{path, expected, actual}``, per-turn scores, and the config's weights (``weights`` and the
+        extra components' values under their names only when the config has extra components)."""
         c = self.config
-        return {
+        d = {
             "reward": self.reward,
             "r_traj": self.r_traj,
             "r_state": self.r_state,
@@ -502,16 +573,11 @@ class EpisodeScore:
             "config": {"alpha": c.alpha, "gamma": c.gamma, "penalty_cap": c.penalty_cap,
                        "output_weight": c.output_weight},
         }
-
-
-def _combine(cfg: RewardConfig, traj: float | None, state: float | None, output: float | None) -> tuple[float, list[str]]:
-    parts = [("r_traj", cfg.alpha, traj), ("r_state", 1.0 - cfg.alpha, state), ("r_output", cfg.output_weight, output)]
-    vacuous = [name for name, w, v in parts if w > 0 and v is None]
-    active = [(w, v) for _, w, v in parts if w > 0 and v is not None]
-    total = sum(w for w, _ in active)
-    if total <= 0:
-        return 0.0, vacuous
-    return sum(w * v for w, v in active) / total, vacuous
+        if c.weights:
+            d["config"]["weights"] = dict(c.weights)
+        if self.extra:
+            d.update(self.extra)
+        return d
 
 
 def _clip(x: float) -> float:
@@ -551,16 +617,6 @@ def _state_score(actual: Any, expected: Any, changed: bool, bookkeeping: Sequenc
     return 1.0, diff
 
 
-def _turn_counts(rec: TurnRecord, gt: Sequence[ReferenceCall]) -> tuple[int, int, int, list[str]]:
-    valid = [(n, a) for n, a, bad in rec.calls if not bad]
-    invalid = sum(1 for _, _, bad in rec.calls if bad)
-    matches = match_calls(valid, gt)
-    matched = sum(1 for m in matches if m is not None)
-    surplus = max(0, len(valid) - len(gt))
-    missed = [g.name for g, m in zip(gt, matches, strict=True) if m is None]
-    return matched, surplus, invalid, missed
-
-
 def _ground_truth_changes(reference: TaskReference, first: int, last: int) -> bool:
     """Whether the ground truth changes the state from before turn ``first`` to after turn ``last``
     (memoised on the reference: a pure function of it).  True when the state before ``first`` is
@@ -576,8 +632,253 @@ def _ground_truth_changes(reference: TaskReference, first: int, last: int) -> bo
     return hit
 
 
+# ---------------------------------------------------------------------------- components
+
+
+_NO_DETAILS: Mapping[str, Any] = MappingProxyType({})
+
+
+class ComponentResult(NamedTuple):
+    """What one :class:`RewardComponent` says about a turn or an episode.
+
+    Attributes:
+        value: the component's value (a score term: in [0, 1]; a penalty: a count or a cost ≥ 0), or
+            ``None`` when the component is *vacuous* there (no criteria: left out, the other weights
+            renormalised; docs/reward.md, "Combining").
+        details: the component's own figures (``R_traj``: ``matched``, ``n_ground_truth``, ``missed``;
+            ``P_len``: ``surplus``, ``invalid``; ``R_state`` of an episode: ``state_diff``).
+    """
+
+    value: float | None
+    details: Mapping[str, Any] = _NO_DETAILS
+
+    @property
+    def vacuous(self) -> bool:
+        """True when the component has no criteria here (``value is None``)."""
+        return self.value is None
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeView:
+    """What :meth:`RewardComponent.score_episode` reads: the episode's ``records`` (one per user turn
+    reached, possibly more than the task's turns), the task's ``reference``, the ``final_state``
+    (canonical or frozen) and ``turns``, the :class:`TurnScore` of each task turn reached, in order."""
+
+    records: Sequence[TurnRecord]
+    reference: TaskReference
+    final_state: Any
+    turns: Sequence[TurnScore]
+
+    @property
+    def extra_records(self) -> Sequence[TurnRecord]:
+        """Records beyond the task's last turn (a custom user source kept the episode going)."""
+        return self.records[len(self.reference.turn_calls):]
+
+
+class RewardComponent(ABC):
+    """One term of the reward (docs/reward.md, "Adding a reward component"), after OpenEnv's rubrics
+    and tau2-bench's per-component evaluators: a ``name`` (its key in ``info["score"]``,
+    ``info["turn_score"]`` and ``info["reward_components"]``), a ``weight_key`` (the
+    :class:`RewardConfig` field or ``RewardConfig.weights`` key weighing it) and :meth:`score_turn`
+    returning a :class:`ComponentResult`.
+
+    A score term (``penalty = False``) enters ``Σ w·value / Σ w`` over the non-vacuous terms with
+    ``w > 0``; a penalty (``penalty = True``) enters ``min(Σ w·value, penalty_cap)``, subtracted.
+    Components are stateless and pure: they read the record and the reference, never a session
+    (docs/cases.md C05).
+    """
+
+    name: str
+    weight_key: str
+    penalty: bool = False
+
+    def weight(self, cfg: RewardConfig) -> float:
+        """This component's weight under ``cfg`` (default: ``cfg.weight(self.weight_key)``)."""
+        return cfg.weight(self.weight_key)
+
+    @abstractmethod
+    def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
+        """The component for task turn ``turn`` (0-based) of ``reference``, given what the policy did
+        in it (``record``; ``record.state`` is ``None`` when the state was not read)."""
+
+    def score_episode(self, episode: EpisodeView) -> ComponentResult:
+        """The component for the whole episode.  Default: over the turns reached, the mean of this
+        component's non-vacuous turn values for a score term (vacuous if none), their sum for a penalty."""
+        values = [v for ts in episode.turns if (v := ts.extra.get(self.name)) is not None]
+        if self.penalty:
+            return ComponentResult(sum(values))
+        return ComponentResult(sum(values) / len(values) if values else None)
+
+
+class RTraj(RewardComponent):
+    """``R_traj``: multiset matching of the well-formed calls against the ground-truth calls
+    (docs/reward.md, "R_traj"; docs/cases.md C01): ``matched / number of ground-truth calls``, vacuous
+    without ground-truth calls.  Details: ``matched``, ``n_ground_truth``, ``missed`` (tool names; for an
+    episode ``t<turn>:<tool>``, turns not reached included).  Weight: ``alpha``."""
+
+    name = "r_traj"
+    weight_key = "alpha"
+
+    def weight(self, cfg: RewardConfig) -> float:
+        """``alpha``."""
+        return cfg.alpha
+
+    def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
+        """Matched share of turn ``turn``'s ground-truth calls."""
+        gt = reference.turn_calls[turn]
+        matches = match_calls([(n, a) for n, a, bad in record.calls if not bad], gt)
+        matched = sum(1 for m in matches if m is not None)
+        missed = [g.name for g, m in zip(gt, matches, strict=True) if m is None]
+        return ComponentResult(matched / len(gt) if gt else None,
+                               {"matched": matched, "n_ground_truth": len(gt), "missed": missed})
+
+    def score_episode(self, episode: EpisodeView) -> ComponentResult:
+        """Matched share of all the task's ground-truth calls (those of turns not reached unmatched)."""
+        turns, calls = episode.turns, episode.reference.turn_calls
+        matched = sum(ts.matched for ts in turns)
+        n_gt = sum(len(c) for c in calls)
+        missed = [f"t{t}:{m}" for t, ts in enumerate(turns) for m in ts.missed]
+        missed += [f"t{t}:{g.name}" for t in range(len(turns), len(calls)) for g in calls[t]]
+        return ComponentResult(matched / n_gt if n_gt else None,
+                               {"matched": matched, "n_ground_truth": n_gt, "missed": missed})
+
+
+class RState(RewardComponent):
+    """``R_state``: canonical equivalence with the ground-truth state, turn by turn (docs/reward.md,
+    "R_state"): 1.0 or 0.0 per turn, vacuous when the ground truth changes nothing there and neither did
+    the agent (or the state was not read); the episode's value is the mean of the turn verdicts, turns
+    not reached counting 0 where their ground truth changes the state.  Episode details: ``state_diff``
+    (final state against the ground-truth final state).  Weight: ``1 − alpha``."""
+
+    name = "r_state"
+    weight_key = "alpha"
+
+    def weight(self, cfg: RewardConfig) -> float:
+        """``1 − alpha``."""
+        return 1.0 - cfg.alpha
+
+    def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
+        """The state at the end of turn ``turn`` against the ground-truth state after it."""
+        if record.state is None:
+            return ComponentResult(None)
+        return ComponentResult(_state_score(record.state, _expected(reference, turn, record.state),
+                                            _ground_truth_changes(reference, turn, turn),
+                                            reference.excluded_fields, reference.set_fields, limit=1,
+                                            expected_text=_turn_text(reference, turn))[0])
+
+    def score_episode(self, episode: EpisodeView) -> ComponentResult:
+        """The mean of the turn verdicts, else the final state's verdict, with the difference report."""
+        reference, final_state = episode.reference, episode.final_state
+        last = reference.n_turns - 1
+        extra_verdicts: list[float] = []
+        extra_records = episode.extra_records
+        for i, rec in enumerate(extra_records):  # extra turns from a custom user source
+            # the ground truth expects no change after its last turn: a changed state scores 0 there
+            state = rec.state if rec.state is not None else (final_state if i == len(extra_records) - 1 else None)
+            if state is not None and state_diff(state, _expected(reference, last, state),
+                                                bookkeeping=reference.excluded_fields,
+                                                set_fields=reference.set_fields, limit=1):
+                extra_verdicts.append(0.0)
+        final_verdict, diff = _state_score(final_state, _expected(reference, last, final_state),
+                                           _ground_truth_changes(reference, 0, last),
+                                           reference.excluded_fields, reference.set_fields,
+                                           expected_text=_turn_text(reference, last))
+        value = _episode_state_score(episode.turns, reference, len(episode.records), final_verdict, extra_verdicts)
+        return ComponentResult(value, {"state_diff": diff})
+
+
+class ROutput(RewardComponent):
+    """``R_output``: the share of a turn's ``expected_outputs`` found in the assistant's replies at token
+    boundaries (docs/reward.md, "R_output"; docs/cases.md C10); vacuous without expected outputs.
+    Weight: ``output_weight`` (0 by default: reported, not counted)."""
+
+    name = "r_output"
+    weight_key = "output_weight"
+
+    def weight(self, cfg: RewardConfig) -> float:
+        """``output_weight``."""
+        return cfg.output_weight
+
+    def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
+        """Share of turn ``turn``'s expected outputs in ``record.text``."""
+        outputs = reference.expected_outputs[turn]
+        return ComponentResult(sum(contains_output(record.text, o) for o in outputs) / len(outputs) if outputs else None)
+
+    def score_episode(self, episode: EpisodeView) -> ComponentResult:
+        """Share of all the task's expected outputs found in the replies of their turns."""
+        outputs = episode.reference.expected_outputs
+        n_out = sum(len(o) for o in outputs)
+        found = sum(contains_output(episode.records[t].text, o) for t in range(len(episode.turns)) for o in outputs[t])
+        return ComponentResult(found / n_out if n_out else None)
+
+
+class PLen(RewardComponent):
+    """``P_len = surplus + invalid`` (docs/reward.md, "P_len"; docs/cases.md C12): well-formed calls
+    beyond a turn's ground-truth calls, plus invalid ones; every call of a turn beyond the task is
+    surplus or invalid.  A penalty: ``min(gamma·P_len, penalty_cap)``.  Details: ``surplus``,
+    ``invalid``.  Weight: ``gamma``."""
+
+    name = "p_len"
+    weight_key = "gamma"
+    penalty = True
+
+    def weight(self, cfg: RewardConfig) -> float:
+        """``gamma``."""
+        return cfg.gamma
+
+    def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
+        """Surplus and invalid calls of turn ``turn``."""
+        invalid = sum(1 for _, _, bad in record.calls if bad)
+        surplus = max(0, len(record.calls) - invalid - len(reference.turn_calls[turn]))
+        return ComponentResult(surplus + invalid, {"surplus": surplus, "invalid": invalid})
+
+    def score_episode(self, episode: EpisodeView) -> ComponentResult:
+        """The turns' counts summed, every call of an extra turn counting."""
+        surplus = sum(ts.surplus for ts in episode.turns)
+        invalid = sum(ts.invalid for ts in episode.turns)
+        for rec in episode.extra_records:
+            bad = sum(1 for _, _, b in rec.calls if b)
+            surplus += len(rec.calls) - bad
+            invalid += bad
+        return ComponentResult(surplus + invalid, {"surplus": surplus, "invalid": invalid})
+
+
+#: The built-in components, in the order they are reported: ``R_traj``, ``R_state``, ``R_output``,
+#: ``P_len`` (docs/reward.md).  ``RewardConfig.components`` come after them.
+COMPONENTS: tuple[RewardComponent, ...] = (RTraj(), RState(), ROutput(), PLen())
+_R_TRAJ, _R_STATE, _R_OUTPUT, _P_LEN = COMPONENTS
+
+#: The keys of ``info["reward_components"]`` (and the headline keys of ``info["score"]``), written once:
+#: the reward, each built-in component's name, the penalty, the vacuous components' names.
+REWARD_COMPONENTS: tuple[str, ...] = ("reward", *(c.name for c in COMPONENTS), "penalty", "vacuous")
+
+#: Names an extra component may not take: every key of a turn's or an episode's score dict.
+_RESERVED_NAMES = (*REWARD_COMPONENTS, "turn", "matched", "n_ground_truth", "surplus", "invalid", "missed",
+                   "state_diff", "turns", "config")
+
+
+def _combine(terms: Sequence[tuple[str, float, float | None]]) -> tuple[float, list[str]]:
+    """``Σ w·v / Σ w`` over the ``(name, w, v)`` terms with ``w > 0`` and ``v`` not ``None`` (0.0 when
+    there are none), and the names of the weighted terms that are vacuous."""
+    vacuous = [name for name, w, v in terms if w > 0 and v is None]
+    active = [(w, v) for _, w, v in terms if w > 0 and v is not None]
+    total = sum(w for w, _ in active)
+    if total <= 0:
+        return 0.0, vacuous
+    return sum(w * v for w, v in active) / total, vacuous
+
+
+def _compose(cfg: RewardConfig, results: Sequence[tuple[RewardComponent, ComponentResult]]) -> tuple[float, float, list[str]]:
+    """The task score, the penalty ``min(Σ w·value, penalty_cap)`` and the vacuous names from every
+    component's result (docs/reward.md, "Combining, vacuous components, clipping")."""
+    task_score, vacuous = _combine([(c.name, c.weight(cfg), r.value) for c, r in results if not c.penalty])
+    cost = sum(c.weight(cfg) * r.value for c, r in results if c.penalty and r.value is not None)
+    return task_score, min(cfg.penalty_cap, cost), vacuous
+
+
 def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cfg: RewardConfig) -> TurnScore:
-    """Score turn ``turn_index`` of an episode against its task's reference.
+    """Score turn ``turn_index`` of an episode against its task's reference: every component of
+    :data:`COMPONENTS` and ``cfg.components``, combined (docs/reward.md).
 
     Args:
         turn_index: 0-based turn of ``reference``.
@@ -590,21 +891,14 @@ def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cf
         :class:`TurnScore`; ``R_state`` compares with the ground-truth state after the turn, and is
         vacuous when the ground truth left the state unchanged in that turn.
     """
-    gt = reference.turn_calls[turn_index]
-    matched, surplus, invalid, missed = _turn_counts(record, gt)
-    r_traj = matched / len(gt) if gt else None
-    r_state = None
-    if record.state is not None:
-        r_state = _state_score(record.state, _expected(reference, turn_index, record.state),
-                               _ground_truth_changes(reference, turn_index, turn_index),
-                               reference.excluded_fields, reference.set_fields, limit=1,
-                               expected_text=_turn_text(reference, turn_index))[0]
-    outputs = reference.expected_outputs[turn_index]
-    r_output = sum(contains_output(record.text, o) for o in outputs) / len(outputs) if outputs else None
-    task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)
-    penalty = min(cfg.penalty_cap, cfg.gamma * (surplus + invalid))
-    return TurnScore(turn_index, r_traj, r_state, r_output, matched, len(gt), surplus, invalid,
-                     penalty, _clip(task_score - penalty), vacuous, missed)
+    traj, state, output, length = (c.score_turn(turn_index, record, reference) for c in COMPONENTS)
+    results = [(_R_TRAJ, traj), (_R_STATE, state), (_R_OUTPUT, output), (_P_LEN, length)]
+    extra = [(c, c.score_turn(turn_index, record, reference)) for c in cfg.components]
+    task_score, penalty, vacuous = _compose(cfg, results + extra if extra else results)
+    t, n = traj.details, length.details
+    return TurnScore(turn_index, traj.value, state.value, output.value, t["matched"], t["n_ground_truth"],
+                     n["surplus"], n["invalid"], penalty, _clip(task_score - penalty), vacuous, t["missed"],
+                     {c.name: r.value for c, r in extra} if extra else {})
 
 
 def turn_has_criteria(reference: TaskReference, turn: int, cfg: RewardConfig) -> bool:
@@ -636,7 +930,8 @@ def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, r
 
 def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final_state: Any,
                   cfg: RewardConfig, *, turn_scores: Sequence[TurnScore] = ()) -> EpisodeScore:
-    """Score an episode: ``R = α·R_traj + (1−α)·R_state − γ·P_len`` (paper §3.5) and every component.
+    """Score an episode: ``R = α·R_traj + (1−α)·R_state − γ·P_len`` (paper §3.5) and every component,
+    each :class:`RewardComponent`'s :meth:`~RewardComponent.score_episode` composed.
 
     Args:
         records: one :class:`TurnRecord` per user turn reached; may be shorter than the task (a
@@ -650,58 +945,30 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
 
     A pure function of its inputs: scoring never touches a session (docs/cases.md C05).
     """
-    turns: list[TurnScore] = []
-    missed: list[str] = []
-    matched = surplus = invalid = 0
-    n_gt = sum(len(c) for c in reference.turn_calls)
-    found = 0
-    n_out = sum(len(o) for o in reference.expected_outputs)
-    for t, gt in enumerate(reference.turn_calls):
-        if t < len(records):
-            ts = turn_scores[t] if t < len(turn_scores) else score_turn(t, records[t], reference, cfg)
-            turns.append(ts)
-            missed += [f"t{t}:{m}" for m in ts.missed]
-            matched += ts.matched
-            surplus += ts.surplus
-            invalid += ts.invalid
-            found += sum(contains_output(records[t].text, o) for o in reference.expected_outputs[t])
-        else:
-            missed += [f"t{t}:{g.name}" for g in gt]
-    extra_verdicts: list[float] = []
-    extra_records = records[len(reference.turn_calls):]
-    for i, rec in enumerate(extra_records):  # extra turns from a custom user source
-        surplus += sum(1 for _, _, bad in rec.calls if not bad)
-        invalid += sum(1 for _, _, bad in rec.calls if bad)
-        # the ground truth expects no change after its last turn: a changed state scores 0 there
-        state = rec.state if rec.state is not None else (final_state if i == len(extra_records) - 1 else None)
-        if state is not None and state_diff(state, _expected(reference, reference.n_turns - 1, state),
-                                            bookkeeping=reference.excluded_fields,
-                                            set_fields=reference.set_fields, limit=1):
-            extra_verdicts.append(0.0)
-    final_verdict, diff = _state_score(final_state, _expected(reference, reference.n_turns - 1, final_state),
-                                       _ground_truth_changes(reference, 0, reference.n_turns - 1),
-                                       reference.excluded_fields, reference.set_fields,
-                                       expected_text=_turn_text(reference, reference.n_turns - 1))
-    r_state = _episode_state_score(turns, reference, len(records), final_verdict, extra_verdicts)
-    r_traj = matched / n_gt if n_gt else None
-    r_output = found / n_out if n_out else None
-    task_score, vacuous = _combine(cfg, r_traj, r_state, r_output)
-    p_len = surplus + invalid
-    penalty = min(cfg.penalty_cap, cfg.gamma * p_len)
+    reached = min(len(records), len(reference.turn_calls))
+    turns = [turn_scores[t] if t < len(turn_scores) else score_turn(t, records[t], reference, cfg)
+             for t in range(reached)]
+    episode = EpisodeView(records, reference, final_state, turns)
+    traj, state, output, length = (c.score_episode(episode) for c in COMPONENTS)
+    results = [(_R_TRAJ, traj), (_R_STATE, state), (_R_OUTPUT, output), (_P_LEN, length)]
+    extra = [(c, c.score_episode(episode)) for c in cfg.components]
+    task_score, penalty, vacuous = _compose(cfg, results + extra if extra else results)
+    t, n = traj.details, length.details
     return EpisodeScore(
         reward=_clip(task_score - penalty),
-        r_traj=r_traj,
-        r_state=r_state,
-        r_output=r_output,
-        p_len=p_len,
+        r_traj=traj.value,
+        r_state=state.value,
+        r_output=output.value,
+        p_len=n["surplus"] + n["invalid"],
         penalty=penalty,
-        matched=matched,
-        n_ground_truth=n_gt,
-        surplus=surplus,
-        invalid=invalid,
+        matched=t["matched"],
+        n_ground_truth=t["n_ground_truth"],
+        surplus=n["surplus"],
+        invalid=n["invalid"],
         vacuous=vacuous,
-        missed=missed,
-        state_diff=diff,
+        missed=t["missed"],
+        state_diff=state.details["state_diff"],
         turns=turns,
         config=cfg,
+        extra={c.name: r.value for c, r in extra} if extra else {},
     )

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import quote
 
+from gym_envfactory.reward import REWARD_COMPONENTS
 from gym_envfactory.ui.rollouts import Episode, split_turns
 
 __all__ = ["page", "catalog_page", "environment_page", "task_page", "state_page", "graph_page",
@@ -188,7 +189,7 @@ def rollouts_page(files: Sequence[tuple[str, Sequence[Episode] | str]]) -> str:
 
 
 def _components_table(c: dict[str, Any]) -> str:
-    keys = ["reward", "r_traj", "r_state", "r_output", "matched", "n_ground_truth", "surplus", "invalid", "penalty"]
+    keys = [k for k in REWARD_COMPONENTS if k != "vacuous"] + ["matched", "n_ground_truth", "surplus", "invalid"]
     cells = [[esc(k), esc(f"{c[k]:.3f}" if isinstance(c.get(k), float) else c.get(k))] for k in keys if k in c]
     extra = [[esc(k), esc(", ".join(map(str, v)) if isinstance(v, list) else v)]
              for k in ("vacuous", "missed") if (v := c.get(k))]

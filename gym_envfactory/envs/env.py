@@ -220,8 +220,7 @@ class StepInfo(dict[str, Any]):
         score = env.score()
         self._env = None
         self["score"] = d = score.to_dict()
-        self["reward_components"] = {k: d[k] for k in ("reward", "r_traj", "r_state", "r_output", "p_len",
-                                                       "penalty", "vacuous")}
+        self["reward_components"] = score.reward_components()
         self["state_diff"] = [str(x) for x in score.state_diff]
         return self[key]
 
@@ -685,7 +684,7 @@ class EnvFactoryEnv(gym.Env):
             if self.reward_mode == "episode":
                 reward = score.reward
             info["score"] = score.to_dict()
-            info["reward_components"] = {k: info["score"][k] for k in ("reward", "r_traj", "r_state", "r_output", "p_len", "penalty", "vacuous")}
+            info["reward_components"] = score.reward_components()
             info["state_diff"] = [str(d) for d in score.state_diff]
             self.done = True
         return obs, float(reward), terminated, truncated, info

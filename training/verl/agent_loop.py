@@ -35,6 +35,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.utils.profiler import simple_timer
 
 from gym_envfactory import EnvFactoryEnv
+from gym_envfactory.reward import REWARD_COMPONENTS
 from gym_envfactory.training.verl import AGENT_NAME
 from gym_envfactory.users import import_user
 
@@ -43,8 +44,8 @@ __all__ = ["EnvFactoryAgentLoop", "REWARD_EXTRA_KEYS"]
 logger = logging.getLogger(__name__)
 
 #: Keys of ``reward_extra_info`` (every trajectory has all of them; ``None`` components become NaN).
-REWARD_EXTRA_KEYS = ("r_traj", "r_state", "r_output", "p_len", "penalty", "matched", "n_ground_truth", "invalid",
-                     "truncated", "env_steps")
+REWARD_EXTRA_KEYS = (*(k for k in REWARD_COMPONENTS if k not in ("reward", "vacuous")), "matched", "n_ground_truth",
+                     "invalid", "truncated", "env_steps")
 
 
 @register(AGENT_NAME)
