@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from gym_envfactory import define_environment, get_environment, tool
-from gym_envfactory.backends.remote import RemoteSession, SessionClient, client_identity
+from gym_envfactory.backends.remote import RemoteSession, SessionClient, process_client_id
 from gym_envfactory.environment.catalog import add_environment, forget_environment
 from gym_envfactory.errors import BadRequestError, CapacityError, MemoryBudgetError, RemoteError
 from gym_envfactory.server import SessionManager, fastproto, listening_socket
@@ -379,7 +379,7 @@ def test_the_remote_client_raises_the_typed_error():
 
 def post(addr: str, body: Any) -> tuple[int, Any]:
     req = urllib.request.Request(f"http://{addr}/v1/rpc", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "X-Envfactory-Client": client_identity()})
+                                 headers={"Content-Type": "application/json", "X-Envfactory-Client": process_client_id()})
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, json.loads(r.read())

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
-import socket
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -34,27 +32,34 @@ from gym_envfactory.errors import (
     RemoteError,
     RequestTooLargeError,
 )
+from gym_envfactory.protocol import (
+    CLIENT_ENV_VAR,
+    CLIENT_HEADER,
+    CLIENT_ID_RULE,
+    ERR_BAD_REQUEST,
+    ERR_CAPACITY,
+    ERR_INVALID_REQUEST,
+    ERR_MEMORY,
+    WS_PATH,
+    bearer_authorization,
+    default_client_id,
+    is_valid_client_id,
+)
 from gym_envfactory.session import ActionRecord, ToolResult
 
 __all__ = ["AsyncSessionClient", "SessionClient", "RemoteSession", "BackendUnavailableError", "RemoteError",
-           "remote_error"]
-
-
-
-
-
-
+           "remote_error", "process_client_id"]
 
 
 def ws_url(url: str) -> str:
-    """``http://host:port`` (or ``ws://...``) → ``ws://host:port/v1/ws``."""
+    """``http://host:port`` (or ``ws://...``) → ``ws://host:port/v1/ws`` (:data:`~gym_envfactory.protocol.WS_PATH`)."""
     u = url.rstrip("/")
     if u.startswith("http://"):
         u = "ws://" + u[7:]
     elif u.startswith("https://"):
         u = "wss://" + u[8:]
-    if not u.endswith("/v1/ws"):
-        u += "/v1/ws"
+    if not u.endswith(WS_PATH):
+        u += WS_PATH
     return u
 
 
@@ -95,8 +100,8 @@ class AsyncSessionClient:
         """
         websockets = require_websockets()
 
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        headers["X-Envfactory-Client"] = client_identity()
+        headers = bearer_authorization(self.token) if self.token else {}
+        headers[CLIENT_HEADER] = process_client_id()
         try:
             self._ws = await asyncio.wait_for(
                 websockets.connect(self.url, additional_headers=headers, max_size=self.max_size,
@@ -130,7 +135,8 @@ class AsyncSessionClient:
                         msg_text = err.get("message", "unattributed server reply") if isinstance(err, dict) else "bad reply"
                         for fut in list(self._pending.values()):
                             if not fut.done():
-                                fut.set_exception(RemoteError(err.get("code", -32600) if isinstance(err, dict) else -32600, str(msg_text)))
+                                code = err.get("code", ERR_INVALID_REQUEST) if isinstance(err, dict) else ERR_INVALID_REQUEST
+                                fut.set_exception(RemoteError(code, str(msg_text)))
                         self._pending.clear()
                         continue
                     waiting = self._pending.pop(rid, None)
@@ -224,18 +230,19 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def remote_error(err: Any) -> EnvFactoryError:
-    """The typed error a JSON-RPC error object stands for: code -32006 is :class:`MemoryBudgetError` (with
-    its ``estimate``, ``used``, ``budget``, ``headroom`` in bytes), -32002 :class:`CapacityError` (its
+    """The typed error a JSON-RPC error object stands for: code -32006 (``ERR_MEMORY``) is
+    :class:`MemoryBudgetError` (with its ``estimate``, ``used``, ``budget``, ``headroom`` in bytes), -32002
+    (``ERR_CAPACITY``) :class:`CapacityError` (its
     ``scope`` and ``limit``), anything else :class:`RemoteError` with the code (docs/architecture.md,
     "Backends": the codes of the fast session protocol)."""
     if not isinstance(err, dict):
-        return RemoteError(-32600, "malformed error object")
+        return RemoteError(ERR_INVALID_REQUEST, "malformed error object")
     code, message = err.get("code", 0), str(err.get("message", ""))
     data: dict[str, Any] = err["data"] if isinstance(err.get("data"), dict) else {}
-    if code == -32006:
+    if code == ERR_MEMORY:
         return MemoryBudgetError(message, estimate=_int_or_none(data.get("estimate")), used=_int_or_none(data.get("used")),
                                  budget=_int_or_none(data.get("limit")), headroom=_int_or_none(data.get("headroom")))
-    if code == -32002:
+    if code == ERR_CAPACITY:
         scope = data.get("scope")
         return CapacityError(message, scope=scope if isinstance(scope, str) else "server",
                              limit=_int_or_none(data.get("limit")))
@@ -252,15 +259,19 @@ def require_websockets() -> Any:
     return websockets
 
 
-def client_identity() -> str:
-    """The ``X-Envfactory-Client`` this process sends (the server's unit of session ownership and
-    quota): ``$ENVFACTORY_CLIENT`` when set, else ``<hostname>:<pid>``, so every connection of one
-    trainer process shares its sessions and quota, and two processes never use each other's sessions."""
-    value = os.environ.get("ENVFACTORY_CLIENT") or f"{socket.gethostname()}:{os.getpid()}"
-    if not 1 <= len(value) <= 128 or not all(33 <= ord(c) < 127 for c in value):
+def process_client_id() -> str:
+    """The :data:`~gym_envfactory.protocol.CLIENT_HEADER` value this process sends (the server's unit of
+    session ownership and quota): :func:`gym_envfactory.protocol.default_client_id`, i.e.
+    ``$ENVFACTORY_CLIENT`` when set, else ``<hostname>:<pid>``, so every connection of one trainer process
+    shares its sessions and quota, and two processes never use each other's sessions.
+
+    Raises:
+        BackendError: ``$ENVFACTORY_CLIENT`` breaks :func:`gym_envfactory.protocol.is_valid_client_id`.
+    """
+    value = default_client_id()
+    if not is_valid_client_id(value):
         # the server would refuse the handshake (HTTP 403), which reads like a token problem
-        raise BackendError(f"$ENVFACTORY_CLIENT must be 1..128 printable ASCII characters without spaces "
-                           f"(got {value[:40]!r})")
+        raise BackendError(f"${CLIENT_ENV_VAR} must be {CLIENT_ID_RULE} (got {value[:40]!r})")
     return value
 
 
@@ -379,7 +390,7 @@ class RemoteSession:
             remote_v = res.get("versions", {}).get(e.name)
             if remote_v is not None and remote_v != e.version:
                 client.request("close", session_id=res["session_id"])
-                raise RemoteError(-32003, f"server serves {e.name} v{remote_v}, this client has v{e.version}")
+                raise RemoteError(ERR_BAD_REQUEST, f"server serves {e.name} v{remote_v}, this client has v{e.version}")
         return cls(client, res["session_id"], envs)
 
     def call(self, name: str, arguments: Any = None, *, call_id: str | None = None, tag: Any = None) -> ToolResult:

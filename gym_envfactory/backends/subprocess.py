@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -19,7 +18,7 @@ from typing import IO
 from gym_envfactory.environment.catalog import IMPORTING_ENV_VAR, get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import BackendError
-from gym_envfactory.server import ANNOUNCE_NONCE_VAR
+from gym_envfactory.protocol import ANNOUNCE_NONCE_VAR, parse_announcement
 
 __all__ = ["start_server_process", "ServerProcess", "module_argument"]
 
@@ -249,13 +248,7 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
             why = _why(server)
             server()  # stops it and removes its token and log files: a failed start leaves nothing behind
             raise BackendError(f"environment server exited with {code}{why}")
-        if line.startswith("{"):
-            try:
-                msg = json.loads(line)
-                if msg.get("nonce") == nonce:
-                    url = msg["listening"]
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue
+        url = parse_announcement(line, nonce)
     announced.set()
     server.forget_token()
     log.info("environment server %s (pid %d) logs to %s", url, proc.pid, log_file.name)

@@ -46,6 +46,7 @@ from gym_envfactory.containers.images import (
 )
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.errors import BackendError, ImageError
+from gym_envfactory.protocol import HEALTH_PATH, READY_PATH, bearer_authorization
 
 __all__ = ["start_container", "ContainerHandle", "HARDENING", "TOKEN_PATH", "wait_healthy", "remove_containers",
            "write_token_file"]
@@ -119,7 +120,7 @@ class ContainerHandle:
 
 
 def _http(url: str, token: str | None = None, timeout: float = 2.0) -> tuple[int, Any]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    req = urllib.request.Request(url, headers=bearer_authorization(token) if token else {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read() or b"null")
@@ -139,7 +140,7 @@ def wait_healthy(url: str, *, timeout: float = 60.0, container: Any = None, inte
     n = 0
     while time.monotonic() < deadline:
         try:
-            status, _ = _http(url.rstrip("/") + "/healthz", timeout=1.0)
+            status, _ = _http(url.rstrip("/") + HEALTH_PATH, timeout=1.0)
             if status == 200:
                 return time.monotonic() - t0
             last = f"HTTP {status}"
@@ -267,9 +268,9 @@ def start_container(envs: Sequence[str], token: str | None = None, timeout: floa
         url = f"http://{'127.0.0.1' if host_ip in ('0.0.0.0', '') else host_ip}:{port}"
         handle.url = url
         wait_healthy(url, timeout=timeout, container=container)
-        status, ready = _http(url + "/readyz", token=token, timeout=5.0)
+        status, ready = _http(url + READY_PATH, token=token, timeout=5.0)
         if status != 200 or not isinstance(ready, dict):
-            raise BackendError(f"{url}/readyz answered {status}; logs:\n{_tail(container)}")
+            raise BackendError(f"{url}{READY_PATH} answered {status}; logs:\n{_tail(container)}")
         served = {e["name"]: e["version"] for e in ready.get("envs", [])}
         for e in envs:
             want = get_environment(e).version

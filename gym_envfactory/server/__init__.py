@@ -9,15 +9,11 @@ import os
 import socket
 
 from gym_envfactory.errors import BadRequestError, CapacityError, SessionOwnershipError, UnknownSessionError
+from gym_envfactory.protocol import ANNOUNCE_NONCE_VAR, announcement
 from gym_envfactory.server.manager import ManagedSession, SessionManager
 
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError",
            "SessionOwnershipError", "serve", "listening_socket", "ANNOUNCE_NONCE_VAR"]
-
-#: Environment variable a parent sets to a random value: ``serve(announce=True)`` echoes it in its
-#: announcement, so the parent ignores any other JSON line on the child's stdout (a module imported by
-#: ``--module`` printing one would otherwise redirect the client, and its token, elsewhere).
-ANNOUNCE_NONCE_VAR = "ENVFACTORY_ANNOUNCE_NONCE"
 
 
 def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
@@ -26,7 +22,7 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
           memory_budget: int | str | None = None) -> None:
     """Run the server until interrupted (blocking).  ``port=0`` picks a free port; with ``announce``
     the bound address is printed as one JSON line on stdout (``{"listening": "http://127.0.0.1:PORT"}``,
-    plus ``"nonce"``: the value of ``$ENVFACTORY_ANNOUNCE_NONCE`` when set) so a parent process can find it.  ``max_sessions_per_client``: most sessions one client
+    plus ``"nonce"``: the value of ``$ENVFACTORY_ANNOUNCE_NONCE`` when set; :func:`gym_envfactory.protocol.announcement`) so a parent process can find it.  ``max_sessions_per_client``: most sessions one client
     (``X-Envfactory-Client``) may hold (default half of ``max_sessions``); ``close_on_disconnect``: a
     WebSocket connection's sessions close when it drops (a connection may ask either way).
     ``memory_budget``: a size capping the memory budget (``"512M"``, ``"50%"``; default: the cgroup
@@ -37,7 +33,6 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
         BadRequestError: ``memory_budget`` is not a size.
     """
     import asyncio
-    import json
     import logging
     import sys
 
@@ -77,11 +72,8 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     async def main() -> None:
         sock.listen(2048)
         if announce:
-            line: dict[str, str] = {"listening": f"http://{host}:{bound}"}
-            nonce = os.environ.get(ANNOUNCE_NONCE_VAR)
-            if nonce:  # the parent's proof that this line is ours, not something a module printed
-                line["nonce"] = nonce
-            print(json.dumps(line), flush=True)
+            # the nonce is the parent's proof that this line is ours, not something a module printed
+            print(announcement(f"http://{host}:{bound}", os.environ.get(ANNOUNCE_NONCE_VAR)), flush=True)
         print(f"envfactory: serving {', '.join(manager.specs)} on http://{host}:{bound} "
               f"(fast protocol /v1/ws, control plane /v1/rpc, MCP /mcp/<Env>, /healthz, /readyz, /metrics)"
               f"{'; token required' if token else ''}", file=sys.stderr, flush=True)

@@ -18,10 +18,12 @@ parameter) names the client that owns the sessions it creates; without one every
 connection opened with ``X-Envfactory-Close-On-Disconnect: 1`` (or ``?close_on_disconnect=1``; the
 server default is ``close_on_disconnect``) closes the sessions it created when it drops.
 
-Security: when ``token`` is set every route but ``/healthz`` requires ``Authorization: Bearer <token>``;
-on a loopback server every route but ``/healthz`` also refuses (403) a foreign ``Origin`` and a ``Host``
-that is not exactly a loopback address or ``localhost`` (with an optional port: DNS rebinding);
-:func:`build_app` refuses to serve beyond loopback without one.  Request bodies are capped
+Security: when ``token`` is set every route but ``/healthz`` requires ``Authorization: Bearer <token>``
+(:class:`~.middleware.BearerAuthMiddleware`); every route but ``/healthz`` and ``/mcp`` (whose SDK checks
+its own) refuses (403) a foreign ``Origin`` and, on a loopback server, a ``Host`` that is not exactly a
+loopback address or ``localhost`` (with an optional port: DNS rebinding;
+:class:`~.middleware.OriginHostGuardMiddleware`); :func:`build_app` refuses to serve beyond loopback
+without a token.  Paths, headers and error codes are those of :mod:`gym_envfactory.protocol`.  Request bodies are capped
 (``max_body_bytes``).  Idle sessions expire after ``ttl_s`` (checked every ``ttl_s / 4``, at most 30 s).
 """
 
@@ -29,10 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -41,61 +41,41 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gym_envfactory.errors import BadRequestError, InsecureBindError
-from gym_envfactory.server.fastproto import (
-    ERR_BAD_REQUEST,
-    ERR_CAPACITY,
-    ERR_MEMORY,
-    ERR_OWNERSHIP,
-    ERR_UNKNOWN_SESSION,
-    Caller,
-    dispatch_frame_async,
+from gym_envfactory.protocol import (
+    CLIENT_HEADER,
+    CLIENT_QUERY,
+    CLOSE_ON_DISCONNECT_HEADER,
+    CLOSE_ON_DISCONNECT_QUERY,
+    ERR_INVALID_REQUEST,
+    ERR_PARSE,
+    HEALTH_PATH,
+    HTTP_STATUS,
+    METRICS_PATH,
+    READY_PATH,
+    RPC_PATH,
+    WS_PATH,
 )
-from gym_envfactory.server.manager import SessionManager, client_identity
+from gym_envfactory.server.fastproto import Caller, dispatch_frame_async
+from gym_envfactory.server.manager import SessionManager, client_from_header
+from gym_envfactory.server.middleware import (
+    LOOPBACK,
+    BearerAuthMiddleware,
+    OriginHostGuardMiddleware,
+    host_header_name,
+    is_loopback,
+)
 
-__all__ = ["build_app", "ServerConfig", "is_loopback", "host_header_name", "InsecureBindError"]
+__all__ = ["build_app", "ServerConfig", "ServerState", "Metrics", "is_loopback", "host_header_name",
+           "InsecureBindError", "LOOPBACK", "CLOSE_ON_DISCONNECT_HEADER"]
 
 log = logging.getLogger(__name__)
-
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-CLOSE_ON_DISCONNECT_HEADER = "X-Envfactory-Close-On-Disconnect"
-
-
-def is_loopback(host: str) -> bool:
-    """True for a loopback bind address (``127.0.0.0/8``, ``localhost``, ``::1``): binding there needs no token.
-
-    Exact: an address of ``127.0.0.0/8`` written in full, never a name that merely starts like one
-    (``127.0.0.1.evil.com``)."""
-    host = host.strip("[]")
-    if host in LOOPBACK:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def host_header_name(value: str) -> str | None:
-    """The host of an HTTP ``Host`` header, ``host[:port]`` or ``[v6]:port``; ``None`` when the value is
-    not of that form (a port that is not a number, stray brackets or colons)."""
-    value = value.strip()
-    if value.startswith("["):
-        end = value.find("]")
-        if end < 0:
-            return None
-        host, rest = value[1:end], value[end + 1:]
-        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
-            return None
-        return host
-    host, sep, port = value.partition(":")
-    if sep and not port.isdigit():
-        return None
-    return host
 
 
 class ServerConfig:
@@ -137,6 +117,10 @@ class _ManagerCollector:
 
 
 class Metrics:
+    """The server's Prometheus registry: the manager's counters read at scrape time, requests by method and
+    outcome (``envfactory_requests``), and the latency of one request or batch frame by transport
+    (``envfactory_frame_seconds``, ``http`` or ``ws``, seconds)."""
+
     def __init__(self, manager: SessionManager) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_ManagerCollector(manager))
@@ -146,8 +130,13 @@ class Metrics:
                                  buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
                                  registry=self.registry)
 
+    def observe(self, method: str, ok: bool) -> None:
+        """Count one protocol request of ``method`` (``ok``: answered without an error object)."""
+        self.requests.labels(method, "ok" if ok else "error").inc()
 
-_HTTP_STATUS = {ERR_UNKNOWN_SESSION: 404, ERR_CAPACITY: 429, ERR_BAD_REQUEST: 400, ERR_OWNERSHIP: 403, ERR_MEMORY: 503}
+    def text(self) -> bytes:
+        """The registry in the Prometheus text exposition format (``CONTENT_TYPE_LATEST``)."""
+        return generate_latest(self.registry)
 
 
 def _flag(value: str | None, default: bool) -> bool:
@@ -162,9 +151,143 @@ def _flag(value: str | None, default: bool) -> bool:
     raise BadRequestError(f"{CLOSE_ON_DISCONNECT_HEADER} must be 1 or 0, not {value[:40]!r}")
 
 
+class ServerState:
+    """What the routes of :func:`build_app` share (``app.state.server``): the session manager, the
+    configuration, the metrics and the start time (``time.time()`` seconds)."""
+
+    def __init__(self, manager: SessionManager, config: ServerConfig) -> None:
+        self.manager = manager
+        self.config = config
+        self.metrics = Metrics(manager)
+        self.started = time.time()
+
+    async def dispatch(self, frame: str | bytes, transport: str, caller: Caller) -> str | None:
+        """Run one frame (:func:`~.fastproto.dispatch_frame_async`, on the worker thread) and record its
+        latency under ``transport`` (``"http"`` or ``"ws"``); the encoded answer, ``None`` for notifications."""
+        t0 = time.perf_counter()
+        out = await dispatch_frame_async(self.manager, frame, self.metrics.observe, caller)
+        self.metrics.latency.labels(transport).observe(time.perf_counter() - t0)
+        return out
+
+
+def _state(conn: Request | WebSocket) -> ServerState:
+    return conn.app.state.server  # type: ignore[no-any-return]
+
+
+async def healthz(request: Request) -> Response:
+    """``GET /healthz``: ``{"status": "ok", "uptime_s": seconds}``."""
+    return JSONResponse({"status": "ok", "uptime_s": round(time.time() - _state(request).started, 3)})
+
+
+async def readyz(request: Request) -> Response:
+    """``GET /readyz``: ``{"status": "ready", "envs": catalog, "sessions": n, "skipped": {name: error}}``."""
+    m = _state(request).manager
+    return JSONResponse({"status": "ready", "envs": m.catalog(), "sessions": len(m.sessions), "skipped": dict(m.skipped)})
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    """``GET /metrics``: the Prometheus text format (:class:`Metrics`)."""
+    return Response(_state(request).metrics.text(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def rpc(request: Request) -> Response:
+    """``POST /v1/rpc``: one JSON-RPC request or batch; 200 with the answer, 204 for notifications only,
+    the error's HTTP status (:data:`~gym_envfactory.protocol.HTTP_STATUS`, else 400) for a single error,
+    413 for a body over ``max_body_bytes``, 400 for a bad client name or Content-Length."""
+    state = _state(request)
+    limit = state.config.max_body_bytes
+    try:
+        caller = Caller(client_from_header(request.headers.get(CLIENT_HEADER)))
+    except BadRequestError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    too_big = JSONResponse({"error": f"request body over {limit} bytes"}, status_code=413,
+                           headers={"Connection": "close"})
+    try:
+        length = int(request.headers.get("content-length") or 0)
+    except ValueError:
+        return JSONResponse({"error": "bad Content-Length"}, status_code=400)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= limit:
+            chunks.append(chunk)
+        elif size > 16 * limit or length > 16 * limit:
+            return too_big  # stop reading an absurd body; the client sees the connection close
+    if size > limit:
+        return too_big  # drained, so the client reads this 413
+    out = await state.dispatch(b"".join(chunks), "http", caller)
+    if out is None:
+        return Response(status_code=204)
+    status = 200
+    if out.startswith('{"jsonrpc"') and '"error"' in out[:80]:
+        parsed = json.loads(out)
+        if "error" in parsed:
+            status = HTTP_STATUS.get(parsed["error"]["code"], 400)
+    return Response(out, status_code=status, media_type="application/json")
+
+
+async def session_socket(websocket: WebSocket) -> None:
+    """``WS /v1/ws``: the fast session protocol, one JSON-RPC text frame (request or batch) at a time.
+    A bad client name or flag closes the handshake with 4400; a binary frame that is not UTF-8 or a frame
+    over ``max_body_bytes`` is answered with an error object and the connection stays open."""
+    state = _state(websocket)
+    manager, config = state.manager, state.config
+    query = websocket.query_params
+    try:
+        client = client_from_header(websocket.headers.get(CLIENT_HEADER) or query.get(CLIENT_QUERY))
+        close_on_disconnect = _flag(websocket.headers.get(CLOSE_ON_DISCONNECT_HEADER)
+                                    or query.get(CLOSE_ON_DISCONNECT_QUERY), config.close_on_disconnect)
+    except BadRequestError as exc:
+        await websocket.close(code=4400, reason=str(exc)[:120])
+        return
+    caller = Caller(client, set() if close_on_disconnect else None)
+    await websocket.accept()
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            frame = message.get("text")
+            if frame is None:  # a binary frame: the protocol is text JSON
+                raw = message.get("bytes") or b""
+                try:
+                    frame = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    await websocket.send_text(json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                        "code": ERR_PARSE, "message": "binary frame is not UTF-8 JSON text"}}))
+                    continue
+            if len(frame) > config.max_body_bytes:
+                await websocket.send_text(json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                    "code": ERR_INVALID_REQUEST, "message": f"frame over {config.max_body_bytes} bytes"}}))
+                continue
+            out = await state.dispatch(frame, "ws", caller)
+            if out is not None:
+                await websocket.send_text(out)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        if caller.created:
+            n = await manager.worker.run(manager.close_many, list(caller.created))
+            log.debug("closed %d session(s) of a WebSocket connection that dropped", n)
+
+
+async def _expire_idle(manager: SessionManager, ttl_s: float) -> None:
+    """Expire idle sessions every ``ttl_s / 4`` seconds (at least 0.05, at most 30), forever."""
+    period = max(0.05, min(30.0, ttl_s / 4))
+    while True:
+        await asyncio.sleep(period)
+        n = await manager.worker.run(manager.expire)
+        if n:
+            log.info("expired %d idle session(s)", n)
+
+
 def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: list[Any] | None = None,
               lifespan_hooks: list[Any] | None = None) -> Starlette:
-    """Build the ASGI app over ``manager``.
+    """Build the ASGI app over ``manager``: the routes of this module, each but ``/healthz`` behind
+    :class:`~.middleware.OriginHostGuardMiddleware` then :class:`~.middleware.BearerAuthMiddleware`, plus
+    ``extra_routes`` (the MCP routes, which bring their own guards) and a lifespan that runs the idle
+    expiry, enters ``lifespan_hooks`` (``hook(app)`` async context managers) and closes every session at
+    shutdown.  ``app.state.server`` is the :class:`ServerState`.
 
     Raises:
         InsecureBindError: ``config.host`` is not loopback and no token is set.
@@ -172,148 +295,15 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
     if not is_loopback(config.host) and not config.token:
         raise InsecureBindError(
             f"refusing to serve the control plane on {config.host} without a token: pass --token or set ENVFACTORY_TOKEN")
-    metrics = Metrics(manager)
-    started = time.time()
+    state = ServerState(manager, config)
 
-    def authorized(headers: Any) -> bool:
-        if not config.token:
-            return True
-        scheme, _, got = headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(got.strip().encode(), config.token.encode())
-
-    def foreign(headers: Any) -> str | None:
-        """Browsers send Origin on cross-site requests and a page's own Host when a name is rebound to
-        127.0.0.1 (DNS rebinding): refuse both on a loopback server, where the token is optional."""
-        if headers.get("origin") and headers.get("origin") not in config.allowed_origins:
-            return f"origin {headers.get('origin')!r} is not allowed"
-        if is_loopback(config.host):
-            raw = headers.get("host", "")
-            host = host_header_name(raw)
-            if raw and (host is None or not is_loopback(host)):
-                return f"host {raw[:200]!r} is not this loopback server"
-        return None
-
-    def observe(method: str, ok: bool) -> None:
-        metrics.requests.labels(method, "ok" if ok else "error").inc()
-
-    async def handle(frame: str | bytes, transport: str, caller: Caller) -> str | None:
-        t0 = time.perf_counter()
-        out = await dispatch_frame_async(manager, frame, observe, caller)
-        metrics.latency.labels(transport).observe(time.perf_counter() - t0)
-        return out
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "uptime_s": round(time.time() - started, 3)})
-
-    async def readyz(request: Request) -> Response:
-        bad = foreign(request.headers)
-        if bad:
-            return JSONResponse({"error": bad}, status_code=403)
-        if not authorized(request.headers):
-            return JSONResponse({"error": "unauthorized"}, status_code=401)
-        return JSONResponse({"status": "ready", "envs": manager.catalog(), "sessions": len(manager.sessions),
-                             "skipped": dict(manager.skipped)})
-
-    async def metrics_route(request: Request) -> Response:
-        bad = foreign(request.headers)
-        if bad:
-            return JSONResponse({"error": bad}, status_code=403)
-        if not authorized(request.headers):
-            return JSONResponse({"error": "unauthorized"}, status_code=401)
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def rpc(request: Request) -> Response:
-        bad = foreign(request.headers)
-        if bad:
-            return JSONResponse({"error": bad}, status_code=403)
-        if not authorized(request.headers):
-            return JSONResponse({"error": "unauthorized: send Authorization: Bearer <token>"}, status_code=401)
-        try:
-            caller = Caller(client_identity(request.headers.get("x-envfactory-client")))
-        except BadRequestError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        too_big = JSONResponse({"error": f"request body over {config.max_body_bytes} bytes"}, status_code=413,
-                               headers={"Connection": "close"})
-        try:
-            length = int(request.headers.get("content-length") or 0)
-        except ValueError:
-            return JSONResponse({"error": "bad Content-Length"}, status_code=400)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size <= config.max_body_bytes:
-                chunks.append(chunk)
-            elif size > 16 * config.max_body_bytes or length > 16 * config.max_body_bytes:
-                return too_big  # stop reading an absurd body; the client sees the connection close
-        if size > config.max_body_bytes:
-            return too_big  # drained, so the client reads this 413
-        body = b"".join(chunks)
-        out = await handle(body, "http", caller)
-        if out is None:
-            return Response(status_code=204)
-        status = 200
-        if out.startswith('{"jsonrpc"') and '"error"' in out[:80]:
-            parsed = json.loads(out)
-            if "error" in parsed:
-                status = _HTTP_STATUS.get(parsed["error"]["code"], 400)
-        return Response(out, status_code=status, media_type="application/json")
-
-    async def ws(websocket: WebSocket) -> None:
-        if foreign(websocket.headers):
-            await websocket.close(code=4403, reason="forbidden origin or host")
-            return
-        if not authorized(websocket.headers):
-            await websocket.close(code=4401, reason="unauthorized")
-            return
-        query = websocket.query_params
-        try:
-            client = client_identity(websocket.headers.get("x-envfactory-client") or query.get("client"))
-            close_on_disconnect = _flag(websocket.headers.get("x-envfactory-close-on-disconnect")
-                                        or query.get("close_on_disconnect"), config.close_on_disconnect)
-        except BadRequestError as exc:
-            await websocket.close(code=4400, reason=str(exc)[:120])
-            return
-        caller = Caller(client, set() if close_on_disconnect else None)
-        await websocket.accept()
-        try:
-            while True:
-                message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                frame = message.get("text")
-                if frame is None:  # a binary frame: the protocol is text JSON
-                    raw = message.get("bytes") or b""
-                    try:
-                        frame = raw.decode("utf-8")
-                    except UnicodeDecodeError:
-                        await websocket.send_text(json.dumps({"jsonrpc": "2.0", "id": None, "error": {
-                            "code": -32700, "message": "binary frame is not UTF-8 JSON text"}}))
-                        continue
-                if len(frame) > config.max_body_bytes:
-                    await websocket.send_text(json.dumps({"jsonrpc": "2.0", "id": None, "error": {
-                        "code": -32600, "message": f"frame over {config.max_body_bytes} bytes"}}))
-                    continue
-                out = await handle(frame, "ws", caller)
-                if out is not None:
-                    await websocket.send_text(out)
-        except WebSocketDisconnect:
-            pass
-        finally:
-            if caller.created:
-                n = await manager.worker.run(manager.close_many, list(caller.created))
-                log.debug("closed %d session(s) of a WebSocket connection that dropped", n)
-
-    async def expiry_loop() -> None:
-        period = max(0.05, min(30.0, config.ttl_s / 4))
-        while True:
-            await asyncio.sleep(period)
-            n = await manager.worker.run(manager.expire)
-            if n:
-                log.info("expired %d idle session(s)", n)
+    def guarded(message: str = "unauthorized") -> list[Middleware]:
+        return [Middleware(OriginHostGuardMiddleware, host=config.host, allowed_origins=config.allowed_origins),
+                Middleware(BearerAuthMiddleware, token=config.token, message=message)]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        task = asyncio.create_task(expiry_loop())
+        task = asyncio.create_task(_expire_idle(manager, config.ttl_s))
         async with contextlib.AsyncExitStack() as stack:
             for hook in lifespan_hooks or []:
                 await stack.enter_async_context(hook(app))
@@ -325,14 +315,14 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
                 manager.worker.stop()
 
     routes: list[Any] = [
-        Route("/healthz", healthz),
-        Route("/readyz", readyz),
-        Route("/metrics", metrics_route),
-        Route("/v1/rpc", rpc, methods=["POST"]),
-        WebSocketRoute("/v1/ws", ws),
+        Route(HEALTH_PATH, healthz),
+        Route(READY_PATH, readyz, middleware=guarded()),
+        Route(METRICS_PATH, metrics_endpoint, middleware=guarded()),
+        Route(RPC_PATH, rpc, methods=["POST"], middleware=guarded("unauthorized: send Authorization: Bearer <token>")),
+        WebSocketRoute(WS_PATH, session_socket, middleware=guarded()),
     ] + list(extra_routes or [])
     app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.server = state
     app.state.manager = manager
     app.state.config = config
-    app.state.authorized = authorized
     return app

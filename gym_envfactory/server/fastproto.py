@@ -16,7 +16,7 @@ Methods (params → result):
 Sessions belong to the client that created them (:class:`Caller`, the ``X-Envfactory-Client`` header);
 another client's request on one gets :data:`ERR_OWNERSHIP` unless it is shared.
 
-Errors use JSON-RPC codes: -32700 parse error, -32600 invalid request, -32601 unknown method,
+Errors (codes in :mod:`gym_envfactory.protocol`, re-exported here as ``ERR_*``) use JSON-RPC codes: -32700 parse error, -32600 invalid request, -32601 unknown method,
 -32602 invalid params, and application codes: -32001 unknown session, -32002 capacity (``data``:
 ``{"scope": "server" | "client", "limit": n}``), -32003 bad request, -32004 unauthorized, -32005 the
 session belongs to another client, -32006 over the memory budget (``data``: ``{"scope": "memory",
@@ -45,6 +45,19 @@ from gym_envfactory.errors import (
     SessionOwnershipError,
     UnknownSessionError,
 )
+from gym_envfactory.protocol import (  # the codes live in the protocol module; re-exported here
+    ERR_BAD_REQUEST,
+    ERR_CAPACITY,
+    ERR_INTERNAL,
+    ERR_INVALID_REQUEST,
+    ERR_MEMORY,
+    ERR_METHOD,
+    ERR_OWNERSHIP,
+    ERR_PARAMS,
+    ERR_PARSE,
+    ERR_UNAUTHORIZED,
+    ERR_UNKNOWN_SESSION,
+)
 from gym_envfactory.server.manager import SessionManager
 
 #: Most requests one frame (a JSON-RPC batch) may carry, and most bytes one response frame may hold.
@@ -62,9 +75,6 @@ __all__ = ["dispatch_frame", "dispatch_frame_async", "FrameJob", "Caller", "METH
 
 log = logging.getLogger(__name__)
 
-ERR_PARSE, ERR_INVALID_REQUEST, ERR_METHOD, ERR_PARAMS, ERR_INTERNAL = -32700, -32600, -32601, -32602, -32603
-ERR_UNKNOWN_SESSION, ERR_CAPACITY, ERR_BAD_REQUEST, ERR_UNAUTHORIZED = -32001, -32002, -32003, -32004
-ERR_OWNERSHIP, ERR_MEMORY = -32005, -32006
 _LOGGED = frozenset({"call", "record_invalid"})  # methods that add a record to the session's action log
 
 

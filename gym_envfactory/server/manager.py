@@ -9,7 +9,7 @@ first (:mod:`.admission`) and refused with :class:`MemoryBudgetError` (a :class:
 would not fit; a refused request changes nothing.
 
 Ownership: a session created with ``client=`` belongs to that client (the ``X-Envfactory-Client``
-header, :func:`client_identity`; every client without the header is :data:`ANONYMOUS_CLIENT`); another
+header, :func:`client_from_header`; every client without the header is :data:`ANONYMOUS_CLIENT`); another
 client's request on it raises :class:`SessionOwnershipError` unless it was created ``shared`` or the
 owner shared it (:meth:`SessionManager.share`).  ``client=None`` (in-process callers, MCP-owned
 sessions) is never checked.
@@ -41,6 +41,7 @@ from gym_envfactory.errors import (
     SessionOwnershipError,
     UnknownSessionError,
 )
+from gym_envfactory.protocol import ANONYMOUS_CLIENT, CLIENT_HEADER, CLIENT_ID_RULE, is_valid_client_id
 from gym_envfactory.replay import task_reference
 from gym_envfactory.reward import RewardConfig, TurnRecord, score_episode
 from gym_envfactory.server.admission import Admission, MemoryBudget, detect_budget, tools_bytes
@@ -48,25 +49,23 @@ from gym_envfactory.server.worker import Worker
 from gym_envfactory.session import Session
 
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "MemoryBudgetError",
-           "BadRequestError", "SessionOwnershipError", "CLIENT_HEADER", "ANONYMOUS_CLIENT", "client_identity",
+           "BadRequestError", "SessionOwnershipError", "CLIENT_HEADER", "ANONYMOUS_CLIENT", "client_from_header",
            "READ_METHODS"]
 
 log = logging.getLogger(__name__)
 
-CLIENT_HEADER = "X-Envfactory-Client"
 #: the most calls one "not recorded" summary record may stand for (a message cannot hold more blocks)
 MAX_NOT_RECORDED = 1_000_000
-"""HTTP header naming the client a request comes from (sessions are owned by the client that created them)."""
-ANONYMOUS_CLIENT = "anonymous"
-"""The identity of every request without :data:`CLIENT_HEADER` (they share sessions and one quota)."""
 READ_METHODS = frozenset({"state", "snapshot", "info", "action_log"})
 """Protocol methods whose response size :meth:`SessionManager.admit_frame` estimates before a frame runs."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def client_identity(value: str | None) -> str:
-    """The client a request's :data:`CLIENT_HEADER` value names (:data:`ANONYMOUS_CLIENT` without one).
+def client_from_header(value: str | None) -> str:
+    """The client a request's :data:`~gym_envfactory.protocol.CLIENT_HEADER` value names, stripped
+    (:data:`~gym_envfactory.protocol.ANONYMOUS_CLIENT` without one); the rule is
+    :func:`gym_envfactory.protocol.is_valid_client_id`.
 
     Raises:
         BadRequestError: not 1..128 printable ASCII characters without spaces.
@@ -74,8 +73,8 @@ def client_identity(value: str | None) -> str:
     if value is None:
         return ANONYMOUS_CLIENT
     value = value.strip()
-    if not 1 <= len(value) <= 128 or not all(33 <= ord(c) < 127 for c in value):
-        raise BadRequestError(f"{CLIENT_HEADER} must be 1..128 printable ASCII characters without spaces")
+    if not is_valid_client_id(value):
+        raise BadRequestError(f"{CLIENT_HEADER} must be {CLIENT_ID_RULE}")
     return value
 
 

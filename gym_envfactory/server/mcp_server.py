@@ -41,13 +41,14 @@ the session) goes through the SDK.  Measured by ``bench/bench_mcp.py`` (docs/per
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import io
 import json
 import logging
-import secrets
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
@@ -65,7 +66,6 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NO
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -77,16 +77,23 @@ from gym_envfactory.errors import (
     SessionOwnershipError,
     UnknownSessionError,
 )
-from gym_envfactory.server.fastproto import ERR_CAPACITY, ERR_MEMORY, ERR_OWNERSHIP, ERR_UNKNOWN_SESSION
-from gym_envfactory.server.manager import CLIENT_HEADER, ManagedSession, SessionManager, client_identity
+from gym_envfactory.protocol import (
+    CLIENT_HEADER,
+    ERR_CAPACITY,
+    ERR_MEMORY,
+    ERR_OWNERSHIP,
+    ERR_UNKNOWN_SESSION,
+    MCP_PATH,
+    SESSION_HEADER,
+    mcp_path,
+)
+from gym_envfactory.server.manager import ManagedSession, SessionManager, client_from_header
+from gym_envfactory.server.middleware import BearerAuthMiddleware, is_loopback
 from gym_envfactory.session import ToolResult
 
 __all__ = ["SESSION_HEADER", "EnvMCPServer", "junk_line_reply", "mcp_routes", "run_stdio"]
 
 log = logging.getLogger(__name__)
-
-SESSION_HEADER = "X-Envfactory-Session"
-"""HTTP header binding an MCP client to a session created through the control plane."""
 
 _STATE_KEY = "envfactory.session_id"
 
@@ -156,7 +163,7 @@ class EnvMCPServer:
     def _client(ctx: Any) -> str:
         headers = getattr(getattr(ctx, "request", None), "headers", None)
         try:
-            return client_identity(headers.get(CLIENT_HEADER) if headers is not None else None)
+            return client_from_header(headers.get(CLIENT_HEADER) if headers is not None else None)
         except BadRequestError as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
 
@@ -279,7 +286,7 @@ class EnvMCPServer:
         has no usable session (the SDK path then answers it, with its error)."""
         try:
             if bound is not None:
-                ms = self._lookup(bound.strip(), bound=True, client=client_identity(client))
+                ms = self._lookup(bound.strip(), bound=True, client=client_from_header(client))
             elif entry.owned is not None:
                 ms = self._lookup(entry.owned, bound=False)
             else:
@@ -323,46 +330,120 @@ _FAST_PARAMS = frozenset({"name", "arguments"})
 _FAST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 
 
+@dataclasses.dataclass
+class _LiveSession:
+    """An MCP session of the SDK's, seen from the requests that pass :class:`_FastCalls`: the requests of it
+    being served (an open GET stream included) and when the last one ended (``time.monotonic()`` seconds)."""
+
+    last: float
+    in_flight: int = 0
+
+
 class _FastCalls:
     """The hot request of a trainer's MCP episode, ``tools/call`` on an established session, answered
     without the SDK's per-request machinery (memory streams, dispatcher task, middleware chain, Pydantic
     models of the request and the result); everything else goes to the SDK's streamable-HTTP app.
 
+    It also keeps the table of live handshake-era MCP sessions (:attr:`live`) and their idle timeout, from
+    what passes through it, so it never reads the SDK's private state: a session is live from the
+    answer (status < 400, ``Mcp-Session-Id`` header) to a request without a session id, until the SDK
+    answers a ``DELETE`` of it with 2xx or any request of it with 404.  The SDK's own idle timeout is off
+    (``session_idle_timeout=None``); :meth:`expire_idle` ends a session no request of which has been in
+    flight for ``idle_timeout`` seconds (as the SDK's timer did: the countdown starts when its last request
+    ends, an open GET stream holds it) by sending the SDK a ``DELETE`` for it (MCP 2025-11-25, "Streamable
+    HTTP", "Session Management"), checked every ``idle_timeout / 4`` seconds (0.05 to 30).
+
     Serves a ``POST`` only when the SDK has already accepted a ``tools/call`` on the same handshake-era
-    MCP session (:meth:`EnvMCPServer._remember`: so it is initialised), the session is still live in the
-    SDK's manager, and the request is exactly what the SDK would accept and answer with a plain JSON
-    result: its ``MCP-Protocol-Version`` is the negotiated one, the Host/Origin/Content-Type checks of
-    the SDK's :class:`TransportSecurityMiddleware` pass, ``Accept`` includes ``application/json``, the
-    body is within the size cap, and it is one JSON-RPC request (integer or string ``id``) with method
-    ``tools/call`` and params ``name`` and ``arguments`` only (``_meta``, progress tokens, batches and
-    anything unusual go to the SDK).  The call runs on the manager's worker like the SDK path's, the
-    answer is the same JSON (MCP 2025-11-25, "Streamable HTTP": ``application/json`` response with the
-    ``Mcp-Session-Id`` header), and the session's idle timer is restarted as the SDK restarts it after a
-    request.  A request whose environment session cannot be found is handed to the SDK unchanged, which
-    answers it with the usual error.
+    MCP session (:meth:`EnvMCPServer._remember`: so it is initialised), the session is live, and the
+    request is exactly what the SDK would accept and answer with a plain JSON result: its
+    ``MCP-Protocol-Version`` is the negotiated one, the Host/Origin/Content-Type checks of the SDK's
+    :class:`TransportSecurityMiddleware` pass, ``Accept`` includes ``application/json``, the body is within
+    the size cap, and it is one JSON-RPC request (integer or string ``id``) with method ``tools/call`` and
+    params ``name`` and ``arguments`` only (``_meta``, progress tokens, batches and anything unusual go to
+    the SDK).  The call runs on the manager's worker like the SDK path's, the answer is the same JSON (MCP
+    2025-11-25, "Streamable HTTP": ``application/json`` response with the ``Mcp-Session-Id`` header), and
+    it counts as a request of the session for the idle timeout.  A request whose environment session
+    cannot be found is handed to the SDK unchanged, which answers it with the usual error.
     """
 
-    def __init__(self, app: ASGIApp, srv: EnvMCPServer, sm: StreamableHTTPSessionManager,
-                 security: TransportSecuritySettings | None, max_body: int, idle_timeout: float | None) -> None:
+    def __init__(self, app: ASGIApp, srv: EnvMCPServer, security: TransportSecuritySettings | None, max_body: int,
+                 idle_timeout: float | None, path: str) -> None:
         self.app = app
         self.srv = srv
-        self.sm = sm
         self.security = TransportSecurityMiddleware(security)
         self.max_body = max_body
         self.idle_timeout = idle_timeout
+        self.path = path
+        #: Live handshake-era MCP sessions by ``Mcp-Session-Id``.
+        self.live: dict[str, _LiveSession] = {}
 
-    def _transport(self, msid: str) -> Any:
-        """The SDK's live transport of MCP session ``msid`` (``None``: gone, terminated or idle-expired).
-        The manager's table is private in the 2.x SDK: without it every request takes the SDK path."""
-        instances = getattr(self.sm, "_server_instances", None)
-        transport = instances.get(msid) if isinstance(instances, dict) else None
-        if transport is None:
-            self.srv.fast.pop(msid, None)
-            return None
-        idle = getattr(transport, "idle_scope", None)
-        if transport.is_terminated or (idle is not None and idle.cancel_called):
-            return None
-        return transport
+    def _forget(self, msid: str) -> None:
+        self.live.pop(msid, None)
+        self.srv.fast.pop(msid, None)
+
+    async def _to_sdk(self, scope: Scope, receive: Receive, send: Send, msid: str | None) -> None:
+        """Hand a request to the SDK and update :attr:`live` from its answer."""
+        live = self.live.get(msid) if msid else None
+        answer: dict[str, Any] = {}
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                answer["status"] = message["status"]
+                if msid is None:
+                    answer["msid"] = next((v.decode("latin-1") for k, v in message.get("headers", ())
+                                           if k.lower() == _MCP_SESSION_ID.encode()), None)
+            await send(message)
+
+        if live is not None:
+            live.in_flight += 1
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            status = answer.get("status", 500)
+            if live is not None:
+                live.in_flight -= 1
+                live.last = time.monotonic()
+            if msid is None:
+                if answer.get("msid") and status < 400:
+                    self.live.setdefault(answer["msid"], _LiveSession(time.monotonic()))
+            elif status == 404 or (scope["method"] == "DELETE" and 200 <= status < 300):
+                self._forget(msid)
+
+    async def expire_idle(self) -> None:
+        """End, forever, every MCP session idle for ``idle_timeout`` seconds (nothing when it is ``None``)."""
+        if self.idle_timeout is None:
+            return
+        period = max(0.05, min(30.0, self.idle_timeout / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for msid, live in list(self.live.items()):
+                if live.in_flight == 0 and now - live.last >= self.idle_timeout and self.live.get(msid) is live:
+                    await self._end(msid)
+
+    async def _end(self, msid: str) -> None:
+        """Have the SDK end MCP session ``msid`` as its client would, with a ``DELETE`` (which also tears down
+        its environment session through the connection's exit stack)."""
+        scope: Scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "DELETE",
+                        "scheme": "http", "path": self.path, "raw_path": self.path.encode(), "root_path": "",
+                        "query_string": b"", "client": None, "server": None,
+                        "headers": [(b"host", b"127.0.0.1"), (_MCP_SESSION_ID.encode(), msid.encode())]}
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await asyncio.sleep(3600)  # pragma: no cover - the SDK reads no more of a DELETE
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            pass
+
+        log.debug("MCP session %s idle for %s s: ending it", msid[:64], self.idle_timeout)
+        await self._to_sdk(scope, receive, send, msid)
+        self._forget(msid)
 
     async def _body(self, receive: Receive) -> tuple[bytes | None, list[Message]]:
         """The whole request body (``None``: over the cap or not a plain body) and the messages read,
@@ -384,49 +465,56 @@ class _FastCalls:
                 return b"".join(chunks), seen
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or "user" in scope:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
         msid = headers.get(_MCP_SESSION_ID)
         entry = self.srv.fast.get(msid) if msid else None
-        if (entry is None or headers.get(_MCP_PROTOCOL_VERSION) != entry.protocol_version
-                or self._transport(msid) is None):  # type: ignore[arg-type]
-            await self.app(scope, receive, send)
+        live = self.live.get(msid) if msid else None
+        if (scope["method"] != "POST" or "user" in scope or entry is None or live is None
+                or headers.get(_MCP_PROTOCOL_VERSION) != entry.protocol_version):
+            await self._to_sdk(scope, receive, send, msid)
             return
+        assert msid is not None
+        live.in_flight += 1  # a request in flight holds the session, on this path as on the SDK's
+        try:
+            await self._fast(scope, receive, send, headers, msid, entry)
+        finally:
+            live.in_flight -= 1
+            live.last = time.monotonic()
+
+    async def _fast(self, scope: Scope, receive: Receive, send: Send, headers: Headers, msid: str,
+                    entry: _FastEntry) -> None:
+        """Answer one ``POST`` of live MCP session ``msid`` here, or hand it to the SDK (unchanged, with
+        the body messages already read replayed)."""
         request = Request(scope, receive)
         ct = headers.get("content-type", "")
         if (await self.security.validate_request(request, is_post=True) is not None
                 or not check_accept_headers(request)[0]
                 or "application/json" not in (p.strip() for p in ct.split(";")[0].split(","))):
-            await self.app(scope, receive, send)
+            await self._to_sdk(scope, receive, send, msid)
             return
         body, seen = await self._body(receive)
         call = _fast_request(body) if body is not None else None
         if call is None:
-            await self.app(scope, _replay(seen, receive), send)
+            await self._to_sdk(scope, _replay(seen, receive), send, msid)
             return
         id_, name, arguments = call
         srv = self.srv
         result = await srv.manager.worker.run(srv.fast_call, entry, headers.get(SESSION_HEADER),
                                               headers.get(CLIENT_HEADER), name, arguments)
         if result is None:
-            await self.app(scope, _replay(seen, receive), send)
+            await self._to_sdk(scope, _replay(seen, receive), send, msid)
             return
         try:
             text = json.dumps({"jsonrpc": "2.0", "id": id_, "result": result}, separators=(",", ":"), allow_nan=False)
         except (ValueError, TypeError, RecursionError) as exc:  # the SDK path would fail to serialise it too
             text = json.dumps({"jsonrpc": "2.0", "id": id_, "error": {
                 "code": INTERNAL_ERROR, "message": f"result could not be encoded: {type(exc).__name__}"}})
-        transport = self._transport(msid)  # type: ignore[arg-type]
-        idle = getattr(transport, "idle_scope", None)
-        if idle is not None and self.idle_timeout is not None and idle.deadline != float("inf"):
-            import anyio
-
-            idle.deadline = anyio.current_time() + self.idle_timeout  # as the SDK does after each request
         data = text.encode()
         await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"), (b"mcp-session-id", msid.encode()),  # type: ignore[union-attr]
+            (b"content-type", b"application/json"), (b"mcp-session-id", msid.encode()),
             (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
 
@@ -461,38 +549,11 @@ def _replay(seen: list[Message], receive: Receive) -> Receive:
     return again
 
 
-class _TokenGuard:
-    """Refuses HTTP requests without the bearer token (401) before they reach the MCP transport."""
-
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
-        self.app = app
-        self.token = token
-
-    def _authorized(self, scope: Scope, headers: Headers) -> bool:
-        outer = scope.get("app")
-        check: Callable[[Any], bool] | None = getattr(getattr(outer, "state", None), "authorized", None)
-        if check is not None:
-            return check(headers)
-        if not self.token:
-            return True
-        got = headers.get("authorization", "")
-        return got.startswith("Bearer ") and secrets.compare_digest(got[7:].encode(), self.token.encode())
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._authorized(scope, Headers(scope=scope)):
-            response = JSONResponse({"error": "unauthorized: send Authorization: Bearer <token>"}, status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
 def mcp_routes(manager: SessionManager, config: Any) -> tuple[list[Route], Callable[[Any], Any]]:
     """Routes ``/mcp/<EnvName>`` for every environment of ``manager`` (and ``/mcp`` when it serves exactly
-    one), guarded by ``config.token``, and the lifespan hook that runs their transports.  Pass them to
+    one), guarded by ``config.token`` (:class:`~.middleware.BearerAuthMiddleware`; the SDK checks Host and
+    Origin itself), and the lifespan hook that runs their transports and their idle expiry.  Pass them to
     :func:`~gym_envfactory.server.app.build_app` as ``extra_routes`` and ``lifespan_hooks``."""
-    from gym_envfactory.server.app import is_loopback
-
     host = getattr(config, "host", "127.0.0.1")
     security = None
     if is_loopback(host):
@@ -504,31 +565,41 @@ def mcp_routes(manager: SessionManager, config: Any) -> tuple[list[Route], Calla
         )
     routes: list[Route] = []
     managers: list[StreamableHTTPSessionManager] = []
+    fasts: list[_FastCalls] = []
     for name in manager.specs:
         srv = EnvMCPServer(manager, name, http=True)
         sm = StreamableHTTPSessionManager(
             app=srv.server,
             json_response=True,
             security_settings=security,
-            session_idle_timeout=getattr(config, "ttl_s", 900.0),
+            session_idle_timeout=None,  # _FastCalls.expire_idle: it sees the fast path's requests too
             max_request_body_size=getattr(config, "max_body_bytes", 4 * 1024 * 1024),
             max_sessions=getattr(config, "max_sessions", 10_000),
         )
         managers.append(sm)
-        fast = _FastCalls(StreamableHTTPASGIApp(sm), srv, sm, security,
+        path = mcp_path(name)
+        fast = _FastCalls(StreamableHTTPASGIApp(sm), srv, security,
                           max_body=getattr(config, "max_body_bytes", 4 * 1024 * 1024),
-                          idle_timeout=getattr(config, "ttl_s", 900.0))
-        endpoint = _TokenGuard(fast, getattr(config, "token", None))
-        routes.append(Route(f"/mcp/{name}", endpoint=endpoint))
+                          idle_timeout=getattr(config, "ttl_s", 900.0), path=path)
+        fasts.append(fast)
+        endpoint = BearerAuthMiddleware(fast, token=getattr(config, "token", None),
+                                        message="unauthorized: send Authorization: Bearer <token>")
+        routes.append(Route(path, endpoint=endpoint))
         if len(manager.specs) == 1:
-            routes.append(Route("/mcp", endpoint=endpoint))
+            routes.append(Route(MCP_PATH, endpoint=endpoint))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             for sm in managers:
                 await stack.enter_async_context(sm.run())
-            yield
+            sweeps = [asyncio.create_task(f.expire_idle()) for f in fasts]
+            try:
+                yield
+            finally:
+                for task in sweeps:
+                    task.cancel()
+                await asyncio.gather(*sweeps, return_exceptions=True)
 
     return routes, lifespan
 
