@@ -8,10 +8,11 @@ Exit code 0 when every environment passed validation, 1 otherwise, 2 for bad inp
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -21,6 +22,9 @@ from rich.table import Table
 from gym_envfactory.errors import EnvFactoryError
 
 from .errors import PackageExistsError
+
+if TYPE_CHECKING:
+    from .importer.options import ImportOptions
 
 __all__ = ["gen_app", "import_cmd", "print_results", "print_task_stats"]
 
@@ -254,8 +258,6 @@ def import_cmd(
     FILE is one server or a folder of servers (each imported on its own; the others are still written
     when one is refused, and the exit code is 1 if any was).  The file's code runs only in the
     sandbox (``--sandbox``); this process never loads it."""
-    options: dict[str, Any] = {"out_dir": out, "domain": domain, "api_class": api_class, "state_model": state_model,
-                               "overwrite": overwrite, "validate": validate, "sandbox": sandbox}
     if class_name is not None:  # issue 12 part 4: a plain class (gym_envfactory.generators.importer.python_class)
         from .importer.python_class import import_class_package
 
@@ -274,6 +276,20 @@ def import_cmd(
         console.print(f"imported class {class_name} of {file.name} as {folder}", markup=False, soft_wrap=True)
         _print_catalog_hint(out)
         return
+    from .importer.options import (
+        AnalysisHints,
+        CheckOptions,
+        ImportData,
+        ImportOptions,
+        ManifestOptions,
+        OutputOptions,
+        SandboxOptions,
+    )
+
+    options = ImportOptions(manifest=ManifestOptions(name=name, domain=domain or ManifestOptions.domain),
+                            analysis=AnalysisHints(state_model=state_model, api_class=api_class),
+                            checks=CheckOptions(validate=validate), sandbox=SandboxOptions(sandbox=sandbox),
+                            output=OutputOptions(out_dir=out, overwrite=overwrite))
     if file.is_dir():
         if name or tasks or scenarios:
             err_console.print("[red]--name, --tasks and --scenarios apply to one file; import a folder without them[/red]")
@@ -286,15 +302,15 @@ def import_cmd(
         for src in servers:
             state = _scenario_for(src, initial_state)
             err_console.print(f"[dim]importing {escape(src.name)}[/dim]", soft_wrap=True)
-            rows.append(_import_one(src, {**options, "initial_state": state}))
+            rows.append(_import_one(src, dataclasses.replace(options, data=ImportData(initial_state=state))))
         _print_import_table(f"imported {file} ({len(rows)} files)", rows)
         _print_catalog_hint(out)
         failed = sum(r["error"] is not None for r in rows)
         console.print(f"{len(rows) - failed} of {len(rows)} imported"
                       + (" and validated" if validate else " (not validated)") + (f"; {failed} refused" if failed else ""))
         raise typer.Exit(1 if failed else 0)
-    row = _import_one(file, {**options, "name": name, "initial_state": _scenario_for(file, initial_state),
-                             "tasks": tasks, "scenarios": scenarios})
+    row = _import_one(file, dataclasses.replace(options, data=ImportData(
+        initial_state=_scenario_for(file, initial_state), tasks=tasks, scenarios=scenarios)))
     if row["error"] is not None:
         err_console.print(f"[red]import failed: {escape(row['error'])}[/red]", soft_wrap=True)
         raise typer.Exit(1)
@@ -336,14 +352,13 @@ def _scenario_for(src: Path, given: Path | None) -> Path | None:
     return None
 
 
-def _import_one(src: Path, options: dict[str, Any]) -> dict[str, Any]:
+def _import_one(src: Path, options: ImportOptions) -> dict[str, Any]:
     """Import one server (:func:`~.importer.import_server_package`); a row for :func:`_print_import_table`:
     ``{"file", "done" (an ImportedPackage or None), "error" (the refusal, or None)}``."""
     from .importer import import_server_package
 
-    kwargs = {k: v for k, v in options.items() if v is not None}
     try:
-        done = import_server_package(src, **kwargs)
+        done = import_server_package(src, options)
     except PackageExistsError as exc:
         return {"file": src, "done": None, "error": f"{exc.file} exists; pass --overwrite to replace it"}
     except (EnvFactoryError, ValueError, OSError, ImportError) as exc:

@@ -40,10 +40,12 @@ Severities come from which check failed (:data:`SEVERITY`), never from wording; 
 down; ``isolation="inline"`` validates in this process.
 
 Modules, one per stage: :mod:`.report` (findings and severities), :mod:`.interface` and
-:mod:`.gate` (static checks), :mod:`.validator` (execution, inline or in a child process),
-:mod:`.packaging` (packages on disk), :mod:`.jobs` and :mod:`.pipeline` (the loop, checkpoints).
-The checks shared with the importer live in :mod:`gym_envfactory.generators.checks`, the package
-writer in :mod:`gym_envfactory.generators.packages`.
+:mod:`.gate` (static checks), :mod:`.validator` (execution: the code that runs inside the sandbox, or
+inline), :mod:`.sandbox` (where validation runs and how its report comes back), :mod:`.packaging`
+(packages on disk), :mod:`.jobs` and :mod:`.pipeline` (the loop, checkpoints).  Shared with the
+importer: the sandbox itself (process and container runners, digests, stages) in
+:mod:`gym_envfactory.generators.sandbox`, the run-twice checks in
+:mod:`gym_envfactory.generators.checks`, the package writer in :mod:`gym_envfactory.generators.packages`.
 
 Checkpoints: ``<checkpoint_dir>/<Name>.json`` records the stage reached, the attempt, paths and token
 usage after every stage; each attempt's artefacts (``code.json``, ``scenarios.json``, ``report.json``,
@@ -54,15 +56,16 @@ request already answered, so a resumed run repeats no paid call.
 
 from __future__ import annotations
 
-from ..checks import CHILD_ENV_ALLOW, child_environment
 from ..packages import add_catalog_dir
+from ..sandbox import CHILD_ENV_ALLOW, child_environment
 from .gate import ALLOWED_IMPORTS, ALLOWED_RUNTIME_MODULES, ALLOWED_RUNTIME_NAMES, check_imports
 from .interface import check_interface
 from .jobs import EnvGenError, EnvGenJob, EnvGenOptions, EnvGenResult, EnvGenRun
 from .packaging import env_name, generated_manifest, manifest_toml, write_package
 from .pipeline import CHECKPOINT_FORMAT, MAX_FAILURES_IN_PROMPT, EnvGen, resume_checkpoint
 from .report import BLOCKING, LEVELS, SEVERITY, Finding, ScenarioOutcome, ValidationOutcome
-from .validator import child_main, load_package, validate_in_child, validate_package
+from .sandbox import validate_in_child
+from .validator import child_main, load_package, validate_package
 
 __all__ = [
     "ALLOWED_IMPORTS",

@@ -3,7 +3,7 @@
 :func:`check_imports` refuses imports outside :data:`ALLOWED_IMPORTS`, dynamic code, I/O builtins,
 dunders and the usual routes from a harmless module to the operating system, before anything runs.
 Python cannot be confined by inspecting its source: EnvGen also validates in a child process with an
-allow-listed environment (:mod:`gym_envfactory.generators.checks`), and code from a model you do not
+allow-listed environment (:mod:`gym_envfactory.generators.sandbox`), and code from a model you do not
 control belongs in a sandbox.
 """
 

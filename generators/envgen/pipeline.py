@@ -23,10 +23,10 @@ from gym_envfactory.environment.manifest import DOMAINS, canonical_json
 
 from .. import prompts
 from ..packages import add_catalog_dir, purge_modules
+from ..sandbox import package_digest
 from .jobs import EnvGenError, EnvGenJob, EnvGenOptions, EnvGenResult, EnvGenRun
 from .packaging import write_package
 from .report import Finding, ValidationOutcome
-from ..sandbox import package_digest
 from .sandbox import validate_in_child
 from .validator import validate_package
 

@@ -10,9 +10,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["BLOCKING", "LEVELS", "SEVERITY", "Dimension", "Finding", "ScenarioOutcome", "Severity", "ValidationOutcome"]
+__all__ = ["BLOCKING", "LEVELS", "MEMORY_LIMIT_MESSAGE", "SEVERITY", "Dimension", "Finding", "ScenarioOutcome", "Severity", "ValidationOutcome"]
 
 Dimension = Literal["interface", "execution", "results", "state"]
+
+#: The message of a ``resource_limit`` finding for a package that hit the validation memory limit.
+MEMORY_LIMIT_MESSAGE = ("the package exceeded the validation memory limit (MemoryError): an environment must "
+                        "not hold large data in memory")
 Severity = Literal["high", "medium", "low"]
 
 #: The severity of every check the Validator runs (the single source of severities).

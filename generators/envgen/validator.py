@@ -3,8 +3,8 @@
 :func:`validate_package` runs the static gate, loads the package under a unique module name
 (:func:`load_package`), compares its tools with the metadata, and executes its scenarios, tasks, the
 determinism lint and a replay-twice check (docs/authoring.md), turning every failure into a
-:class:`~.report.Finding`.  :func:`validate_in_child` does the same in a child process with a timeout
-and an allow-listed environment (:func:`gym_envfactory.generators.checks.run_in_child`).
+:class:`~.report.Finding`.  This is the code that runs *inside* the sandbox (:func:`child_main`);
+:func:`~.sandbox.validate_in_child` starts it there and reads its report.
 """
 
 from __future__ import annotations
@@ -26,19 +26,16 @@ from gym_envfactory.environment.manifest import Manifest
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import SpecError
 
-from ..checks import CPU_LIMIT_MARK, ChildLimits, run_differences, run_in_child
-from ..errors import EnvGenError
+from ..checks import run_differences
 from .gate import check_imports
 from .interface import check_interface
-from .report import LEVELS, Finding, ScenarioOutcome, ValidationOutcome
+from .report import LEVELS, MEMORY_LIMIT_MESSAGE, Finding, ScenarioOutcome, ValidationOutcome
 
-__all__ = ["child_main", "load_package", "outcome_of_child", "validate_in_child", "validate_package"]
+__all__ = ["child_main", "load_package", "validate_package"]
 
 log = logging.getLogger(__name__)
 
 _tags = itertools.count()
-#: Imported by the child under its installed name (``from <module> import child_main``).
-_CHILD_MODULE = "gym_envfactory.generators.envgen.validator"
 
 
 def load_package(folder: str | Path, tag: str | None = None) -> EnvironmentSpec:
@@ -90,8 +87,6 @@ def _unload(tag: str) -> None:
         del sys.modules[mod]
 
 
-_MEMORY_MESSAGE = ("the package exceeded the validation memory limit (MemoryError): an environment must "
-                   "not hold large data in memory")
 _STEP_RE = re.compile(r"^step (\d+) \((.*?)\): (.*)$", re.S)
 
 
@@ -155,11 +150,11 @@ def validate_package(folder: str | Path, metadata: Mapping[str, Any], *, attempt
         outcome.env = spec.name
     except SpecError as exc:
         if isinstance(exc.__cause__, MemoryError):
-            outcome.findings.append(Finding.of("execution", "resource_limit", _MEMORY_MESSAGE))
+            outcome.findings.append(Finding.of("execution", "resource_limit", MEMORY_LIMIT_MESSAGE))
         else:
             outcome.findings.append(Finding.of("execution", "import", f"the package does not load: {exc}"))
     except MemoryError:
-        outcome.findings.append(Finding.of("execution", "resource_limit", _MEMORY_MESSAGE))
+        outcome.findings.append(Finding.of("execution", "resource_limit", MEMORY_LIMIT_MESSAGE))
     except Exception as exc:  # noqa: BLE001 - any import-time fault of generated code is a finding
         outcome.findings.append(Finding.of("execution", "import", f"the package does not load: {type(exc).__name__}: {exc}"))
     if spec is None:
@@ -195,7 +190,7 @@ def validate_package(folder: str | Path, metadata: Mapping[str, Any], *, attempt
                 outcome.findings.append(Finding.of("results", "levels", f"no scenario of level {', '.join(missing)}"))
             outcome.findings += _replay_twice(spec)
     except MemoryError:
-        outcome.findings.append(Finding.of("execution", "resource_limit", _MEMORY_MESSAGE))
+        outcome.findings.append(Finding.of("execution", "resource_limit", MEMORY_LIMIT_MESSAGE))
     except Exception as exc:  # noqa: BLE001 - reported as a blocking finding, never swallowed
         log.exception("validator crashed on %s", folder)
         outcome.findings.append(Finding.of("execution", "validator_crash", f"{type(exc).__name__}: {exc}"))
@@ -206,71 +201,8 @@ def validate_package(folder: str | Path, metadata: Mapping[str, Any], *, attempt
 
 
 def child_main() -> None:
-    """Entry point of a validation child process (:func:`validate_in_child`):
+    """Entry point of a validation child, process or container (:func:`~.sandbox.validate_in_child`):
     ``sys.argv[1:5]`` are ``PKG METADATA_JSON OUT_JSON ATTEMPT``; the report is written to ``OUT_JSON``."""
     pkg, meta, out, attempt = sys.argv[1:5]
     outcome = validate_package(pkg, json.loads(Path(meta).read_text()), attempt=int(attempt), unload=False)
     Path(out).write_text(outcome.model_dump_json(indent=1))
-
-
-async def validate_in_child(pkg: Path, metadata_file: Path, out: Path, attempt: int, timeout_s: float, *,
-                            sandbox: str = "auto", limits: ChildLimits | None = None,
-                            image: str | None = None) -> ValidationOutcome:
-    """:func:`validate_package` on ``pkg`` away from this process, killed after ``timeout_s`` seconds.
-
-    ``sandbox``:
-
-    * ``"docker"``: in the product's runtime image (:func:`~.sandbox.validate_in_container`):
-      ``--network none``, an empty environment, the package mounted read-only, memory/CPU/pids
-      limits, non-root, all capabilities dropped, no new privileges.  :class:`EnvGenError` when no
-      engine or image is there.
-    * ``"process"``: a child process (:func:`~gym_envfactory.generators.checks.run_in_child`) with an
-      allow-listed environment, an empty ``HOME``, resource limits (``limits``, default
-      :class:`~gym_envfactory.generators.checks.ChildLimits`: 1 GiB of address space, CPU time,
-      no further processes, file sizes) and fresh PID/network namespaces where the host allows.
-      *Not a sandbox*: a warning is logged every time.
-    * ``"auto"`` (default): ``"docker"`` when an engine and the runtime image are there, else ``"process"``.
-
-    ``metadata_file`` holds the metadata JSON; the report is written to ``out``.  Never raises for
-    faults of the package: a timeout is a ``timeout`` finding, a memory limit hit a ``resource_limit``
-    finding, a child that dies or writes no report an ``import`` finding (with the end of its standard error).
-    """
-    from .sandbox import docker_available, validate_in_container
-
-    pkg, out = Path(pkg), Path(out)
-    if sandbox not in ("auto", "docker", "process"):
-        raise EnvGenError(f"sandbox must be 'auto', 'docker' or 'process', not {sandbox!r}")
-    if sandbox == "docker" or (sandbox == "auto" and docker_available(image)):
-        return await validate_in_container(pkg, metadata_file, out, attempt, timeout_s, image=image)
-    log.warning("validating %s in a child process with resource limits and an empty environment: this is NOT a "
-                "sandbox (the generated code runs as this user and can read and write this user's files); "
-                "build the runtime image (`envfactory image runtime`) to validate in a container", pkg.name)
-    run = await run_in_child(_CHILD_MODULE, "child_main", [str(pkg.resolve()), str(Path(metadata_file).resolve()),
-                                                      str(out.resolve()), str(attempt)], timeout_s=timeout_s,
-                             limits=limits)
-    return outcome_of_child(pkg.name, attempt, timeout_s, run.timed_out, run.returncode, run.stderr_tail,
-                            run.memory_exceeded, out)
-
-
-def outcome_of_child(env: str, attempt: int, timeout_s: float, timed_out: bool, returncode: int | None,
-                     stderr_tail: str, memory_exceeded: bool, out: Path) -> ValidationOutcome:
-    """The report of a validation child (process or container) from how it ended and what it wrote to ``out``."""
-    def failed(check: str, message: str) -> ValidationOutcome:
-        return ValidationOutcome(env=env, attempt=attempt, findings=[Finding.of("execution", check, message)]).finish()
-
-    if timed_out:
-        return failed("timeout", f"validation did not finish in {timeout_s:.0f} s (an endless loop in a tool or at import?)")
-    if memory_exceeded and (returncode != 0 or not out.is_file()):
-        return failed("resource_limit", _MEMORY_MESSAGE)
-    if CPU_LIMIT_MARK in stderr_tail and returncode != 0:
-        return failed("resource_limit", "the package used up the validation CPU time limit (a busy loop in a tool "
-                                        "or at import?)")
-    if returncode in (-9, 137) and not out.is_file():
-        return failed("resource_limit", f"the validator was killed (exit {returncode}): a memory or process limit "
-                                        f"was hit: {stderr_tail[-500:]}")
-    if returncode != 0 or not out.is_file():
-        return failed("import", f"the validator process exited with {returncode}: {stderr_tail}")
-    try:
-        return ValidationOutcome.model_validate_json(out.read_text())
-    except (OSError, ValueError) as exc:
-        return failed("import", f"the validator wrote no readable report: {exc}")

@@ -58,14 +58,16 @@ attributes survive between calls.  :func:`~.python_class.import_class_package` (
 Modules, one per stage: :mod:`.bridge` (the runtime bridge, imported here and copied into packages),
 :mod:`.analysis` (discovery of the API class, wrappers and state model), :mod:`.codegen` (``tools.py``),
 :mod:`.probe` (recorded scenarios), :mod:`.isolation` (session isolation), :mod:`.determinism` (what
-the seeded stand-ins cannot fix, by file and line), :mod:`.sandbox` (where
-the file's code runs: every execution of it before publication goes through EnvGen's sandbox, docker
-or a child process, never this process unless ``sandbox="inline"`` is asked for), :mod:`.server`
+the seeded stand-ins cannot fix, by file and line), :mod:`.sandbox` (the
+stages that run the file's code: every execution of it before publication goes through the shared
+sandbox, docker or a child process, never this process unless ``sandbox="inline"`` is asked for),
+:mod:`.options` (the grouped options of an import, :class:`ImportOptions`), :mod:`.server`
 (:func:`import_tool_server`; :func:`import_server_package`, what the CLI calls, which never loads the
-file here) and :mod:`.python_class` (:func:`import_python_class` takes a live class object, so it
-runs in this process: only pass classes you trust).  The package writer and the
-run-twice checks are shared with EnvGen (:mod:`gym_envfactory.generators.packages`,
-:mod:`gym_envfactory.generators.checks`).
+file here) and :mod:`.python_class` (:func:`import_python_class` takes a live class object, so it runs
+in this process: only pass classes you trust).  Shared with EnvGen, never imported from it: the
+sandbox (:mod:`gym_envfactory.generators.sandbox`: runners, digests, stages), the package writer
+(:mod:`gym_envfactory.generators.packages`) and the run-twice checks
+(:mod:`gym_envfactory.generators.checks`).
 """
 
 from __future__ import annotations
@@ -74,6 +76,16 @@ from . import bridge
 from .analysis import ImporterError, ServerAnalysis, ToolPlan, analyze_tool_server, classify_tool, function_node
 from .codegen import generate_tools_py
 from .isolation import check_session_isolation, shared_module_globals
+from .options import (
+    AnalysisHints,
+    CheckOptions,
+    ImportData,
+    ImportKeywords,
+    ImportOptions,
+    ManifestOptions,
+    OutputOptions,
+    SandboxOptions,
+)
 from .probe import probe_scenarios
 from .python_class import import_class_package, import_python_class
 from .sandbox import SANDBOX_MODES, resolve_sandbox
@@ -86,8 +98,16 @@ __all__ = [
     "BRIDGE_SOURCE",
     "DEFAULT_OUT_DIR",
     "SANDBOX_MODES",
+    "AnalysisHints",
+    "CheckOptions",
+    "ImportData",
+    "ImportKeywords",
+    "ImportOptions",
     "ImportedPackage",
     "ImporterError",
+    "ManifestOptions",
+    "OutputOptions",
+    "SandboxOptions",
     "ServerAnalysis",
     "ToolPlan",
     "analyze_tool_server",

@@ -1,4 +1,4 @@
-"""Where the imported file's code runs: every execution of it goes through EnvGen's sandbox.
+"""Where the imported file's code runs: every execution of it goes through the shared sandbox.
 
 :func:`import_tool_server` never executes the server in its own process (unless asked to with
 ``sandbox="inline"``).  Each stage that runs the file's code is a child (:func:`child_main`) that
@@ -11,19 +11,18 @@ reads a request and writes a JSON result:
 * ``check``: session isolation and determinism (:func:`~.isolation.check_session_isolation`) and
   :func:`~gym_envfactory.validation.validate_environment`.
 
-Sandboxes (:data:`SANDBOX_MODES`, as in EnvGen): ``"docker"``, the product's runtime image with no
-network, an empty environment, the stage mounted read-only and memory/CPU/pids limits
-(:func:`gym_envfactory.generators.envgen.sandbox.run_container`; the image's copy of this module
-runs, so rebuild the image after changing it); ``"process"``, a child process with an empty
-environment, resource limits and fresh namespaces where the host allows
-(:func:`gym_envfactory.generators.checks.run_in_child`: *not* a sandbox, a warning is logged);
-``"auto"``, docker when the engine and the runtime image are there, else process; ``"inline"``, this
-process (for tests and trusted files only).
+Sandboxes (:data:`SANDBOX_MODES`, EnvGen's plus ``"inline"``), all run by
+:func:`gym_envfactory.generators.sandbox.run_sandboxed`: ``"docker"``, the product's runtime image with
+no network, an empty environment, the stage mounted read-only and memory/CPU/pids limits (the image's
+copy of this module runs, so rebuild the image after changing it); ``"process"``, a child process with
+an empty environment, resource limits and fresh namespaces where the host allows (*not* a sandbox, a
+warning is logged); ``"auto"``, docker when the engine and the runtime image are there, else process;
+``"inline"``, this process (for tests and trusted files only).
 
 What stays in this process never executes the file: reading its bytes once (the package's
 ``_source.py`` and the provenance hash come from them, not from the child), writing the package from
 those bytes and the children's JSON answers, and the package digests
-(:func:`gym_envfactory.generators.envgen.sandbox.package_digest`) that make the published package
+(:func:`gym_envfactory.generators.sandbox.package_digest`) that make the published package
 byte-identical to the one probed and validated.  A child can still lie in its answer (a forged
 report): the sandbox keeps secrets and the host out of its reach, it does not make its answers true.
 """
@@ -34,26 +33,24 @@ import asyncio
 import json
 import logging
 import re
-import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from ..checks import ChildLimits, run_in_child
+from ..errors import SandboxError
+from ..sandbox import ANSWER, ChildLimits, ChildRun, ReadOnly, run_sandboxed
+from ..sandbox import SANDBOX_MODES as SHARED_MODES
+from ..sandbox import resolve_sandbox as resolve_shared
 from .analysis import ImporterError, ServerAnalysis
+from .options import STAGE_TIMEOUT_S
 
-__all__ = ["CHILD_PROGRAM", "SANDBOX_MODES", "STAGE_TIMEOUT_S", "child_main", "resolve_sandbox", "run_stage",
-           "run_stage_here"]
+__all__ = ["SANDBOX_MODES", "child_main", "resolve_sandbox", "run_stage", "run_stage_here"]
 
 log = logging.getLogger(__name__)
 
 #: Where the imported code may run: as EnvGen's ``sandbox`` plus ``"inline"`` (this process, on request only).
-SANDBOX_MODES = ("auto", "docker", "process", "inline")
-#: Seconds one stage may take before its child is killed.
-STAGE_TIMEOUT_S = 600.0
-#: The ``python3 -c`` program a stage container runs (the image's own copy of this module).
-CHILD_PROGRAM = "from gym_envfactory.generators.importer.sandbox import child_main; child_main()"
+SANDBOX_MODES = (*SHARED_MODES, "inline")
 
 
 def resolve_sandbox(sandbox: str, image: str | None = None) -> str:
@@ -61,11 +58,12 @@ def resolve_sandbox(sandbox: str, image: str | None = None) -> str:
     holds the runtime image, else process).  Raises :class:`ImporterError` for an unknown mode."""
     if sandbox not in SANDBOX_MODES:
         raise ImporterError(f"sandbox must be one of {', '.join(map(repr, SANDBOX_MODES))}, not {sandbox!r}")
-    if sandbox != "auto":
+    if sandbox == "inline":
         return sandbox
-    from ..envgen.sandbox import docker_available
-
-    return "docker" if docker_available(image) else "process"
+    try:
+        return resolve_shared(sandbox, image)
+    except SandboxError as exc:
+        raise ImporterError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------ the stages (child side)
@@ -211,13 +209,15 @@ def child_main() -> None:
 # ------------------------------------------------------------------------------------ the runner (parent side)
 
 
-def _ended(mode: str, stage: str, timed_out: bool, code: int | None, tail: str, memory: bool,
-           out: Path, timeout_s: float) -> dict[str, Any]:
-    if timed_out:
+def _ended(mode: str, stage: str, run: ChildRun, out: Path, timeout_s: float) -> dict[str, Any]:
+    """The answer a stage child wrote to ``out``; :class:`ImporterError` when it timed out, hit the memory
+    limit, failed or wrote no JSON object."""
+    if run.timed_out:
         raise ImporterError(f"the imported code did not finish the {stage} stage in {timeout_s:.0f} s "
                             "(an endless loop at import or in a tool?)")
-    if memory:
+    if run.memory_exceeded:
         raise ImporterError(f"the imported code hit the sandbox memory limit in the {stage} stage")
+    code, tail = run.returncode, run.stderr_tail
     if code != 0 or not out.is_file() or out.is_symlink():
         stale = mode == "docker" and ("ModuleNotFoundError" in tail or "ImportError" in tail)
         hint = " (a stale runtime image? rebuild it: `envfactory image runtime`)" if stale else ""
@@ -238,7 +238,10 @@ def _answer_file(root: Path, stage: str) -> Path:
     return out
 
 
-def _run_sync(coro: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
     """``asyncio.run(coro)``, in a worker thread when this thread already runs an event loop."""
     try:
         asyncio.get_running_loop()
@@ -248,29 +251,6 @@ def _run_sync(coro: Any) -> Any:
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
-
-
-def _in_docker(stage: str, root: Path, request_file: Path, timeout_s: float, image: str | None) -> dict[str, Any]:
-    from ..envgen.sandbox import container_stage, run_container
-    from ..errors import EnvGenError
-
-    stage_dir, outdir = container_stage({"in": root})
-    try:
-        volumes = {str((stage_dir / "in").resolve()): {"bind": "/in", "mode": "ro"},
-                   str(outdir.resolve()): {"bind": "/out", "mode": "rw"}}
-        try:
-            timed_out, code, tail = run_container(
-                CHILD_PROGRAM, [stage, "/in", f"/in/{request_file.relative_to(root).as_posix()}", "/out/answer.json"],
-                volumes, timeout_s=timeout_s, image=image, role="import-validation")
-        except EnvGenError as exc:
-            raise ImporterError(str(exc)) from None
-        keep = _answer_file(root, stage)
-        answer = outdir / "answer.json"
-        if answer.is_file() and not answer.is_symlink():
-            shutil.copyfile(answer, keep)
-        return _ended("docker", stage, timed_out, code, tail, "MemoryError" in tail or code == 137, keep, timeout_s)
-    finally:
-        shutil.rmtree(stage_dir, ignore_errors=True)
 
 
 def run_stage(stage: str, root: Path, request: Mapping[str, Any], *, sandbox: str, timeout_s: float = STAGE_TIMEOUT_S,
@@ -285,14 +265,15 @@ def run_stage(stage: str, root: Path, request: Mapping[str, Any], *, sandbox: st
     req_file.write_text(json.dumps(request), encoding="utf-8")
     if sandbox == "inline":
         answer = run_stage_here(stage, root, request)
-    elif sandbox == "docker":
-        answer = _in_docker(stage, root, req_file, timeout_s, image)
-    elif sandbox == "process":
+    elif sandbox in ("docker", "process"):
         out = _answer_file(root, stage)
-        run = _run_sync(run_in_child(__name__, "child_main", [stage, str(root), str(req_file), str(out)],
-                                     timeout_s=timeout_s, limits=limits))
-        answer = _ended("process", stage, run.timed_out, run.returncode, run.stderr_tail, run.memory_exceeded,
-                        out, timeout_s)
+        try:
+            run = _run_sync(run_sandboxed(__name__, "child_main", [stage, ReadOnly(root), ReadOnly(req_file), ANSWER],
+                                          sandbox=sandbox, answer=out, timeout_s=timeout_s, limits=limits,
+                                          image=image, role="import-validation"))
+        except SandboxError as exc:
+            raise ImporterError(str(exc)) from None
+        answer = _ended(sandbox, stage, run, out, timeout_s)
     else:
         raise ImporterError(f"run_stage: sandbox must be 'docker', 'process' or 'inline', not {sandbox!r}")
     for entry in answer.get("warnings") or []:

@@ -17,10 +17,10 @@ import os
 import shutil
 import tempfile
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import BaseModel
 
@@ -30,8 +30,10 @@ from gym_envfactory.environment.spec import EnvironmentSpec
 
 from ..errors import PackageExistsError
 from ..packages import jsonl_text, purge_modules, write_environment_package
+from ..sandbox import package_digest, warn_process_mode
 from .analysis import ImporterError
-from .sandbox import STAGE_TIMEOUT_S, resolve_sandbox, run_stage
+from .options import ImportKeywords, ImportOptions
+from .sandbox import resolve_sandbox, run_stage
 
 __all__ = ["DEFAULT_OUT_DIR", "ImportedPackage", "bridge_source", "import_server_package", "import_tool_server"]
 
@@ -81,7 +83,7 @@ class ImportedPackage:
         tools: tool name → read-only, in the order of the wrappers.
         initial_states: the initial state names (``small`` first).
         sandbox: where the imported code ran (``"docker"``, ``"process"`` or ``"inline"``).
-        digest: :func:`~gym_envfactory.generators.envgen.sandbox.package_digest` of the validated package.
+        digest: :func:`~gym_envfactory.generators.sandbox.package_digest` of the validated package.
         validation: counts and failures of the validation run (``None`` without ``validate``): keys
             ``scenarios``, ``scenarios_passed``, ``tools``, ``tools_covered``, ``tasks``,
             ``task_failures``, ``lint_failures``, ``failures``, ``coverage_failures``.
@@ -151,8 +153,6 @@ def name_collision(env_name: str, folder: Path) -> str | None:
 
 def _publish(pkg: Path, dest: Path, digest: str, *, overwrite: bool) -> None:
     """Copy ``pkg`` to ``dest`` (replacing it with ``overwrite``) unless its files no longer have ``digest``."""
-    from ..envgen.sandbox import package_digest
-
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
@@ -175,80 +175,58 @@ def _publish(pkg: Path, dest: Path, digest: str, *, overwrite: bool) -> None:
 
 
 def _check_digest(pkg: Path, digest: str, stage: str) -> None:
-    from ..envgen.sandbox import package_digest
-
     got = package_digest(pkg)
     if got != digest:
         raise ImporterError(f"refused to publish {pkg.name}: its files changed during the {stage} stage (sha256 "
                             f"{got[:12]} now, {digest[:12]} before); the imported code rewrote its own package")
 
 
-def import_server_package(
-    path: str | Path,
-    *,
-    name: str | None = None,
-    out_dir: str | Path | None = None,
-    domain: str = "utilities",
-    initial_state: str | Path | Mapping[str, Any] | BaseModel | None = None,
-    initial_states: Mapping[str, str | Path | Mapping[str, Any] | BaseModel] | None = None,
-    tasks: str | Path | Iterable[Mapping[str, Any]] | None = None,
-    scenarios: str | Path | Iterable[Mapping[str, Any]] | None = None,
-    probe: bool = True,
-    validate: bool = True,
-    state_model: str | None = None,
-    api_class: str | None = None,
-    read_only: Mapping[str, bool] | None = None,
-    destructive: Mapping[str, bool] | None = None,
-    version: str = "0.1.0",
-    description: str | None = None,
-    bookkeeping_fields: Sequence[str] = (),
-    free_text_fields: Sequence[str] = (),
-    set_fields: Sequence[str] = (),
-    overwrite: bool = False,
-    check_isolation: bool = True,
-    sandbox: str = "auto",
-    image: str | None = None,
-    timeout_s: float = STAGE_TIMEOUT_S,
-) -> ImportedPackage:
+def import_server_package(path: str | Path, options: ImportOptions | None = None,
+                          **keywords: Unpack[ImportKeywords]) -> ImportedPackage:
     """:func:`import_tool_server` without loading the result in this process: every execution of
-    the file's code (analysis, probe, isolation checks, validation) happens in ``sandbox`` (see
-    :mod:`.sandbox`), and the package published to ``out_dir/<name>/`` is byte-identical to the one
-    probed and validated (digests taken before each stage and checked after it and at publication).
-    Arguments as :func:`import_tool_server`; ``image``: the runtime image for docker (default
-    ``envfactory/runtime:<version>``); ``timeout_s``: per stage.  Nothing is registered.
+    the file's code (analysis, probe, isolation checks, validation) happens in the sandbox
+    (``options.sandbox``; see :mod:`.sandbox`), and the package published to ``out_dir/<name>/`` is
+    byte-identical to the one probed and validated (digests taken before each stage and checked after
+    it and at publication).  Nothing is registered.
+
+    ``options`` (:class:`~.options.ImportOptions`, default ``ImportOptions()``) groups every option;
+    the flat keywords (``name=``, ``sandbox=``, ``validate=``...; :class:`~.options.ImportKeywords`)
+    are applied over it (:meth:`~.options.ImportOptions.with_keywords`).
 
     Raises:
         ImporterError: the file does not fit the layout, failed a check or validation, timed out or
             hit a limit in the sandbox, or changed its own package.
         SpecError: a bad name, domain, state or task.
+        TypeError: an unknown keyword.
     """
-    from ..envgen.sandbox import package_digest
-
-    mode = resolve_sandbox(sandbox, image)
+    opts = (options if options is not None else ImportOptions()).with_keywords(**keywords)
+    man, data, hints, checks, sb = opts.manifest, opts.data, opts.analysis, opts.checks, opts.sandbox
+    image, timeout_s = sb.image, sb.timeout_s
+    mode = resolve_sandbox(sb.sandbox, image)
     if mode == "process":
-        log.warning("importing %s in a child process with resource limits and an empty environment: this is NOT a "
-                    "sandbox (the imported code runs as this user and can read and write this user's files); "
-                    "build the runtime image (`envfactory image runtime`) to import in a container", path)
+        warn_process_mode(log, f"importing {path}")
     src = Path(path).resolve()
     if not src.is_file():
         raise ImporterError("no such file", file=src)
     src_bytes = src.read_bytes()  # the one read: the package and the provenance hash come from these bytes
     src_text = src_bytes.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
-    states_in: dict[str, Any] = {} if initial_state is None else {"small": _state_json(initial_state)}
-    for k, v in (initial_states or {}).items():
+    states_in: dict[str, Any] = {} if data.initial_state is None else {"small": _state_json(data.initial_state)}
+    for k, v in (data.initial_states or {}).items():
         states_in[k] = _state_json(v)
-    options = {"api_class": api_class, "state_model": state_model, "read_only": dict(read_only or {}) or None,
-               "destructive": dict(destructive or {}) or None}
-    out = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
-    user_scenarios = _jsonl_objects(scenarios)
-    task_objs = _jsonl_objects(tasks)
+    analysis: dict[str, Any] = {"api_class": hints.api_class, "state_model": hints.state_model,
+                                "read_only": dict(hints.read_only or {}) or None,
+                                "destructive": dict(hints.destructive or {}) or None}
+    out = Path(opts.output.out_dir) if opts.output.out_dir is not None else DEFAULT_OUT_DIR
+    overwrite = opts.output.overwrite
+    user_scenarios = _jsonl_objects(data.scenarios)
+    task_objs = _jsonl_objects(data.tasks)
     work = Path(tempfile.mkdtemp(prefix="envfactory-import-"))
     try:
         (work / "src").mkdir()
         (work / "src" / src.name).write_bytes(src_bytes)
         try:
-            build_req = {"source": f"src/{src.name}", "display": str(src), "name": name, "states": states_in,
-                         "check_isolation": check_isolation, **options}
+            build_req = {"source": f"src/{src.name}", "display": str(src), "name": man.name, "states": states_in,
+                         "check_isolation": checks.check_isolation, **analysis}
             built = run_stage("build", work, build_req, sandbox=mode, timeout_s=timeout_s, image=image)
         except ImporterError as exc:
             raise ImporterError(str(exc.args[0]) if exc.args else str(exc), file=src) from None
@@ -263,15 +241,16 @@ def import_server_package(
             raise ImporterError(f"refused to replace {folder}: overwrite replaces only a previous import in the "
                                 "output folder, never a shipped or hand-written package", file=src)
         model = str(built["state_model"])
-        desc = description or (str(built["module_doc"]).splitlines()[0] if built["module_doc"]
+        desc = man.description or (str(built["module_doc"]).splitlines()[0] if built["module_doc"]
                                else f"Imported from {src.name}")
         manifest = Manifest(
-            name=env_name, version=version, domain=domain, description=desc, state_model=f"state:{model}",
-            tools_module="tools", default_initial_state="small", bookkeeping_fields=list(bookkeeping_fields),
-            free_text_fields=list(free_text_fields), set_fields=list(set_fields),
-            provenance=Provenance(kind="imported", source=str(src), sha256=hashlib.sha256(src_text.encode()).hexdigest(),
-                                  api_class=str(built["api_class"]), importer="gym_envfactory.generators.importer"))
-        files = {
+            name=env_name, version=man.version, domain=man.domain, description=desc, state_model=f"state:{model}",
+            tools_module="tools", default_initial_state="small", bookkeeping_fields=list(man.bookkeeping_fields),
+            free_text_fields=list(man.free_text_fields), set_fields=list(man.set_fields),
+            provenance=Provenance.model_validate(  # extra keys are kept (Provenance allows them)
+                {"kind": "imported", "source": str(src), "sha256": hashlib.sha256(src_text.encode()).hexdigest(),
+                 "api_class": str(built["api_class"]), "importer": "gym_envfactory.generators.importer"}))
+        files: dict[str, str | bytes] = {
             "_source.py": src_bytes,  # the server, byte for byte
             "_bridge.py": bridge_source(),
             "__init__.py": (f'"""{env_name}: imported from {src.name} (see _bridge.py); _source.py is the original, '
@@ -286,21 +265,21 @@ def import_server_package(
         write_environment_package(pkg, manifest, files=files, initial_states=states, scenarios=user_scenarios or None,
                                   tasks=task_objs or None, sort_state_keys=True, replace=True)
         digest = package_digest(pkg)
-        options = {**options, "api_class": str(built["api_class"]), "state_model": model}
-        stage_req = {"env_name": env_name, "source": str(src), **options}
+        analysis = {**analysis, "api_class": str(built["api_class"]), "state_model": model}
+        stage_req = {"env_name": env_name, "source": str(src), **analysis}
         noop_writes: list[str] = []
         reclassified: list[str] = []
-        if probe:
+        if checks.probe:
             probed = run_stage("probe", work, {**stage_req, "taken": [s.get("scenario_id", "") for s in user_scenarios]},
                                sandbox=mode, timeout_s=timeout_s, image=image)
             recorded = list(probed["scenarios"])
             _check_digest(pkg, digest, "probe")
             reclassified, noop_writes = _read_after_probe(built, dict(probed.get("observed") or {}))
             if reclassified:  # regenerate tools.py with those tools read-only, and probe them again
-                overrides = {**dict(read_only or {}), **{t: True for t in reclassified}}
-                options = {**options, "read_only": overrides}
+                overrides = {**dict(hints.read_only or {}), **{t: True for t in reclassified}}
+                analysis = {**analysis, "read_only": overrides}
                 stage_req = {**stage_req, "read_only": overrides}
-                built = run_stage("build", work, {**build_req, **options, "name": env_name},
+                built = run_stage("build", work, {**build_req, **analysis, "name": env_name},
                                   sandbox=mode, timeout_s=timeout_s, image=image)
                 (pkg / "tools.py").write_text(str(built["tools_py"]), encoding="utf-8")
                 digest = package_digest(pkg)
@@ -314,9 +293,10 @@ def import_server_package(
             (pkg / "scenarios.jsonl").write_text(jsonl_text(user_scenarios + recorded), encoding="utf-8")
             digest = package_digest(pkg)
         summary = None
-        if check_isolation or validate:
+        if checks.check_isolation or checks.validate:
             try:
-                checked = run_stage("check", work, {**stage_req, "check_isolation": check_isolation, "validate": validate},
+                checked = run_stage("check", work, {**stage_req, "check_isolation": checks.check_isolation,
+                                                    "validate": checks.validate},
                                     sandbox=mode, timeout_s=timeout_s, image=image)
             except ImporterError as exc:
                 raise ImporterError(str(exc.args[0]) if exc.args else str(exc), file=src) from None
@@ -356,32 +336,8 @@ def _read_after_probe(built: Mapping[str, Any], observed: Mapping[str, Mapping[s
     return to_read, noops
 
 
-def import_tool_server(
-    path: str | Path,
-    *,
-    name: str | None = None,
-    out_dir: str | Path | None = None,
-    domain: str = "utilities",
-    register: bool = True,
-    initial_state: str | Path | Mapping[str, Any] | BaseModel | None = None,
-    initial_states: Mapping[str, str | Path | Mapping[str, Any] | BaseModel] | None = None,
-    tasks: str | Path | Iterable[Mapping[str, Any]] | None = None,
-    scenarios: str | Path | Iterable[Mapping[str, Any]] | None = None,
-    probe: bool = True,
-    validate: bool = True,
-    state_model: str | None = None,
-    api_class: str | None = None,
-    read_only: Mapping[str, bool] | None = None,
-    destructive: Mapping[str, bool] | None = None,
-    version: str = "0.1.0",
-    description: str | None = None,
-    bookkeeping_fields: Sequence[str] = (),
-    free_text_fields: Sequence[str] = (),
-    set_fields: Sequence[str] = (),
-    overwrite: bool = False,
-    check_isolation: bool = True,
-    sandbox: str = "auto",
-) -> EnvironmentSpec:
+def import_tool_server(path: str | Path, options: ImportOptions | None = None, *, register: bool = True,
+                       **keywords: Unpack[ImportKeywords]) -> EnvironmentSpec:
     """Turn a single-file tool server (module docstring layout) into ``out_dir/<name>/`` and load it.
 
     Every execution of the file's code before publication (analysis, probe, isolation checks,
@@ -391,37 +347,25 @@ def import_tool_server(
 
     Args:
         path: the server file; it is copied, never edited.
-        name: environment name (CamelCase); default from the API class (``BookStoreAPI`` → ``BookStore``).
-        out_dir: parent folder (default: :data:`DEFAULT_OUT_DIR`, ``./envfactory_envs``).
-        domain: one of :data:`gym_envfactory.environment.manifest.DOMAINS`.
+        options: every option of the import, grouped (:class:`~.options.ImportOptions`): the manifest
+            (``name``, default from the API class, ``BookStoreAPI`` → ``BookStore``; ``domain``,
+            ``version``, ``description``, state field lists), the data (``initial_state``, the ``small``
+            state: a scenario JSON file, a dict or a model, default the API's empty ``save_scenario()``;
+            ``initial_states`` by name; ``tasks``, ``scenarios``: JSON Lines files or objects), hints to
+            the analysis (``state_model``, ``api_class``, per-tool ``read_only``/``destructive``), the
+            checks (``probe``, ``validate``, ``check_isolation``: refuse an import whose sessions share
+            module-level state, see :func:`check_session_isolation`), the sandbox (``sandbox``: ``"auto"``,
+            ``"docker"``, ``"process"`` or ``"inline"``, this process: trusted files and tests only) and
+            the output (``out_dir``, default :data:`DEFAULT_OUT_DIR`; ``overwrite``).
         register: make ``gym.make("envfactory/<name>-v0")`` and ``get_environment(name)`` find it.
-        initial_state: the ``small`` state: a scenario JSON file, a dict or a model; default the API's
-            empty ``save_scenario()``.  ``initial_states`` adds more by name.
-        tasks, scenarios: JSON Lines files or objects copied into ``tasks.jsonl``/``scenarios.jsonl``.
-        probe: add scenarios recorded by calling every tool once (see :func:`.probe.probe_scenarios`).
-        validate: run :func:`~gym_envfactory.validation.validate_environment` (scenarios, tasks,
-            determinism lint; per-tool coverage gaps are logged, not fatal) and refuse (publishing
-            nothing) when it fails.
-        state_model, api_class: names in the server module, when detection is ambiguous.
-        read_only, destructive: per-tool overrides of the annotations guessed from names and code.
-        overwrite: replace an existing folder of the same name.
-        check_isolation: run the scenarios twice in fresh sessions and once interleaved with another
-            session and refuse the import when they differ (module-level counters, lists or caches the
-            API mutates leak between sessions); see :func:`check_session_isolation`.
-        sandbox: where the file's code runs before publication, as EnvGen's: ``"auto"`` (docker when
-            an engine holds the runtime image, else ``"process"`` with a warning), ``"docker"``,
-            ``"process"``, or ``"inline"`` (this process: trusted files and tests only).
+        keywords: the same options as flat keywords (``name="BookStore"``, ``sandbox="process"``...),
+            applied over ``options``.
 
     Raises:
         ImporterError: the file does not fit the layout, or the result failed validation.
         SpecError: a bad name, domain, state or task.
     """
-    done = import_server_package(
-        path, name=name, out_dir=out_dir, domain=domain, initial_state=initial_state, initial_states=initial_states,
-        tasks=tasks, scenarios=scenarios, probe=probe, validate=validate, state_model=state_model,
-        api_class=api_class, read_only=read_only, destructive=destructive, version=version,
-        description=description, bookkeeping_fields=bookkeeping_fields, free_text_fields=free_text_fields,
-        set_fields=set_fields, overwrite=overwrite, check_isolation=check_isolation, sandbox=sandbox)
+    done = import_server_package(path, options, **keywords)
     purge_modules(done.name)
     spec = load_environment(done.path)
     if register:

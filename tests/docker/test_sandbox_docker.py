@@ -14,6 +14,7 @@ import pytest
 
 from gym_envfactory.generators.envgen import sandbox as sandbox_mod
 from gym_envfactory.generators.envgen import validate_in_child, write_package
+from gym_envfactory.generators.sandbox import CONTAINER_LIMITS
 from tests.generators.test_envgen import METADATA, TESTS, TOOLS_OK, code_answer
 from tests.generators.test_sandbox import SECRET
 
@@ -67,7 +68,7 @@ def test_code_past_the_gate_is_confined_in_the_runtime_image(docker_images, tmp_
     assert "leaked=False" in msg and "net=none" in msg and "pkg=read-only" in msg, msg
     assert "uid=0 " not in msg, msg
     kids = int(msg.split("kids=")[1].split()[0])
-    assert kids < sandbox_mod.CONTAINER_LIMITS["pids_limit"], msg
+    assert kids < CONTAINER_LIMITS["pids_limit"], msg
 
 
 @pytest.fixture(autouse=True)

@@ -17,9 +17,7 @@ from gym_envfactory.environment.manifest import Manifest, Provenance
 from gym_envfactory.environment.package import load_environment
 from gym_envfactory.generators.checks import (
     RunDifference,
-    child_environment,
     run_differences,
-    run_in_child,
     scenario_initial_state,
     split_coverage_gaps,
 )
@@ -30,6 +28,7 @@ from gym_envfactory.generators.packages import (
     purge_modules,
     write_environment_package,
 )
+from gym_envfactory.generators.sandbox import child_environment, run_in_child
 
 
 class Tally(BaseModel):

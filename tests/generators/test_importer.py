@@ -66,9 +66,9 @@ def _load_original(module_name: str = "bookstore_server_original"):
 def _process_sandbox(monkeypatch):
     """``sandbox="auto"`` means the process sandbox here: a runtime image on this host may predate the
     importer's stage entry point (the docker mode is tested in tests/docker/)."""
-    from gym_envfactory.generators.envgen import sandbox
+    from gym_envfactory.generators.sandbox import container
 
-    monkeypatch.setattr(sandbox, "docker_available", lambda image=None: False)
+    monkeypatch.setattr(container, "docker_available", lambda image=None: False)
 
 
 @pytest.fixture

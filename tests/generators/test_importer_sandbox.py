@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gym_envfactory.generators.checks import namespace_prefix
 from gym_envfactory.generators.importer import ImporterError, import_server_package, import_tool_server
+from gym_envfactory.generators.sandbox import namespace_prefix
 
 SECRET = "sk-envfactory-import-secret-7331"
 ROOT = Path(__file__).resolve().parents[2]

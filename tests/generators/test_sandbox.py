@@ -14,11 +14,10 @@ import gymnasium as gym
 import pytest
 
 from gym_envfactory.environment.catalog import list_environments
-from gym_envfactory.generators.checks import ChildLimits, namespace_prefix, run_in_child
 from gym_envfactory.generators.envgen import EnvGenJob, check_imports, validate_in_child, write_package
 from gym_envfactory.generators.envgen import pipeline as pipeline_mod
-from gym_envfactory.generators.envgen.sandbox import package_digest
 from gym_envfactory.generators.errors import EnvGenError
+from gym_envfactory.generators.sandbox import ChildLimits, namespace_prefix, package_digest, run_in_child
 from gym_envfactory.testing import ScriptedChatServer
 
 from .test_envgen import METADATA, TESTS, TOOLS_OK, Responder, cleanup_registry, code_answer, make_gen  # noqa: F401
