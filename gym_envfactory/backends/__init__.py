@@ -6,14 +6,23 @@ Remote backends share one connection per server (the fast session protocol multi
 servers started on demand (subprocess, docker) are shared by every env that asks for the same
 configuration and stopped when the last one closes.  Modules: :mod:`.base` (the interface),
 :mod:`.inprocess`, :mod:`.remote` (the client and :class:`~.remote.RemoteSession`), :mod:`.subprocess`,
-:mod:`.pool` (sharing, and :func:`acquire_backend`); the docker kind starts its container through
+:mod:`.pool` (sharing, the shipped kinds registered, and :func:`acquire_backend`); backend kinds are
+registered by name with their capabilities (:func:`register_backend`, :class:`BackendCapabilities`); the docker kind starts its container through
 :mod:`gym_envfactory.containers.run`.
 """
 
-from gym_envfactory.backends.base import Backend
+from gym_envfactory.backends.base import (
+    Backend,
+    BackendCapabilities,
+    BackendKind,
+    backend_kind,
+    backend_names,
+    register_backend,
+)
 from gym_envfactory.backends.inprocess import InProcessBackend
-from gym_envfactory.backends.pool import BACKENDS, acquire_backend, shared_backends
+from gym_envfactory.backends.pool import BACKENDS, acquire_backend, check_backend_serves, shared_backends
 from gym_envfactory.backends.remote import RemoteBackend, RemoteSession, SessionClient
 
 __all__ = ["Backend", "InProcessBackend", "RemoteBackend", "RemoteSession", "SessionClient", "acquire_backend",
-           "shared_backends", "BACKENDS"]
+           "shared_backends", "BACKENDS", "BackendCapabilities", "BackendKind", "register_backend", "backend_kind",
+           "backend_names", "check_backend_serves"]

@@ -1,6 +1,8 @@
 """Shared remote backends: one server and one connection per configuration, reference-counted, replaced
-when their server dies, stopped when the last env releases them or the process exits; and
-:func:`acquire_backend`, which turns ``gym.make(..., backend=...)`` into a backend.
+when their server dies, stopped when the last env releases them or the process exits; the shipped
+backend kinds (``inprocess``, ``subprocess``, ``docker``, ``url``) registered in one place
+(:func:`~gym_envfactory.backends.base.register_backend`); and :func:`acquire_backend`, which turns
+``gym.make(..., backend=...)`` into a backend by asking that registry.
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gym_envfactory.backends.base import Backend
+from gym_envfactory.backends.base import Backend, BackendCapabilities, backend_kind, register_backend
 from gym_envfactory.backends.inprocess import InProcessBackend
 from gym_envfactory.backends.remote import RemoteBackend
-from gym_envfactory.backends.subprocess import ServerProcess, start_server_process
+from gym_envfactory.backends.subprocess import ServerProcess, module_argument, start_server_process
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import BackendError, BackendUnavailableError
 from gym_envfactory.session import SessionProtocol
 
-__all__ = ["acquire_backend", "shared_backends", "BACKENDS"]
+__all__ = ["acquire_backend", "check_backend_serves", "shared_backends", "BACKENDS"]
 
 class _Shared:
     """A reference-counted shared backend (one server/connection for many envs)."""
@@ -110,49 +112,65 @@ PING_TIMEOUT_S = 5.0
 
 def acquire_backend(kind: str | Backend | None, *, envs: Sequence[str] = (), url: str | None = None,
                     token: str | None = None, timeout: float = 60.0, **options: Any) -> Backend:
-    """A backend for an env.  ``kind``: ``"inprocess"`` (default), ``"subprocess"``, ``"docker"``,
-    ``"url"`` (needs ``url``), or a :class:`Backend` instance.  Remote backends are shared per
-    configuration; call :meth:`Backend.release` when done.  A shared backend is handed out again only
-    after its server proves alive (its process runs and it answers a ping); a dead one is replaced.
+    """A backend for an env.  ``kind``: a registered name (:func:`backend_names`: ``"inprocess"``, the
+    default, ``"subprocess"``, ``"docker"``, ``"url"`` (needs ``url``), and any added with
+    :func:`~gym_envfactory.backends.base.register_backend`), or a :class:`Backend` instance (returned as
+    is).  Remote backends are shared per configuration; call :meth:`Backend.release` when done.  A shared
+    backend is handed out again only after its server proves alive (its process runs and it answers a
+    ping); a dead one is replaced.
 
     ``timeout`` (seconds) bounds starting a server (subprocess, docker: the wait for it to announce
-    itself or become ready) and each request on the connection.
+    itself or become ready) and each request on the connection.  ``token`` defaults to
+    ``$ENVFACTORY_TOKEN``.
 
     Raises:
-        BackendError: unknown kind, missing url, a server that does not start.
+        BackendError: unknown kind (the message lists the registered ones), missing url, a server that
+            does not start.
         BackendUnavailableError: the server cannot be reached.
     """
-    if kind is None or kind == "inprocess":
-        return InProcessBackend()
     if isinstance(kind, Backend):
         return kind
+    entry = backend_kind("inprocess" if kind is None else kind)
     token = token or os.environ.get("ENVFACTORY_TOKEN")
-    if kind == "url":
-        if not url:
-            raise BackendError("backend='url' needs url='http://host:port'")
-        key: tuple = ("url", url, token)
-    elif kind == "subprocess":
-        key = ("subprocess", tuple(sorted(envs)), token)
-    elif kind == "docker":
-        key = ("docker", tuple(sorted(envs)), token, tuple(sorted(options.items())))
-    else:
-        raise BackendError(f"unknown backend {kind!r}; choose inprocess, subprocess, docker or url")
+    return entry.factory(envs=envs, url=url, token=token, timeout=timeout, **options)
+
+
+def check_backend_serves(kind: Any, specs: Sequence[EnvironmentSpec]) -> None:
+    """Refuse a code-defined environment (``define_environment``: no package folder) on a backend kind
+    whose server cannot get its definition (docs/architecture.md, "Backends"), by its capabilities:
+    one that does not serve code-defined environments at all (``docker``: the container reads package
+    folders), or one that imports the defining module (``subprocess``) when that module cannot be
+    imported again (an interactive session).  A :class:`Backend` instance is not checked.
+
+    Raises:
+        BackendError: as above, saying what to use instead; an unknown backend name.
+    """
+    if not isinstance(kind, str):
+        return
+    caps = backend_kind(kind).capabilities
+    for spec in specs:
+        if spec.path is not None:
+            continue
+        if not caps.serves_code_defined_environments:
+            raise BackendError(f"{spec.name} is defined in code (define_environment), which a {kind} server cannot "
+                               f"load (it reads environments from package folders); use backend='subprocess' or "
+                               f"'inprocess', run `envfactory serve --module <your module>` and use backend='url', or "
+                               f"make it a package folder on $ENVFACTORY_CATALOG (docs/authoring.md)")
+        if caps.imports_defining_module:
+            module_argument(spec)
+
+
+def _shared(kind: str, key: tuple, start: Callable[[], tuple[str, Callable[[], None] | None, str | None]],
+            timeout: float) -> Backend:
+    """The pooled backend for ``key``: the live shared one, or a new one on the server ``start()``
+    returns as ``(url, stop or None, token)``."""
     with _POOL_LOCK:
         shared = _POOL.get(key)
         if shared is not None and not shared.usable(min(timeout, PING_TIMEOUT_S)):
             _POOL.pop(key, None)  # its server died: leave it to its current users, start afresh
             shared = None
         if shared is None:
-            stop: Callable[[], None] | None = None
-            if kind == "url":
-                assert url is not None  # checked above
-                target = url
-            elif kind == "subprocess":
-                target, stop = start_server_process(envs, token, timeout)
-            else:
-                from gym_envfactory.containers.run import start_container
-
-                target, stop, token = start_container(envs, token=token, timeout=timeout, **options)
+            target, stop, token = start()
             try:
                 remote = RemoteBackend(target, token=token, timeout=timeout)
             except BackendUnavailableError:
@@ -165,6 +183,44 @@ def acquire_backend(kind: str | Backend | None, *, envs: Sequence[str] = (), url
     return _PooledBackend(shared, kind)
 
 
+# ---------------------------------------------------------------------------- the shipped kinds
+
+
+@register_backend("inprocess", capabilities=BackendCapabilities(in_process=True),
+                  description="this process: direct calls, no protocol (the default)")
+def _inprocess(**_: Any) -> Backend:
+    return InProcessBackend()
+
+
+@register_backend("subprocess", capabilities=BackendCapabilities(imports_defining_module=True),
+                  description="an `envfactory serve` process on a free loopback port, shared per environments")
+def _subprocess(*, envs: Sequence[str], token: str | None, timeout: float, **_: Any) -> Backend:
+    def start() -> tuple[str, Callable[[], None] | None, str | None]:
+        target, stop = start_server_process(envs, token, timeout)
+        return target, stop, token
+    return _shared("subprocess", ("subprocess", tuple(sorted(envs)), token), start, timeout)
+
+
+@register_backend("docker", capabilities=BackendCapabilities(needs_docker=True, serves_code_defined_environments=False),
+                  description="the environments' hardened container (docs/containers.md)")
+def _docker(*, envs: Sequence[str], token: str | None, timeout: float, url: str | None = None, **options: Any) -> Backend:
+    def start() -> tuple[str, Callable[[], None] | None, str | None]:
+        from gym_envfactory.containers.run import start_container
+
+        return start_container(envs, token=token, timeout=timeout, **options)
+    return _shared("docker", ("docker", tuple(sorted(envs)), token, tuple(sorted(options.items()))), start, timeout)
+
+
+@register_backend("url", capabilities=BackendCapabilities(needs_url=True),
+                  description="a server already running at url= (token= or $ENVFACTORY_TOKEN)")
+def _url(*, url: str | None, token: str | None, timeout: float, **_: Any) -> Backend:
+    if not url:
+        raise BackendError("backend='url' needs url='http://host:port'")
+    target = url
+    return _shared("url", ("url", url, token), lambda: (target, None, token), timeout)
+
+
+#: The shipped backend names (:func:`backend_names` lists every registered one).
 BACKENDS = ("inprocess", "subprocess", "docker", "url")
 
 

@@ -27,7 +27,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import TimeLimit
 
-from gym_envfactory.backends import Backend, acquire_backend
+from gym_envfactory.backends import Backend, acquire_backend, check_backend_serves
 from gym_envfactory.environment.arguments import scrub
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
@@ -35,7 +35,7 @@ from gym_envfactory.environment.states import task_environments
 from gym_envfactory.environment.tasks import Task, Turn
 from gym_envfactory.envs.parsing import MAX_RAW_CHARS, ParseError, ToolCall, parse_action
 from gym_envfactory.envs.spaces import AssistantActionSpace, MessagesSpace
-from gym_envfactory.errors import BackendError, SpecError, UnknownTaskError
+from gym_envfactory.errors import SpecError, UnknownTaskError
 from gym_envfactory.replay import TaskReference, task_reference
 from gym_envfactory.reward import (
     EpisodeScore,
@@ -164,31 +164,6 @@ def no_tasks_message(spec: EnvironmentSpec) -> str:
             f"its tools still run in a Session (gym_envfactory.Session)")
 
 
-def check_backend_serves(backend: Any, specs: Sequence[EnvironmentSpec]) -> None:
-    """Refuse a code-defined environment (``define_environment``: no package folder) on a backend whose
-    server cannot get its definition (docs/architecture.md, "Backends"): ``docker`` (the container
-    reads package folders), and ``subprocess`` when the defining code cannot be imported again (an
-    interactive session); from a module file the subprocess server imports it (``--module``).
-
-    Raises:
-        BackendError: as above, saying what to use instead.
-    """
-    if backend not in ("subprocess", "docker"):
-        return
-    from gym_envfactory.backends.subprocess import module_argument
-
-    for spec in specs:
-        if spec.path is not None:
-            continue
-        if backend == "subprocess":
-            module_argument(spec)
-            continue
-        raise BackendError(f"{spec.name} is defined in code (define_environment), which a docker server cannot "
-                           f"load (it reads environments from package folders); use backend='subprocess' or "
-                           f"'inprocess', run `envfactory serve --module <your module>` and use backend='url', or make "
-                           f"it a package folder on $ENVFACTORY_CATALOG (docs/authoring.md)")
-
-
 class StepInfo(dict[str, Any]):
     """The ``info`` dict of :meth:`EnvFactoryEnv.step`.  At the episode's end it holds ``score``,
     ``reward_components`` and ``state_diff``; before that, reading ``info["score"]`` (or the other
@@ -219,7 +194,7 @@ class StepInfo(dict[str, Any]):
             raise KeyError(f"{key}: the episode this info belongs to was reset or closed; read it before that")
         score = env.score()
         self._env = None
-        self["score"] = d = score.to_dict()
+        self["score"] = score.to_dict()
         self["reward_components"] = score.reward_components()
         self["state_diff"] = [str(x) for x in score.state_diff]
         return self[key]
