@@ -391,7 +391,7 @@ def test_C03_any_interleaving_of_calls_and_forks_equals_solo_replays(monkeypatch
     keys = list(shared.keys())  # the start state's base, shared by all (if any call parsed it): unchanged
     assert len(keys) <= 1
     for key in keys:
-        assert shared.get(*key, parse=None).model_dump_json() == spec.state_model.model_validate_json(  # type: ignore[arg-type]
+        assert shared.get(*key, parse=None).model_dump_json() == spec.state_model.model_validate_json(
             spec.initial_state_json("small")).model_dump_json()
 
 
@@ -448,7 +448,7 @@ def checked_out(state: Store, *, x: int) -> Checked:
 @tool(read_only=True)
 def revalidated_out(state: Store, *, x: str) -> Revalidated:
     """Returns an instance holding a wrong type (revalidate_instances="always" must catch it)."""
-    return Revalidated.model_construct(x=x)  # type: ignore[arg-type]
+    return Revalidated.model_construct(x=x)
 
 
 @tool(read_only=True)
