@@ -209,6 +209,7 @@ def test_readyz_and_metrics_apply_host_and_origin_checks(route):
 # ------------------------------------------------------------------------------------ MCP over stdio
 def _read_json_line(proc: subprocess.Popen, timeout: float) -> dict | None:
     deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
     while time.monotonic() < deadline:
         ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
         if not ready:

@@ -10,7 +10,7 @@ session, an unknown bound session) get the SDK's answer; and an ended MCP sessio
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -31,11 +31,12 @@ ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "appl
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, ttl_s: float = 900.0) -> None:
         self.manager = SessionManager([ENV])
-        routes, self.lifespan = mcp_routes(self.manager, ServerConfig(envs=[ENV]))
-        self.app = build_app(self.manager, ServerConfig(envs=[ENV]), extra_routes=routes)
-        self.srv = routes[0].endpoint.app.srv  # the EnvMCPServer behind /mcp/HotelBooking
+        config = ServerConfig(envs=[ENV], ttl_s=ttl_s)
+        routes, self.lifespan = mcp_routes(self.manager, config)
+        self.app = build_app(self.manager, config, extra_routes=routes)
+        self.srv = cast(Any, routes[0].endpoint).app.srv  # the EnvMCPServer behind /mcp/HotelBooking
         self.http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=self.app), base_url=BASE)
         self.next_id = 100
 
@@ -59,9 +60,9 @@ class Harness:
                                                                     "method": "tools/call", "params": params})
 
 
-def run(test: Any) -> None:
+def run(test: Any, ttl_s: float = 900.0) -> None:
     async def main() -> None:
-        h = Harness()
+        h = Harness(ttl_s)
         async with h.lifespan(h.app):
             await test(h)
         await h.http.aclose()
@@ -75,7 +76,7 @@ def body(r: Any) -> Any:
     return out
 
 
-CALLS = [
+CALLS: list[tuple[str, dict[str, Any]]] = [
     ("get_guest_profile", {"guest_id": "G-001"}),  # an object result
     ("list_hotel_destinations", {}),  # an array result, wrapped as {"result": [...]} on 2025-era wires
     ("get_guest_profile", {"guest_id": 5}),  # invalid arguments: isError with details
@@ -183,3 +184,33 @@ def test_a_memory_refusal_over_mcp_keeps_its_code_and_figures(monkeypatch) -> No
         err = out.get("error") or {}
         assert err.get("code") == -32006 and err.get("data", {}).get("estimate") == 50, out
     run(test)
+
+
+def test_an_idle_mcp_session_ends_and_closes_its_environment_session() -> None:
+    # the fast path keeps its own table of live MCP sessions (no SDK internals): idle ones are ended with a DELETE
+    async def test(h: Harness) -> None:
+        sess = await h.open()
+        assert (await h.call(sess, "list_hotel_destinations", {})).status_code == 200  # SDK: registers
+        assert (await h.call(sess, "list_hotel_destinations", {})).status_code == 200  # fast path
+        assert h.srv.fast and h.manager.sessions
+        with anyio.fail_after(5):
+            while h.srv.fast or h.manager.sessions:
+                await anyio.sleep(0.02)
+        gone = await h.call(sess, "list_hotel_destinations", {})
+        assert gone.status_code == 404
+    run(test, ttl_s=0.3)
+
+
+def test_calls_on_the_fast_path_keep_the_mcp_session_alive() -> None:
+    async def test(h: Harness) -> None:
+        sess = await h.open()
+        await h.call(sess, "list_hotel_destinations", {})  # SDK: registers the session for the fast path
+        n = h.srv.fast_calls
+        t_end = anyio.current_time() + 4 * 0.3
+        while anyio.current_time() < t_end:  # only fast-path requests for four idle timeouts
+            r = await h.call(sess, "list_hotel_destinations", {})
+            assert r.status_code == 200, r.text
+            await anyio.sleep(0.05)
+        assert h.srv.fast_calls > n + 5 and h.srv.fast and h.manager.sessions
+        assert (await h.call(sess, "get_guest_profile", {"guest_id": "G-001"}, meta=True)).status_code == 200  # SDK too
+    run(test, ttl_s=0.3)

@@ -40,6 +40,7 @@ def start_server(*args: str, token: str | None = TOKEN) -> tuple[subprocess.Pope
         env["ENVFACTORY_TOKEN"] = token
     proc = subprocess.Popen([sys.executable, "-m", "gym_envfactory.cli", "serve", *args, "--port", "0", "--announce"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
     line = proc.stdout.readline()
     assert line.startswith("{"), proc.stderr.read()
     return proc, json.loads(line)["listening"]

@@ -13,7 +13,7 @@ import gc
 import json
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -65,7 +65,7 @@ def test_no_per_session_objects_left_after_rounds() -> None:
     config = ServerConfig(envs=[ENV])
     routes, lifespan = mcp_routes(manager, config)
     app = build_app(manager, config, extra_routes=routes, lifespan_hooks=[lifespan])
-    srv = routes[0].endpoint.app.srv
+    srv = cast(Any, routes[0].endpoint).app.srv
     before = _per_session_objects()
     with TestClient(app, base_url="http://127.0.0.1:8765") as client:
         for _ in range(3):

@@ -171,7 +171,7 @@ class ServerState:
 
 
 def _state(conn: Request | WebSocket) -> ServerState:
-    return conn.app.state.server  # type: ignore[no-any-return]
+    return conn.app.state.server
 
 
 async def healthz(request: Request) -> Response:
