@@ -107,7 +107,7 @@ def test_client_reads_each_server_refusal_as_the_same_typed_error():
         assert isinstance(exc, RemoteError) and exc.code == protocol.ERR_OWNERSHIP
 
         bad = _frame(manager, "nope")["error"]
-        assert remote_error(bad).code == protocol.ERR_METHOD  # type: ignore[attr-defined]
+        assert remote_error(bad).code == protocol.ERR_METHOD
     finally:
         manager.close_all()
         manager.worker.stop()
