@@ -66,7 +66,9 @@ def load_smollm2(with_model: bool = True) -> tuple[Any, Any]:
     folder = spec.submodule_search_locations[0]
     gguf = os.path.basename(glob.glob(os.path.join(folder, "*.gguf"))[0])
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf) if with_model else None
+    # Any: the attributes reset below are set by from_pretrained at run time but not declared on the model
+    # class (transformers' annotations resolve them through torch.nn.Module.__getattr__ as Tensor | Module).
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf) if with_model else None
     if model is not None:  # the GGUF weights are dequantised to float32: a plain model, trainable as such
         model.hf_quantizer = None
         model.is_quantized = False

@@ -67,7 +67,7 @@ def test_max_tokens_is_always_sent_and_checked(library):
         run_episode(EnvFactoryEnv("Library", task_id="borrow-dune"), policy)
     assert server.requests[0]["max_tokens"] == 1024
     with pytest.raises(ValueError, match="max_tokens"):
-        OpenAIPolicy(model="m", base_url="http://127.0.0.1:9/v1", max_tokens=None)  # type: ignore[arg-type]
+        OpenAIPolicy(model="m", base_url="http://127.0.0.1:9/v1", max_tokens=None)
     with pytest.raises(ValueError, match="tool_format"):
         OpenAIPolicy(model="m", base_url="http://127.0.0.1:9/v1", tool_format="xml")
 

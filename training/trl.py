@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Literal
 
 from gym_envfactory import EnvFactoryEnv, ToolCall, get_environment
@@ -41,7 +42,7 @@ def _annotation(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
     if "$ref" in schema:
         return _annotation(defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {}), defs)
     if "enum" in schema and all(isinstance(v, str) for v in schema["enum"]):
-        return Literal[tuple(schema["enum"])]  # type: ignore[valid-type]
+        return Literal[tuple(schema["enum"])]
     options = schema.get("anyOf") or schema.get("oneOf")
     if options:
         non_null = [o for o in options if o.get("type") != "null"]
@@ -169,7 +170,7 @@ def prompt_key(messages: Any) -> str:
     return json.dumps(out, ensure_ascii=False)
 
 
-def rollout_function(rows: list[Mapping[str, Any]], *, max_steps: int = 8, max_new_tokens: int = 128,
+def rollout_function(rows: Sequence[Mapping[str, Any]], *, max_steps: int = 8, max_new_tokens: int = 128,
                      tools: Any = None, env_kwargs: Mapping[str, Any] | None = None) -> Any:
     """A TRL ``rollout_func`` (``GRPOTrainer(rollout_func=...)``, TRL 1.x, experimental there) that plays
     whole episodes, multi-turn tasks included, for the prompts of ``rows`` (``envfactory export rl`` rows,
@@ -225,7 +226,7 @@ def rollout_function(rows: list[Mapping[str, Any]], *, max_steps: int = 8, max_n
         for i, (env_id, _) in enumerate(found):
             by_env.setdefault(env_id, []).append(i)
         for env_id, idx in by_env.items():
-            eps = play_episodes(generate, tokenizer, lambda e=env_id: EnvFactoryEnv(e, **kwargs),
+            eps = play_episodes(generate, tokenizer, partial(EnvFactoryEnv, env_id, **kwargs),
                                 [found[i][1] for i in idx], max_steps=max_steps, max_new_tokens=max_new_tokens,
                                 max_completion_tokens=args.max_completion_length or 1024, tools=tools)
             for i, ep in zip(idx, eps, strict=True):

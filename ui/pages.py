@@ -173,7 +173,7 @@ def rollouts_page(files: Sequence[tuple[str, Sequence[Episode] | str]]) -> str:
         if isinstance(eps, str):
             b.append(f"<h2>{esc(name)}</h2><p class='err'>{esc(eps)}</p>")
             continue
-        rewards = [e.record.get("reward") for e in eps if isinstance(e.record.get("reward"), (int, float))]
+        rewards = [rw for e in eps if isinstance(rw := e.record.get("reward"), (int, float))]
         mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "n/a"
         b.append(f"<h2>{esc(name)}</h2><p>{len(eps)} episodes, mean reward {mean}</p>")
         rows = []
@@ -201,7 +201,8 @@ def episode_page(episode: Episode, fi: int, ei: int) -> str:
     arguments, result and typed error, the turn's reward components; then the episode's components and
     its state diff against the ground truth."""
     r = episode.record
-    comps = r.get("components") if isinstance(r.get("components"), dict) else {}
+    raw_comps = r.get("components")
+    comps: dict[str, Any] = raw_comps if isinstance(raw_comps, dict) else {}
     preamble, turns = split_turns(r)
     rw = r.get("reward")
     b = [f"<p class='muted'>{esc(episode.file)} line {episode.line} · environment {esc(r.get('env', '?'))} · "

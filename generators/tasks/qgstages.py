@@ -236,7 +236,10 @@ async def gen_initial_state(client: LLMClient, chain: Mapping[str, Any], specs: 
             reply = await client.chat(messages, stage="state", json_schema=STATE_SCHEMA)
         except LLMOutputError as exc:
             raise StageError("state_invalid_json", exc.error) from None
-        patches: dict[str, list[dict[str, Any]]] = {n: list(p) for n, p in reply.data["patches"].items() if p}
+        data = reply.data
+        if not isinstance(data, dict):  # the schema asks for an object; a schema-valid reply is one
+            raise StageError("state_invalid_json", f"expected a JSON object, got {type(data).__name__}")
+        patches: dict[str, list[dict[str, Any]]] = {n: list(p) for n, p in data["patches"].items() if p}
         error = None
         states = dict(defaults)
         for env_name, ops in patches.items():
@@ -295,7 +298,10 @@ async def gen_turns(client: LLMClient, calls: Sequence[Mapping[str, Any]], resul
             reply = await client.chat(messages, stage="turns", json_schema=TURNS_SCHEMA)
         except LLMOutputError as exc:
             raise StageError("turns_invalid_json", exc.error) from None
-        turns = reply.data["turns"]
+        data = reply.data
+        if not isinstance(data, dict):  # the schema asks for an object; a schema-valid reply is one
+            raise StageError("turns_invalid_json", f"expected a JSON object, got {type(data).__name__}")
+        turns = data["turns"]
         problem = check_turn_split([t["steps"] for t in turns], len(calls), max_tools)
         if problem is None:
             return [TurnPlan(steps=list(t["steps"]), subgoal=t.get("subgoal", ""), user=t["user"],

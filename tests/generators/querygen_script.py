@@ -90,6 +90,13 @@ def stage_of(body: dict[str, Any]) -> str:
     return first[len(STAGE_MARK):] if first.startswith(STAGE_MARK) else "solve"
 
 
+def _group(pattern: str, text: str, flags: int = 0) -> str:
+    """Group 1 of ``pattern``'s first match in ``text``; AssertionError when it does not match."""
+    match = re.search(pattern, text, flags)
+    assert match is not None, f"{pattern!r} not found in the request"
+    return match.group(1)
+
+
 _MARK = re.compile(r"<<c=(\S+) s=([\d,]+)>>")
 _CALL_LINE = re.compile(r"^(\d+)\. (\w+)\(", re.M)
 
@@ -159,8 +166,8 @@ class Script:
 
     def answer_user(self, body: dict[str, Any]) -> dict[str, Any]:
         system, prompt = body["messages"][0]["content"], body["messages"][1]["content"]
-        turn = int(re.search(r"message for turn (\d+)", prompt).group(1))
-        line = re.search(rf"^{turn}\. (.*?)(?: \(leave out the detail.*\))?$", system, re.M).group(1)
+        turn = int(_group(r"message for turn (\d+)", prompt))
+        line = _group(rf"^{turn}\. (.*?)(?: \(leave out the detail.*\))?$", system, re.M)
         return {"content": json.dumps({"message": line, "done": self.user_done})}
 
     def answer_solve(self, body: dict[str, Any]) -> dict[str, Any]:

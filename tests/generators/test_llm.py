@@ -80,7 +80,7 @@ def test_tool_calls_come_back_in_wire_format() -> None:
     with ScriptedChatServer(script) as server:
         reply = run(_client(server).chat(_user("find B1"), stage="agent", tools=tools))
     assert server.requests[0]["tools"] == tools
-    assert reply.text == "" and reply.finish_reason == "tool_calls"
+    assert reply.text == "" and reply.finish_reason == "tool_calls" and reply.tool_calls is not None
     (call,) = reply.tool_calls
     assert call["type"] == "function" and call["function"]["name"] == "get_book"
     assert json.loads(call["function"]["arguments"]) == {"book_id": "B1"}
@@ -272,6 +272,7 @@ def test_killed_run_resumes_without_repeating_paid_requests(tmp_path: Path) -> N
     with ScriptedChatServer(responder) as first:
         proc = subprocess.Popen([sys.executable, str(script), first.base_url, str(cache)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
         try:
             assert arrived.wait(60), proc.stderr.read().decode() if proc.poll() is not None else "no third request"
             os.kill(proc.pid, signal.SIGKILL)
@@ -495,7 +496,7 @@ def test_concurrency_cap_is_respected(cap: int) -> None:
 def test_record_then_replay_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "recorded" / "run.jsonl"
     tools = [{"type": "function", "function": {"name": "get_book", "parameters": {"type": "object"}}}]
-    upstream_script = [
+    upstream_script: list[dict[str, Any]] = [
         {"content": "first answer"},
         {"status": 503},  # an upstream error: passed through, retried by the client, not recorded
         {"tool_calls": [{"function": {"name": "get_book", "arguments": {"book_id": "B2"}}}]},
@@ -521,7 +522,7 @@ def test_record_then_replay_round_trip(tmp_path: Path) -> None:
     assert len(replay.requests) == 3
     for a, b in zip(recorded, replayed, strict=True):
         assert (a.text, a.data, a.tool_calls, a.usage) == (b.text, b.data, b.tool_calls, b.usage)
-    assert replayed[1].tool_calls[0]["function"]["name"] == "get_book"
+    assert replayed[1].tool_calls is not None and replayed[1].tool_calls[0]["function"]["name"] == "get_book"
 
     # matched by request hash, not by order
     with ScriptedChatServer.from_file(out) as replay:

@@ -128,6 +128,7 @@ def test_end_to_end_sft_conv_tasks_replay_and_score_one(tmp_path: Path) -> None:
         assert t.provenance["kind"] == "querygen" and t.provenance["preset"] == "sft-conv"
         assert {"model", "chain_id", "seed", "date"} <= set(t.provenance)
         assert t.provenance["pass_at_k"] == {"k": 2, "solved": 2}
+        assert isinstance(t.initial_state, dict)
         assert t.initial_state["name"] == "small" and t.initial_state["patches"]  # the generated state
         assert [u.clarification for u in t.turns] == [False, True, False]
         assert t.turns[0].expected_outputs in (["G-001"], ["G-002"])  # others not in the results: dropped

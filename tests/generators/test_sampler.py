@@ -398,13 +398,15 @@ def test_missing_output_and_write_contract_are_reasons() -> None:
     data = booking_chain().model_dump()
     data["steps"][1]["inputs"]["hotel_id"] = {"source": "step", "step": 0, "output": "[].no_such_field"}
     check = check_chain(Chain.model_validate(data))
-    assert not check.ok and "step 1" in check.reason and "no value" in check.reason
+    assert not check.ok and check.reason is not None
+    assert "step 1" in check.reason and "no value" in check.reason
 
     # cancelling the same booking twice: the second cancel can never succeed
     data = booking_chain().model_dump()
     data["steps"].append(dict(data["steps"][4]))
     check = check_chain(Chain.model_validate(data))
-    assert not check.ok and check.reason.startswith("step 5 (HotelBooking.cancel_hotel_booking)")
+    assert not check.ok and check.reason is not None
+    assert check.reason.startswith("step 5 (HotelBooking.cancel_hotel_booking)")
     assert "already_cancelled" in check.reason
 
 
@@ -412,7 +414,7 @@ def test_unknown_tool_or_env_is_a_reason() -> None:
     data = booking_chain().model_dump()
     data["steps"][0]["name"] = "nope"
     data["steps"][0]["tool"] = "HotelBooking.nope"
-    assert "has no tool" in check_chain(Chain.model_validate(data)).reason
+    assert "has no tool" in (check_chain(Chain.model_validate(data)).reason or "")
     data["envs"] = ["NoSuchEnv"]
     assert not check_chain(Chain.model_validate(data)).ok
 
