@@ -555,7 +555,7 @@ class EpisodeScore:
         ``{path, expected, actual}``, per-turn scores, and the config's weights (``weights`` and the
         extra components' values under their names only when the config has extra components)."""
         c = self.config
-        d = {
+        d: dict[str, Any] = {
             "reward": self.reward,
             "r_traj": self.r_traj,
             "r_state": self.r_state,

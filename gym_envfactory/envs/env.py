@@ -33,6 +33,7 @@ from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments
 from gym_envfactory.environment.tasks import Task, Turn
+from gym_envfactory.envs.options import BackendOptions, EpisodeLimits, PromptOptions, TaskSelection, fill
 from gym_envfactory.envs.parsing import MAX_RAW_CHARS, ParseError, ToolCall, parse_action
 from gym_envfactory.envs.spaces import AssistantActionSpace, MessagesSpace
 from gym_envfactory.errors import SpecError, UnknownTaskError
@@ -278,60 +279,63 @@ class EnvFactoryEnv(gym.Env):
         task_id: str | None = None,
         split: str | None = None,
         task_ids: Sequence[str] | None = None,
-        reward: RewardConfig | Mapping[str, float] | None = None,
+        reward: RewardConfig | Mapping[str, Any] | None = None,
         reward_mode: str = "episode",
-        max_steps: int = 32,
-        max_steps_per_turn: int = 16,
-        max_calls_per_step: int = 16,
-        max_invalid_calls_per_step: int = 16,
-        max_invalid_calls_per_episode: int = 128,
+        max_steps: int | None = None,
+        max_steps_per_turn: int | None = None,
+        max_calls_per_step: int | None = None,
+        max_invalid_calls_per_step: int | None = None,
+        max_invalid_calls_per_episode: int | None = None,
         user: UserSource | None = None,
         system_prompt: str | None = None,
         render_mode: str | None = None,
-        backend: str | Backend = "inprocess",
+        backend: str | Backend | BackendOptions = "inprocess",
         url: str | None = None,
         token: str | None = None,
         backend_options: Mapping[str, Any] | None = None,
         timeout: float | None = None,
-        history: str = "parsed",
+        history: str | None = None,
+        selection: TaskSelection | None = None,
+        limits: EpisodeLimits | None = None,
+        prompt: PromptOptions | None = None,
     ) -> None:
-        if history not in ("parsed", "raw"):
-            raise ValueError(f"history must be 'parsed' or 'raw', got {history!r}")
-        self.history = history
+        # the flat keywords fill the option groups (envs/options.py); None = not given = the group's default
+        self.prompt = fill(PromptOptions, prompt, "prompt", system_prompt=system_prompt, user=user, history=history)
+        self.history = self.prompt.history
         self.environment: EnvironmentSpec = env if isinstance(env, EnvironmentSpec) else get_environment(env)
         if reward_mode not in ("episode", "turn"):
             raise ValueError(f"reward_mode must be 'episode' or 'turn', got {reward_mode!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        if max_steps < 1 or max_steps_per_turn < 1 or max_calls_per_step < 1:
-            raise ValueError("step and call limits must be >= 1")
-        if max_invalid_calls_per_step < 0 or max_invalid_calls_per_episode < 0:
-            raise ValueError("max_invalid_calls_per_step and max_invalid_calls_per_episode must be >= 0")
+        self.limits = limits = fill(EpisodeLimits, limits, "limits", max_steps=max_steps,
+                                    max_steps_per_turn=max_steps_per_turn, max_calls_per_step=max_calls_per_step,
+                                    max_invalid_calls_per_step=max_invalid_calls_per_step,
+                                    max_invalid_calls_per_episode=max_invalid_calls_per_episode)
+        self.selection = fill(TaskSelection, selection, "selection", task_id=task_id, split=split, task_ids=task_ids)
+        given_backend = backend if isinstance(backend, BackendOptions) else None
+        self.backend_spec = fill(BackendOptions, given_backend, "backend", url=url, token=token, options=backend_options,
+                                 timeout=timeout, backend=None if given_backend is not None else backend)
         self.tasks = self.environment.tasks
-        self.fixed_task_id = task_id
-        if task_id is not None:
-            self.tasks.get(task_id)  # fail early on an unknown id
-        self.split = split
-        self.task_ids = list(task_ids) if task_ids is not None else None
+        self.fixed_task_id = self.selection.task_id
+        if self.fixed_task_id is not None:
+            self.tasks.get(self.fixed_task_id)  # fail early on an unknown id
+        self.split = self.selection.split
+        self.task_ids = list(self.selection.task_ids) if self.selection.task_ids is not None else None
         self.reward_config = RewardConfig.coerce(reward)
         self.reward_mode = reward_mode
-        self.max_steps = max_steps
-        self.max_steps_per_turn = max_steps_per_turn
-        self.max_calls_per_step = max_calls_per_step
-        self.max_invalid_calls_per_step = max_invalid_calls_per_step
-        self.max_invalid_calls_per_episode = max_invalid_calls_per_episode
+        self.max_steps = limits.max_steps
+        self.max_steps_per_turn = limits.max_steps_per_turn
+        self.max_calls_per_step = limits.max_calls_per_step
+        self.max_invalid_calls_per_step = limits.max_invalid_calls_per_step
+        self.max_invalid_calls_per_episode = limits.max_invalid_calls_per_episode
         self._invalid_recorded = 0  # calls not executed but recorded one by one this episode
-        self.user = user or scripted_user
-        self.system_prompt = system_prompt
+        self.user = self.prompt.user or scripted_user
+        self.system_prompt = self.prompt.system_prompt
         self.render_mode = render_mode
         served = [self.environment.name] + sorted({n for t in self.tasks for n in t.envs} - {self.environment.name})
-        options = dict(backend_options or {})
-        if timeout is not None:
-            if "timeout" in options and options["timeout"] != timeout:
-                raise ValueError("give timeout= or backend_options={'timeout': ...}, not both")
-            options["timeout"] = timeout
-        check_backend_serves(backend, [self.environment])
-        self.backend = acquire_backend(backend, envs=served, url=url, token=token, **options)
+        spec = self.backend_spec
+        check_backend_serves(spec.backend, [self.environment])
+        self.backend = acquire_backend(spec.backend, envs=served, url=spec.url, token=spec.token, **spec.backend_kwargs())
         self.observation_space = MessagesSpace()
         self.action_space = AssistantActionSpace(list(self.environment.tools))
         self.session: SessionProtocol | None = None  # a Session, or a RemoteSession on a remote backend
@@ -348,7 +352,7 @@ class EnvFactoryEnv(gym.Env):
         self.start_turn = 0
         self.end_turn = 0
         self._scored_turns = 0
-        self._step_limit = max_steps
+        self._step_limit = self.max_steps
         self._episode = 0  # bumped by every reset: infos of an earlier episode stop scoring
         self._thread_lock = threading.Lock()
         self._rendered = 0

@@ -12,6 +12,13 @@ Accepted actions (docs/architecture.md, "The Gymnasium contract"):
   Markdown code fence;
 - typed calls: a :class:`ToolCall`, or a list of ToolCall / ``{"name", "arguments"}`` dicts.
 
+Each format is a parser in a registry (:func:`register_action_parser`, as verl's ``ToolParser.register``),
+offered the actions of the types it accepts and tried in this order, the first answer winning:
+``tool_call`` (a :class:`ToolCall`), ``openai_message`` (an assistant message dict), ``call_object`` (a
+call dict), ``call_list`` (a list or tuple), ``hermes`` (text with ``<tool_call>`` / ``<think>`` tags),
+``json_call`` (text that is a plain JSON call); then any registered later, or ahead of the one named in
+``before=``.  When no parser answers, a string is a plain reply and anything else a :class:`ParseError`.
+
 ``arguments`` may be an object, a JSON string holding an object, or a doubly encoded JSON string
 (docs/cases.md C09).  Scalar strings inside the arguments are never converted here: that is the tool argument
 policy's job (docs/cases.md C08, :mod:`gym_envfactory.environment.tools`).  Malformed input becomes a :class:`ParseError`
@@ -27,8 +34,10 @@ what was sent, its own object's text for an element of a JSON list.
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +50,10 @@ from gym_envfactory.environment.arguments import (
     scrub,
 )
 
-__all__ = ["ToolCall", "ParseError", "ParsedAction", "parse_action", "MAX_RAW_CHARS"]
+__all__ = ["ToolCall", "ParseError", "ParsedAction", "parse_action", "MAX_RAW_CHARS", "ActionParser",
+           "ActionParserEntry", "register_action_parser", "unregister_action_parser", "action_parsers"]
+
+logger = logging.getLogger(__name__)
 
 #: The most characters of a malformed call a :class:`ParseError` keeps in ``raw`` (and so in the action
 #: log and the history); a tool name quoted in its message or kept in ``name`` is cut to 200.
@@ -295,6 +307,8 @@ def _scan(text: str) -> tuple[list[str], list[tuple[str, Any]], str]:
 
 
 def _parse_string(text: str) -> ParsedAction:
+    """A raw model string: reasoning and ``<tool_call>`` blocks scanned out; without blocks, the rest may
+    still be a plain JSON call (:func:`_json_call`), else it is the reply."""
     reasoning_parts, blocks, body = _scan(text)
     out = ParsedAction(reasoning="\n".join(p.strip() for p in reasoning_parts) or None)
     if blocks:
@@ -308,77 +322,209 @@ def _parse_string(text: str) -> ParsedAction:
         out.content = body.strip()
         return out
     stripped = body.strip()
-    fence = _unfence(stripped)
-    candidate = fence if fence is not None else stripped
-    if _looks_like_json_call(candidate):
-        try:
-            obj = json.loads(candidate)
-        except JSON_ERRORS:
-            obj = None
-        if isinstance(obj, Mapping) and ("tool_calls" in obj or "role" in obj):
-            return parse_action(dict(obj))
-        if obj is not None:
-            objs = obj if isinstance(obj, list) else [obj]
-            if all(isinstance(o, Mapping) and "name" in o and ("arguments" in o or "parameters" in o) for o in objs):
-                out.items.extend(_call_from_obj(o, None if isinstance(obj, list) else candidate) for o in objs)
-                return out
-        elif candidate.startswith("{") and re.search(r'"(arguments|parameters)"', candidate):
-            out.items.extend(_items_from_json_text(candidate))
-            return out
+    called = _json_call(stripped, out)
+    if called is not None:
+        return called
     out.content = stripped
     return out
 
 
-def parse_action(action: Any) -> ParsedAction:
-    """Parse a policy's action (module docstring) into ordered calls and parse errors.  Never raises."""
-    if isinstance(action, str):
-        return _parse_string(action)
-    if isinstance(action, ToolCall):
-        return ParsedAction(items=[_typed(action)])
-    if isinstance(action, Mapping):
-        if "tool_calls" in action or "function_call" in action or action.get("role") == "assistant":
-            content = action.get("content")
-            bad_content = None
-            if isinstance(content, list):  # content parts
-                content = "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
-            elif content is not None and not isinstance(content, str):
-                bad_content = ParseError(f"message content must be a string or a list of text parts, got "
-                                         f"{type(content).__name__}", safe_repr(content))
-                content = ""
-            content = scrub(content or "")
-            raw_calls = action.get("tool_calls") or []
-            if not raw_calls and action.get("function_call"):
-                raw_calls = [{"function": action["function_call"]}]
-            if not isinstance(raw_calls, list):
-                out = _parse_string(content) if content else ParsedAction()
-                out.items.append(ParseError(f"tool_calls must be a list, got {type(raw_calls).__name__}",
-                                            safe_repr(raw_calls)))
-                return out
-            if not raw_calls:
-                parsed = _parse_string(content)
-                if isinstance(action.get("reasoning_content"), str) and not parsed.reasoning:
-                    parsed.reasoning = action["reasoning_content"]
-                if bad_content is not None:
-                    parsed.items.append(bad_content)
-                return parsed
-            text = _parse_string(content) if content else ParsedAction()
-            reasoning = text.reasoning or (action.get("reasoning_content") if isinstance(action.get("reasoning_content"), str) else None)
-            out = ParsedAction(content=text.content, reasoning=reasoning)
-            for rc in raw_calls:
-                out.items.append(_call_from_obj(rc, None, _id(rc.get("id")) if isinstance(rc, Mapping) else None))
-            if bad_content is not None:
-                out.items.append(bad_content)
+def _json_call(stripped: str, out: ParsedAction) -> ParsedAction | None:
+    """``stripped`` (a reply without tags, optionally in a code fence) as a plain JSON call or list of
+    calls added to ``out``, or as a JSON assistant message; ``None`` when it is not one."""
+    fence = _unfence(stripped)
+    candidate = fence if fence is not None else stripped
+    if not _looks_like_json_call(candidate):
+        return None
+    try:
+        obj = json.loads(candidate)
+    except JSON_ERRORS:
+        obj = None
+    if isinstance(obj, Mapping) and ("tool_calls" in obj or "role" in obj):
+        return parse_action(dict(obj))
+    if obj is not None:
+        objs = obj if isinstance(obj, list) else [obj]
+        if all(isinstance(o, Mapping) and "name" in o and ("arguments" in o or "parameters" in o) for o in objs):
+            out.items.extend(_call_from_obj(o, None if isinstance(obj, list) else candidate) for o in objs)
             return out
-        if "name" in action:
-            return ParsedAction(items=[_call_from_obj(action, None)])
+    elif candidate.startswith("{") and re.search(r'"(arguments|parameters)"', candidate):
+        out.items.extend(_items_from_json_text(candidate))
+        return out
+    return None
+
+
+# ---------------------------------------------------------------------------- the registry of formats
+
+#: ``parser(action) -> ParsedAction | None``: the action parsed, or ``None`` when it is not in this
+#: parser's format (the next parser is tried).  A parser should not raise; one that does yields a
+#: :class:`ParseError` (parsing stays total, docs/cases.md C13).
+ActionParser = Callable[[Any], "ParsedAction | None"]
+
+
+@dataclass(frozen=True)
+class ActionParserEntry:
+    """A registered action format: its ``name``, the ``parser`` and the action types it ``accepts``
+    (only actions of those types are offered to it)."""
+
+    name: str
+    parser: ActionParser
+    accepts: tuple[type, ...]
+
+
+_PARSERS: list[ActionParserEntry] = []
+_BY_TYPE: dict[type, tuple[ActionParserEntry, ...]] = {}  # the parsers offered each action type, in order
+_REGISTRY_LOCK = threading.Lock()
+
+
+def register_action_parser(name: str, *, accepts: type | tuple[type, ...] = object, before: str | None = None,
+                           replace: bool = False) -> Callable[[ActionParser], ActionParser]:
+    """Decorator registering an action format (as verl's ``ToolParser.register``): ``parser(action) ->
+    ParsedAction | None`` is offered every action that is an instance of ``accepts``, in registration
+    order, ahead of the parser named ``before`` when given; the first that returns a
+    :class:`ParsedAction` wins.  ``replace=True`` swaps a registered parser of that name in its place.
+
+    Raises:
+        ValueError: ``name`` already registered (without ``replace``), or ``before`` unknown.
+    """
+    kinds = accepts if isinstance(accepts, tuple) else (accepts,)
+
+    def decorator(parser: ActionParser) -> ActionParser:
+        entry = ActionParserEntry(name, parser, kinds)
+        with _REGISTRY_LOCK:
+            names = [e.name for e in _PARSERS]
+            if name in names:
+                if not replace:
+                    raise ValueError(f"action parser {name!r} is already registered; pass replace=True to replace it")
+                _PARSERS[names.index(name)] = entry
+            elif before is not None:
+                if before not in names:
+                    raise ValueError(f"unknown action parser {before!r}; registered: {', '.join(names)}")
+                _PARSERS.insert(names.index(before), entry)
+            else:
+                _PARSERS.append(entry)
+            _BY_TYPE.clear()
+        return parser
+
+    return decorator
+
+
+def unregister_action_parser(name: str) -> None:
+    """Remove the action parser called ``name`` (a no-op when there is none)."""
+    with _REGISTRY_LOCK:
+        _PARSERS[:] = [e for e in _PARSERS if e.name != name]
+        _BY_TYPE.clear()
+
+
+def action_parsers() -> tuple[str, ...]:
+    """The registered action formats' names, in the order they are tried."""
+    with _REGISTRY_LOCK:
+        return tuple(e.name for e in _PARSERS)
+
+
+def _parsers_for(kind: type) -> tuple[ActionParserEntry, ...]:
+    hit = _BY_TYPE.get(kind)
+    if hit is None:
+        with _REGISTRY_LOCK:
+            hit = _BY_TYPE[kind] = tuple(e for e in _PARSERS if issubclass(kind, e.accepts))
+    return hit
+
+
+def parse_action(action: Any) -> ParsedAction:
+    """Parse a policy's action (module docstring) into ordered calls and parse errors: the registered
+    parsers accepting its type, in order (:func:`action_parsers`), the first answer wins; when none
+    answers, a string is a plain reply, anything else a :class:`ParseError`.  Never raises."""
+    for entry in _parsers_for(type(action)):
+        try:
+            out = entry.parser(action)
+        except Exception as exc:  # noqa: BLE001 - parsing is total (docs/cases.md C13): a parser's bug becomes a parse error the policy sees
+            logger.warning("action parser %r raised %s", entry.name, type(exc).__name__, exc_info=True)
+            return ParsedAction(items=[ParseError(f"action parser {entry.name!r} failed on this action: "
+                                                  f"{type(exc).__name__}", safe_repr(action))])
+        if out is not None:
+            return out
+    if isinstance(action, str):
+        return ParsedAction(content=action.strip())
+    if isinstance(action, Mapping):
         return ParsedAction(items=[ParseError("a dict action must be an assistant message or a tool call",
                                               raw_text(action))])
-    if isinstance(action, (list, tuple)):
-        out = ParsedAction()
-        for a in action:
-            out.items.append(_typed(a) if isinstance(a, ToolCall) else _call_from_obj(a, None))
-        return out
     return ParsedAction(items=[ParseError(f"unsupported action type {type(action).__name__}", safe_repr(action))])
+
+
+@register_action_parser("tool_call", accepts=ToolCall)
+def parse_tool_call(action: ToolCall) -> ParsedAction:
+    """A typed :class:`ToolCall`."""
+    return ParsedAction(items=[_typed(action)])
+
+
+@register_action_parser("openai_message", accepts=Mapping)
+def parse_openai_message(action: Mapping[str, Any]) -> ParsedAction | None:
+    """An OpenAI chat-completions assistant message (``tool_calls``, the legacy ``function_call``, or
+    ``role: assistant`` with the calls in its text content); ``None`` for other dicts."""
+    if not ("tool_calls" in action or "function_call" in action or action.get("role") == "assistant"):
+        return None
+    content = action.get("content")
+    bad_content = None
+    if isinstance(content, list):  # content parts
+        content = "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    elif content is not None and not isinstance(content, str):
+        bad_content = ParseError(f"message content must be a string or a list of text parts, got "
+                                 f"{type(content).__name__}", safe_repr(content))
+        content = ""
+    content = scrub(content or "")
+    raw_calls = action.get("tool_calls") or []
+    if not raw_calls and action.get("function_call"):
+        raw_calls = [{"function": action["function_call"]}]
+    if not isinstance(raw_calls, list):
+        out = _parse_string(content) if content else ParsedAction()
+        out.items.append(ParseError(f"tool_calls must be a list, got {type(raw_calls).__name__}",
+                                    safe_repr(raw_calls)))
+        return out
+    if not raw_calls:
+        parsed = _parse_string(content)
+        if isinstance(action.get("reasoning_content"), str) and not parsed.reasoning:
+            parsed.reasoning = action["reasoning_content"]
+        if bad_content is not None:
+            parsed.items.append(bad_content)
+        return parsed
+    text = _parse_string(content) if content else ParsedAction()
+    reasoning = text.reasoning or (action.get("reasoning_content") if isinstance(action.get("reasoning_content"), str) else None)
+    out = ParsedAction(content=text.content, reasoning=reasoning)
+    for rc in raw_calls:
+        out.items.append(_call_from_obj(rc, None, _id(rc.get("id")) if isinstance(rc, Mapping) else None))
+    if bad_content is not None:
+        out.items.append(bad_content)
+    return out
+
+
+@register_action_parser("call_object", accepts=Mapping)
+def parse_call_object(action: Mapping[str, Any]) -> ParsedAction | None:
+    """One call as a dict: ``{"name", "arguments"}`` (or an OpenAI ``tool_calls`` entry with ``name``)."""
+    return ParsedAction(items=[_call_from_obj(action, None)]) if "name" in action else None
+
+
+@register_action_parser("call_list", accepts=(list, tuple))
+def parse_call_list(action: list[Any] | tuple[Any, ...]) -> ParsedAction:
+    """A list of :class:`ToolCall` s and call dicts (parallel calls), each parsed on its own."""
+    out = ParsedAction()
+    for a in action:
+        out.items.append(_typed(a) if isinstance(a, ToolCall) else _call_from_obj(a, None))
+    return out
+
+
+@register_action_parser("hermes", accepts=str)
+def parse_hermes(text: str) -> ParsedAction | None:
+    """Hermes / Qwen text: ``<tool_call>`` blocks and ``<think>`` reasoning (a bare ``</think>`` prefix
+    too); ``None`` for text without those tags."""
+    if _OPEN not in text and _THINK not in text and _END_THINK not in text:
+        return None
+    return _parse_string(text)
+
+
+@register_action_parser("json_call", accepts=str)
+def parse_json_call(text: str) -> ParsedAction | None:
+    """A plain JSON call or list of calls, optionally in a Markdown code fence, or a JSON assistant
+    message; ``None`` for other text (a plain reply)."""
+    return _json_call(text.strip(), ParsedAction())
 
 
 def _typed(call: ToolCall) -> ToolCall | ParseError:
