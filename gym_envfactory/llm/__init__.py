@@ -3,7 +3,7 @@
 - :mod:`.client`: :class:`LLMClient` / :class:`LLMConfig` / :class:`LLMReply`, an async client for any
   OpenAI-compatible chat-completions endpoint with retries, structured output (one repair round), an
   on-disk response cache, per-stage accounting and a concurrency cap.  Needs ``openai``, ``tenacity``
-  and ``jsonschema`` (extras ``gen`` or ``synthesis``).
+  and ``jsonschema`` (extra ``llm``; ``gen`` and ``synthesis`` include them).
 - the errors :class:`~gym_envfactory.errors.LLMError`, :class:`~gym_envfactory.errors.LLMRequestError`
   and :class:`~gym_envfactory.errors.LLMOutputError`: members of the runtime's one error family, defined
   in :mod:`gym_envfactory.errors` and re-exported here (catching them imports no LLM library).

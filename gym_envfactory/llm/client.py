@@ -1,8 +1,8 @@
 """The LLM client: an async client for any OpenAI-compatible chat-completions endpoint (import name
 ``gym_envfactory.llm.client``; the names are also importable from :mod:`gym_envfactory.llm`).  EnvGen,
 QueryGen, the tool graph's refinement and the LLM user simulator (:mod:`gym_envfactory.users.llm`) all call
-models through it.  Needs the ``openai``, ``tenacity`` and ``jsonschema`` packages (extras ``gen`` or
-``synthesis``).
+models through it.  Needs the ``openai``, ``tenacity`` and ``jsonschema`` packages (extra ``llm``; ``gen``
+and ``synthesis`` include them).
 
 What it adds to the official ``openai`` client (used with ``max_retries=0``; the retrying is done here):
 
