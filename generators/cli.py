@@ -168,7 +168,7 @@ def gen_env(
     if name and len(metas) != 1:
         raise typer.BadParameter(f"--name needs exactly one environment; the input holds {len(metas)}")
     try:
-        jobs = [EnvGenJob(metadata=m.to_dict() if hasattr(m, "to_dict") else m, name=name, source=source,
+        jobs = [EnvGenJob(metadata=m.to_dict() if isinstance(m, inputs.EnvMetadata) else m, name=name, source=source,
                           resources=res_text) for m in metas]
         options = EnvGenOptions(out_dir=out, quarantine_dir=quarantine, checkpoint_dir=checkpoint_dir,
                                 max_revisions=max_revisions, domain=domain, isolation="inline" if inline else "process",
@@ -478,7 +478,7 @@ def gen_tasks(
         names = [get_environment(strip_gym_id(e)).name for e in envs]
         options = QueryGenOptions(preset=chosen, k=k, seed=seed, checkpoint_dir=checkpoint_dir / "chains",
                                   concurrency=concurrency)
-        config = LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env, seed=seed,  # type: ignore[arg-type]
+        config = LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env, seed=seed,
                            cache_dir=checkpoint_dir / "cache",
                            structured_output=False if structured_output == "none" else structured_output)
     except (EnvFactoryError, ValueError) as exc:

@@ -465,7 +465,7 @@ def _strip_direction(schema: Any, drop: str) -> Any:
         return [_strip_direction(x, drop) for x in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in schema.items():
         if k == "properties" and isinstance(v, dict):
             kept = {pk: _strip_direction(pv, drop) for pk, pv in v.items()

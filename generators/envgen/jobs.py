@@ -33,7 +33,7 @@ class EnvGenJob:
 
     def __post_init__(self) -> None:
         if hasattr(self.metadata, "model_dump"):
-            self.metadata = self.metadata.model_dump(mode="json")  # type: ignore[union-attr]
+            self.metadata = self.metadata.model_dump(mode="json")
         self.name = env_name(self.name or str(self.metadata.get("class_name") or "Generated"))
         if not _NAME_RE.match(self.name):
             raise EnvGenError(f"environment name {self.name!r} is not CamelCase ASCII")

@@ -41,10 +41,13 @@ def generated_manifest(name: str, code: Mapping[str, Any], provenance: Mapping[s
     state_model = str(m.get("state_model") or f"state:{_root_class(str(code.get('state_py', '')))}")
     if ":" not in state_model:
         state_model = f"state:{state_model}"
-    lists = {key: [x for x in m.get(key) or [] if isinstance(x, str)]
-             for key in ("bookkeeping_fields", "free_text_fields", "set_fields")}
+    def strings(key: str) -> list[str]:
+        return [x for x in m.get(key) or [] if isinstance(x, str)]
+
     return Manifest(name=name, version="0.1.0", domain=dom, description=str(m.get("description") or name),
-                    state_model=state_model, tools_module="tools", default_initial_state="small", **lists,
+                    state_model=state_model, tools_module="tools", default_initial_state="small",
+                    bookkeeping_fields=strings("bookkeeping_fields"), free_text_fields=strings("free_text_fields"),
+                    set_fields=strings("set_fields"),
                     provenance=Provenance(**{k: v for k, v in provenance.items() if v is not None}))
 
 

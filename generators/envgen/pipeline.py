@@ -101,12 +101,12 @@ class EnvGen:
     async def generate_many(self, jobs: Sequence[EnvGenJob]) -> list[EnvGenResult]:
         """Several environments concurrently.  One environment's crash does not stop the others: it
         comes back as a ``crashed`` result whose checkpoint :func:`resume_checkpoint` continues."""
-        names = [j.name for j in jobs]
+        names = [j.name or "" for j in jobs]  # EnvGenJob always sets a name
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise EnvGenError(f"two jobs generate the same environment name(s) {sorted(dup)}; pass distinct names")
         for n in names:
-            self._check_name(n or "")
+            self._check_name(n)
         results = await asyncio.gather(*(self.generate(j) for j in jobs), return_exceptions=True)
         out: list[EnvGenResult] = []
         for job, r in zip(jobs, results, strict=True):
@@ -206,7 +206,9 @@ class EnvGen:
         if not isinstance(data, dict):
             from gym_envfactory.errors import LLMOutputError
 
-            raise LLMOutputError(f"stage {stage}: expected a JSON object, got {type(data).__name__}")
+            problem = f"expected a JSON object, got {type(data).__name__}"
+            raise LLMOutputError(f"stage {stage}: {problem}", raw=reply.text, first_raw=reply.text, error=problem,
+                                 stage=stage)
         return data
 
     async def _validate(self, run: EnvGenRun, code: Mapping[str, Any], tests: Mapping[str, Any]) -> ValidationOutcome:

@@ -145,8 +145,8 @@ def _mutates_self(cls: type, method: str, seen: set[str] | None = None) -> bool:
             targets = [sub.target]
         elif isinstance(sub, ast.Delete):
             targets = list(sub.targets)
-        for t in targets:
-            if isinstance(t, (ast.Attribute, ast.Subscript)) and _rooted_at(t, owners):
+        for target in targets:
+            if isinstance(target, (ast.Attribute, ast.Subscript)) and _rooted_at(target, owners):
                 return True
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
             if sub.func.attr in _MUTATORS and _rooted_at(sub.func.value, owners):
@@ -266,7 +266,8 @@ def _interface_models(cls: type, models: list[type[BaseModel]]) -> list[type[Bas
                 add(hint)
     if found:
         return found
-    node = function_node(getattr(cls, "load_scenario", None)) if callable(getattr(cls, "load_scenario", None)) else None
+    loader = getattr(cls, "load_scenario", None)
+    node = function_node(loader) if callable(loader) else None
     if node is not None:
         args = node.args.posonlyargs + node.args.args
         params = {a.arg for a in args[1:]}

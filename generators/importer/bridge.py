@@ -95,8 +95,8 @@ class Registration:
 
     def __init__(self, fn: Any, options: dict) -> None:
         self.fn = fn
-        self.name = options.get("name") or getattr(fn, "__name__", None)
-        self.description = options.get("description")
+        self.name: str = str(options.get("name") or getattr(fn, "__name__", None) or repr(fn))
+        self.description: str | None = options.get("description")
 
 
 class StubServer:
@@ -143,7 +143,7 @@ def stub_module(name: str) -> types.ModuleType:
             raise AttributeError(item)
         return stub_module(f"{name}.{item}") if item[:1].islower() else Anything
 
-    mod.__getattr__ = attr  # PEP 562
+    vars(mod)["__getattr__"] = attr  # PEP 562: the module's own __getattr__
     return mod
 
 
@@ -323,18 +323,18 @@ class SeededDatetime(datetime.datetime, metaclass=_RealClassCheck):
         return datetime.datetime(*args, **kwargs)
 
     @classmethod
-    def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+    def now(cls, tz: Any = None) -> Any:
         """The session clock's next reading."""
         moment = datetime.datetime.fromtimestamp(current_entropy().now(), datetime.UTC)
         return moment.replace(tzinfo=None) if tz is None else moment.astimezone(tz)
 
     @classmethod
-    def utcnow(cls) -> Any:  # type: ignore[override]
+    def utcnow(cls) -> Any:
         """The session clock's next reading, naive UTC."""
         return cls.now()
 
     @classmethod
-    def today(cls) -> Any:  # type: ignore[override]
+    def today(cls) -> Any:
         """The session clock's next reading, naive UTC."""
         return cls.now()
 
@@ -351,7 +351,7 @@ class SeededDate(datetime.date, metaclass=_RealClassCheck):
         return datetime.date(*args, **kwargs)
 
     @classmethod
-    def today(cls) -> Any:  # type: ignore[override]
+    def today(cls) -> Any:
         """The date of the session clock's next reading."""
         return datetime.datetime.fromtimestamp(current_entropy().now(), datetime.UTC).date()
 
@@ -393,7 +393,7 @@ def load_source(module_name: str, path: str | Path) -> types.ModuleType:
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
-    module.__builtins__ = dict(vars(builtins), __import__=stub_import, hash=stable_hash)
+    vars(module)["__builtins__"] = dict(vars(builtins), __import__=stub_import, hash=stable_hash)
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
@@ -407,7 +407,7 @@ def load_package_source(package: str, init_file: str) -> types.ModuleType:
     """Called by the package's ``__init__``: load its ``_source.py`` once as ``<package>._source``."""
     name = package + "._source"
     module = sys.modules.get(name) or load_source(name, Path(init_file).with_name("_source.py"))
-    sys.modules[package]._source = module
+    vars(sys.modules[package])["_source"] = module  # as the import system sets a submodule
     return module
 
 
@@ -539,8 +539,9 @@ def rebind(fn: Any, scope: dict) -> Any:
 def write_back(state: BaseModel, new: BaseModel) -> None:
     """Replace the contents of ``state`` with ``new`` (same model class) in place."""
     state.__dict__.update(new.__dict__)
-    if getattr(new, "__pydantic_extra__", None) is not None:
-        object.__setattr__(state, "__pydantic_extra__", dict(new.__pydantic_extra__))
+    extra = getattr(new, "__pydantic_extra__", None)
+    if extra is not None:
+        object.__setattr__(state, "__pydantic_extra__", dict(extra))
     object.__setattr__(state, "__pydantic_fields_set__", set(state.__pydantic_fields_set__) | set(new.__pydantic_fields_set__))
 
 

@@ -138,7 +138,7 @@ class ClassBridge:
         init_args, init_kwargs: how to construct an instance (no hook).
     """
 
-    def __init__(self, cls: type, state_model: type[BaseModel], fields: Sequence[str], hook: str | None,
+    def __init__(self, cls: type[Any], state_model: type[BaseModel], fields: Sequence[str], hook: str | None,
                  init_args: Sequence[Any] = (), init_kwargs: Mapping[str, Any] | None = None) -> None:
         self.cls, self.state_model, self.fields, self.hook = cls, state_model, tuple(fields), hook
         self.init_args, self.init_kwargs = tuple(init_args), dict(init_kwargs or {})
@@ -154,9 +154,10 @@ class ClassBridge:
     def load(self, values: dict[str, Any]) -> Any:
         """A new instance holding ``values`` (typed values, owned by the caller)."""
         if self.hook == "to_dict":
-            return self.cls.from_dict(values)  # type: ignore[attr-defined]
+            return self.cls.from_dict(values)
         if self.hook == "getstate":
-            obj = self.cls.__new__(self.cls)
+            # mypy resolves cls.__new__ on a type[Any] receiver to the metaclass's type.__new__
+            obj = self.cls.__new__(self.cls)  # type: ignore[call-overload]
             obj.__setstate__(values)
             return obj
         obj = self.cls(*self.init_args, **self.init_kwargs)
@@ -181,14 +182,14 @@ class ClassBridge:
 
 
 def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Sequence[str]) -> type[BaseModel]:
+    hints: dict[str, Any] = {}  # field name -> type (none from a to_dict/__getstate__ hook)
     if hook is not None:
         data = (proto.to_dict() if hook == "to_dict" else proto.__getstate__())
         if not isinstance(data, dict):
             raise ClassImportError(f"{cls.__qualname__}.{'to_dict' if hook == 'to_dict' else '__getstate__'}() "
                                    f"returned {type(data).__name__}, not a dict of the state's fields")
-        values, hints = {k: v for k, v in data.items() if k not in exclude}, {}
+        values = {k: v for k, v in data.items() if k not in exclude}
     else:
-        hints = {}
         try:
             hints.update({k: v for k, v in get_type_hints(cls).items() if not k.startswith("_")})
         except Exception:  # noqa: BLE001 - unresolvable class annotations: inference
@@ -212,7 +213,7 @@ def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Se
         typ = with_sorted_sets(hints.get(k, infer_type(v)))
         fields[k] = (typ, Field(default_factory=functools.partial(copy.deepcopy, v)))
     doc = (cls.__doc__ or f"State of {name}").strip()
-    return create_model(f"{name}State", __doc__=doc, **fields)  # type: ignore[call-overload,no-any-return]
+    return create_model(f"{name}State", __doc__=doc, **fields)
 
 
 def _make_tool(owner: ClassBridge, method_name: str, fn: Callable[..., Any], module_name: str | None,

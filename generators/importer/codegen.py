@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import copy
 import keyword
+from typing import overload
 
 from .analysis import ImporterError, ServerAnalysis
 
@@ -18,8 +19,12 @@ __all__ = ["generate_tools_py"]
 _RESERVED = {"tool", "annotations", "_source", "ImportedServer", "_SERVER"}
 
 
+@overload
+def _annotation(node: ast.AST) -> ast.AST: ...
+@overload
+def _annotation(node: None) -> None: ...
 def _annotation(node: ast.AST | None) -> ast.AST | None:
-    """A string annotation ("Book") parsed into its expression."""
+    """A string annotation ("Book") parsed into its expression (``None`` stays ``None``)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         try:
             return ast.parse(node.value, mode="eval").body
@@ -117,9 +122,9 @@ def generate_tools_py(a: ServerAnalysis, env_name: str) -> str:
         defaults: dict[str, ast.AST] = {}
         for arg, d in zip(pos_args[len(pos_args) - n_pos_defaults:], node.args.defaults, strict=True):
             defaults[arg.arg] = d
-        for arg, d in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True):
-            if d is not None:
-                defaults[arg.arg] = d
+        for arg, kw_default in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True):
+            if kw_default is not None:
+                defaults[arg.arg] = kw_default
         names = {p.name for p in t.params}
         state_param = "_state"
         while state_param in names:

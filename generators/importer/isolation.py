@@ -51,15 +51,15 @@ def shared_module_globals(a: ServerAnalysis) -> dict[str, list[str]]:
     functions: dict[str, ast.AST] = {}
     classes: dict[str, ast.ClassDef] = {}
     assigned: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions[node.name] = node
-        elif isinstance(node, ast.ClassDef):
-            classes[node.name] = node
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                for sub in ast.walk(t):
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions[stmt.name] = stmt
+        elif isinstance(stmt, ast.ClassDef):
+            classes[stmt.name] = stmt
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for target in targets:
+                for sub in ast.walk(target):
                     if isinstance(sub, ast.Name):
                         assigned.add(sub.id)
 

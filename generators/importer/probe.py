@@ -65,8 +65,9 @@ def _candidates(pname: str, schema: Mapping[str, Any], values: dict[str, list[An
     if not out and t == "string" and pname.lower().endswith("id"):
         out = list(keys)
     if not out:
-        out = {"string": ["a"], "integer": [1], "number": [1.0], "boolean": [True],
-               "array": [[]], "object": [{}]}.get(t or "", [])
+        fallback: dict[str, list[Any]] = {"string": ["a"], "integer": [1], "number": [1.0], "boolean": [True],
+                                          "array": [[]], "object": [{}]}
+        out = fallback.get(t or "", [])
     return out[:3]
 
 

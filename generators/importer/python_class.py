@@ -197,9 +197,10 @@ def import_class_package(
         name=env_name, version=version, domain=domain, state_model="state:State", tools_module="tools",
         description=description or (cls.__doc__ or f"Imported from {src.name}").strip().splitlines()[0],
         default_initial_state="small",
-        provenance=Provenance(kind="imported", source=str(src), sha256=hashlib.sha256(src_bytes).hexdigest(),
-                              api_class=class_name, importer="gym_envfactory.generators.importer"))
-    files = {
+        provenance=Provenance.model_validate(  # extra keys are kept (Provenance allows them)
+            {"kind": "imported", "source": str(src), "sha256": hashlib.sha256(src_bytes).hexdigest(),
+             "api_class": class_name, "importer": "gym_envfactory.generators.importer"}))
+    files: dict[str, str | bytes] = {
         "_source.py": src_bytes,
         "_bridge.py": bridge_source(),
         "_classbridge.py": Path(classbridge.__file__).read_text(encoding="utf-8"),

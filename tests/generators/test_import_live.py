@@ -253,7 +253,8 @@ def test_a_class_without_state_is_refused_with_what_to_do():
 def test_an_object_graph_goes_through_the_class_serialiser():
     class Node:
         def __init__(self, name: str) -> None:
-            self.name, self.children = name, []
+            self.name: str = name
+            self.children: list[Node] = []
 
     class Tree:
         def __init__(self) -> None:

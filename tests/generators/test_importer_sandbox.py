@@ -6,6 +6,7 @@ The docker mode is tested in tests/docker/ (built images); here the process sand
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -127,3 +128,48 @@ def test_process_mode_warns_and_unknown_modes_are_refused(tmp_path, caplog):
     with pytest.raises(ImporterError, match="sandbox must be"):
         import_tool_server(src, out_dir=tmp_path / "other", sandbox="chroot")
     assert not (tmp_path / "other").exists()
+
+
+def test_the_importer_loads_nothing_of_envgen():
+    """The importer reaches the sandbox through generators.sandbox, never through EnvGen
+    (pyproject.toml's import-linter contract says the same statically)."""
+    probe = ("import sys, gym_envfactory.generators.importer, gym_envfactory.generators.importer.sandbox, "
+             "gym_envfactory.generators.importer.server; "
+             "print(sorted(m for m in sys.modules if m.startswith('gym_envfactory.generators.envgen')))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+def test_grouped_options_keep_the_flat_keywords_and_their_defaults(tmp_path):
+    from gym_envfactory.generators.importer import (
+        ImportKeywords,
+        ImportOptions,
+        ManifestOptions,
+        OutputOptions,
+        SandboxOptions,
+    )
+
+    defaults = ImportOptions()
+    flat = {f.name: getattr(group, f.name) for group in (getattr(defaults, g.name) for g in dataclasses.fields(defaults))
+            for f in dataclasses.fields(group)}
+    # the defaults of the keyword signature this replaced
+    assert flat == {"name": None, "domain": "utilities", "version": "0.1.0", "description": None,
+                    "bookkeeping_fields": (), "free_text_fields": (), "set_fields": (), "initial_state": None,
+                    "initial_states": None, "tasks": None, "scenarios": None, "state_model": None, "api_class": None,
+                    "read_only": None, "destructive": None, "probe": True, "validate": True, "check_isolation": True,
+                    "sandbox": "auto", "image": None, "timeout_s": 600.0, "out_dir": None, "overwrite": False}
+    assert set(flat) == set(ImportKeywords.__annotations__)
+    opts = ImportOptions().with_keywords(name="Snoopy", sandbox="process", validate=False)
+    assert (opts.manifest.name, opts.sandbox.sandbox, opts.checks.validate, opts.checks.probe) == ("Snoopy", "process",
+                                                                                                  False, True)
+    with pytest.raises(TypeError, match="unexpected import option 'sandbx'"):
+        ImportOptions().with_keywords(sandbx="process")
+    # grouped and flat spellings import the same package
+    src = tmp_path / "snoop_server.py"
+    src.write_text(SNOOP)
+    grouped = import_server_package(src, ImportOptions(manifest=ManifestOptions(name="SnoopGrouped"),
+                                                       sandbox=SandboxOptions(sandbox="inline"),
+                                                       output=OutputOptions(out_dir=tmp_path / "g")))
+    flat_done = import_server_package(src, name="SnoopGrouped", sandbox="inline", out_dir=tmp_path / "f")
+    assert grouped.digest == flat_done.digest and grouped.tools == flat_done.tools

@@ -52,7 +52,7 @@ def _refs(node: Any) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- metadata
-GOOD = {
+GOOD: dict[str, Any] = {
     "class_name": "LibraryLoans",
     "description": "Borrow and return books.",
     "tools": [
@@ -228,7 +228,7 @@ def test_openapi_responses(petclinic: EnvMetadata) -> None:
     pet = owner["properties"]["pets"]["items"]
     assert pet["type"] == "object" and pet["properties"]["visits"]["type"] == "array"
     assert pet["properties"]["visits"]["items"]["properties"]["description"]["maxLength"] == 255
-    sample = {"id": 1, "firstName": "George", "lastName": "Franklin", "address": "110 W. Liberty St.",
+    sample: dict[str, Any] = {"id": 1, "firstName": "George", "lastName": "Franklin", "address": "110 W. Liberty St.",
               "city": "Madison", "telephone": "6085551023", "preferredContact": None,
               "pets": [{"id": 1, "ownerId": 1, "name": "Leo", "birthDate": "2010-09-07", "type": "cat",
                         "visits": [{"id": 1, "petId": 1, "description": "rabies shot"}]}]}

@@ -285,3 +285,65 @@ def test_package_rewritten_during_validation_is_not_published(tmp_path, cleanup_
 
 # The same checks inside the runtime image (docker sandbox): tests/docker/test_sandbox_docker.py, which
 # builds the images itself and never skips.
+
+
+# ------------------------------------------------------------------- the shared sandbox (generators.sandbox)
+
+
+def test_run_sandboxed_in_a_process_reads_inputs_in_place_and_writes_the_answer(tmp_path):
+    from gym_envfactory.generators.sandbox import ANSWER, ReadOnly, run_sandboxed
+
+    src, answer = tmp_path / "in.json", tmp_path / "answer.json"
+    src.write_text('{"b": 1}')
+    answer.write_text("stale")  # an answer left from an earlier run never passes for this one's
+    run = asyncio.run(run_sandboxed("json.tool", "main", [ReadOnly(src), ANSWER], sandbox="process", answer=answer,
+                                    timeout_s=60))
+    assert (run.timed_out, run.returncode) == (False, 0) and json.loads(answer.read_text()) == {"b": 1}
+    src.write_text("{not json")
+    failed = asyncio.run(run_sandboxed("json.tool", "main", [ReadOnly(src), ANSWER], sandbox="process", answer=answer,
+                                       timeout_s=60))
+    assert failed.returncode != 0 and not answer.exists() and "Expecting property name" in failed.stderr_tail
+
+
+def test_run_sandboxed_in_a_container_mounts_copies_and_brings_the_answer_back(tmp_path, monkeypatch):
+    """The container path without an engine: the runner is replaced by one that checks what it was given."""
+    from gym_envfactory.generators.sandbox import ANSWER, ReadOnly, container, run_sandboxed
+
+    pkg = tmp_path / "MyPkg"
+    pkg.mkdir()
+    (pkg / "tools.py").write_text("X = 1\n")
+    meta = tmp_path / "meta.json"
+    meta.write_text("{}")
+    seen = {}
+
+    def fake_run(program, args, volumes, *, timeout_s, image=None, role="", option=""):
+        by_bind = {v["bind"]: (Path(k), v["mode"]) for k, v in volumes.items()}
+        seen.update(program=program, args=args, role=role, modes={b: m for b, (_, m) in by_bind.items()})
+        host_in = by_bind["/in"][0]
+        assert (host_in / "0" / "MyPkg" / "tools.py").read_text() == "X = 1\n"  # the folder keeps its name
+        assert (host_in / "1" / "meta.json").read_text() == "{}"
+        (by_bind["/out"][0] / "answer").write_text('{"ok": true}')
+        return False, 0, ""
+
+    monkeypatch.setattr(container, "docker_available", lambda image=None: True)
+    monkeypatch.setattr(container, "run_container", fake_run)
+    monkeypatch.setattr("gym_envfactory.containers.images.CONTAINER_UID", os.getuid())
+    answer = tmp_path / "answer.json"
+    run = asyncio.run(run_sandboxed("some.module", "child_main", [ReadOnly(pkg), ReadOnly(meta), ANSWER, "7"],
+                                    sandbox="docker", answer=answer, timeout_s=5, role="test-role"))
+    assert (run.timed_out, run.returncode, run.memory_exceeded) == (False, 0, False)
+    assert seen == {"program": "from some.module import child_main; child_main()",
+                    "args": ["/in/0/MyPkg", "/in/1/meta.json", "/out/answer", "7"], "role": "test-role",
+                    "modes": {"/in": "ro", "/out": "rw"}}
+    assert json.loads(answer.read_text()) == {"ok": True}
+
+
+def test_unknown_sandbox_modes_are_a_sandbox_error(tmp_path):
+    from gym_envfactory.generators.errors import SandboxError
+    from gym_envfactory.generators.sandbox import ANSWER, resolve_sandbox, run_sandboxed
+
+    with pytest.raises(SandboxError, match="sandbox must be 'auto', 'docker' or 'process', not 'chroot'"):
+        resolve_sandbox("chroot")
+    assert resolve_sandbox("process") == "process"
+    with pytest.raises(SandboxError, match="sandbox must be 'docker' or 'process'"):
+        asyncio.run(run_sandboxed("json.tool", "main", [ANSWER], sandbox="auto", answer=tmp_path / "a", timeout_s=5))
