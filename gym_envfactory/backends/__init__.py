@@ -18,6 +18,7 @@ from gym_envfactory.backends.base import (
     backend_kind,
     backend_names,
     register_backend,
+    unregister_backend,
 )
 from gym_envfactory.backends.inprocess import InProcessBackend
 from gym_envfactory.backends.pool import BACKENDS, acquire_backend, check_backend_serves, shared_backends
@@ -25,4 +26,4 @@ from gym_envfactory.backends.remote import RemoteBackend, RemoteSession, Session
 
 __all__ = ["Backend", "InProcessBackend", "RemoteBackend", "RemoteSession", "SessionClient", "acquire_backend",
            "shared_backends", "BACKENDS", "BackendCapabilities", "BackendKind", "register_backend", "backend_kind",
-           "backend_names", "check_backend_serves"]
+           "backend_names", "check_backend_serves", "unregister_backend"]

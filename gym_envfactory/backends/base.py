@@ -13,8 +13,8 @@ from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import BackendError
 from gym_envfactory.session import SessionProtocol
 
-__all__ = ["Backend", "BackendCapabilities", "BackendKind", "BackendFactory", "register_backend", "backend_kind",
-           "backend_names"]
+__all__ = ["Backend", "BackendCapabilities", "BackendKind", "BackendFactory", "register_backend", "unregister_backend",
+           "backend_kind", "backend_names"]
 
 
 class Backend:
@@ -108,6 +108,13 @@ def register_backend(name: str, factory: BackendFactory | None = None, *,
             return fn
         return decorator
     return add(factory)
+
+
+def unregister_backend(name: str) -> None:
+    """Remove the backend kind called ``name`` (a no-op when there is none; envs already built keep
+    their backend)."""
+    with _KINDS_LOCK:
+        _KINDS.pop(name, None)
 
 
 def backend_names() -> tuple[str, ...]:
