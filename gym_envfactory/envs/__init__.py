@@ -1,3 +1,5 @@
-"""The Gymnasium layer: :class:`~.env.EnvFactoryEnv` (multi-turn episodes over a session), action parsing
-(:mod:`.parsing`), spaces (:mod:`.spaces`), the reward (:mod:`.reward`) and GRPO groups (:mod:`.groups`).
+"""The Gymnasium layer: :class:`~.env.EnvFactoryEnv` (multi-turn episodes over a session), its option
+groups (:mod:`.options`), action parsing and the registry of action formats (:mod:`.parsing`), spaces
+(:mod:`.spaces`) and GRPO groups (:mod:`.groups`); the reward lives one layer down, in
+:mod:`gym_envfactory.reward`.
 """

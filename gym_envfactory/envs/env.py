@@ -242,13 +242,20 @@ class EnvFactoryEnv(gym.Env):
         render_mode: ``None`` or ``"ansi"``.
         backend: where sessions live: ``"inprocess"`` (default), ``"subprocess"`` (a local server
             process), ``"docker"`` (the environment's container), ``"url"`` (a running server at ``url``),
-            or a :class:`~gym_envfactory.backends.Backend`.  Tasks and rewards are computed locally.
+            another name registered with :func:`~gym_envfactory.backends.register_backend`, or a
+            :class:`~gym_envfactory.backends.Backend`.  Tasks and rewards are computed locally.
         url, token: the server for ``backend="url"``; the bearer token (default ``$ENVFACTORY_TOKEN``).
         backend_options: extra options of the backend (docker: ``image``, ``mem_limit`` ...).
         timeout: seconds a remote backend may take to start its server (subprocess, docker) and to
             answer each request (default 60); with ``gym.make("envfactory/HotelBooking-v0",
             backend="subprocess", timeout=10)`` a server that is not up within 10 s is a
             :class:`~gym_envfactory.errors.BackendError`.
+        history: ``"parsed"`` (default) or ``"raw"`` (the text exactly as generated stays in the history).
+        selection, limits, prompt: the same settings grouped (:mod:`gym_envfactory.envs.options`:
+            :class:`TaskSelection`, :class:`EpisodeLimits`, :class:`PromptOptions`; ``backend`` also takes a
+            :class:`BackendOptions`), with the same defaults; the flat keywords above fill them, and a group
+            given together with one of its own flat keywords is a ``ValueError``.  Kept as
+            ``self.selection``, ``self.limits``, ``self.prompt``, ``self.backend_spec``.
 
     Observation: list of new chat messages (OpenAI format).  Action: see
     :class:`~gym_envfactory.envs.spaces.AssistantActionSpace`.  ``info`` keys: ``task_id``, ``turn``,
