@@ -36,9 +36,9 @@ IMPORTED = ("Bank", "Clinic", "Desk", "InnRooms", "Profiles")
 @pytest.fixture(autouse=True)
 def _process_sandbox(monkeypatch):
     """``sandbox="auto"`` means the process sandbox here (the docker mode is tested in tests/docker/)."""
-    from gym_envfactory.generators.envgen import sandbox
+    from gym_envfactory.generators.sandbox import container
 
-    monkeypatch.setattr(sandbox, "docker_available", lambda image=None: False)
+    monkeypatch.setattr(container, "docker_available", lambda image=None: False)
 
 
 def _app() -> typer.Typer:
