@@ -1,4 +1,4 @@
-"""Issue 11, part 1, for imports: the imported file's code runs in EnvGen's sandbox, never in this process.
+"""Issue 11, part 1, for imports: the imported file's code runs in the shared sandbox (generators.sandbox), never in this process.
 
 The docker mode is tested in tests/docker/ (built images); here the process sandbox, against the
 ``"inline"`` mode as a control (the same payload does see the secret there, so the tests can fail).
