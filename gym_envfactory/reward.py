@@ -639,15 +639,10 @@ _NO_DETAILS: Mapping[str, Any] = MappingProxyType({})
 
 
 class ComponentResult(NamedTuple):
-    """What one :class:`RewardComponent` says about a turn or an episode.
-
-    Attributes:
-        value: the component's value (a score term: in [0, 1]; a penalty: a count or a cost ≥ 0), or
-            ``None`` when the component is *vacuous* there (no criteria: left out, the other weights
-            renormalised; docs/reward.md, "Combining").
-        details: the component's own figures (``R_traj``: ``matched``, ``n_ground_truth``, ``missed``;
-            ``P_len``: ``surplus``, ``invalid``; ``R_state`` of an episode: ``state_diff``).
-    """
+    """What one :class:`RewardComponent` says about a turn or an episode: ``value`` (a score term: in
+    [0, 1]; a penalty: a count or cost ≥ 0; ``None``: *vacuous*, left out and the other weights
+    renormalised, docs/reward.md) and ``details``, its own figures (``R_traj``: ``matched``,
+    ``n_ground_truth``, ``missed``; ``P_len``: ``surplus``, ``invalid``; an episode's ``R_state``: ``state_diff``)."""
 
     value: float | None
     details: Mapping[str, Any] = _NO_DETAILS
@@ -658,8 +653,7 @@ class ComponentResult(NamedTuple):
         return self.value is None
 
 
-@dataclass(frozen=True, slots=True)
-class EpisodeView:
+class EpisodeView(NamedTuple):
     """What :meth:`RewardComponent.score_episode` reads: the episode's ``records`` (one per user turn
     reached, possibly more than the task's turns), the task's ``reference``, the ``final_state``
     (canonical or frozen) and ``turns``, the :class:`TurnScore` of each task turn reached, in order."""
@@ -718,10 +712,6 @@ class RTraj(RewardComponent):
 
     name = "r_traj"
     weight_key = "alpha"
-
-    def weight(self, cfg: RewardConfig) -> float:
-        """``alpha``."""
-        return cfg.alpha
 
     def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
         """Matched share of turn ``turn``'s ground-truth calls."""
@@ -795,10 +785,6 @@ class ROutput(RewardComponent):
     name = "r_output"
     weight_key = "output_weight"
 
-    def weight(self, cfg: RewardConfig) -> float:
-        """``output_weight``."""
-        return cfg.output_weight
-
     def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
         """Share of turn ``turn``'s expected outputs in ``record.text``."""
         outputs = reference.expected_outputs[turn]
@@ -821,10 +807,6 @@ class PLen(RewardComponent):
     name = "p_len"
     weight_key = "gamma"
     penalty = True
-
-    def weight(self, cfg: RewardConfig) -> float:
-        """``gamma``."""
-        return cfg.gamma
 
     def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
         """Surplus and invalid calls of turn ``turn``."""
@@ -857,22 +839,43 @@ _RESERVED_NAMES = (*REWARD_COMPONENTS, "turn", "matched", "n_ground_truth", "sur
                    "state_diff", "turns", "config")
 
 
-def _combine(terms: Sequence[tuple[str, float, float | None]]) -> tuple[float, list[str]]:
-    """``Σ w·v / Σ w`` over the ``(name, w, v)`` terms with ``w > 0`` and ``v`` not ``None`` (0.0 when
-    there are none), and the names of the weighted terms that are vacuous."""
-    vacuous = [name for name, w, v in terms if w > 0 and v is None]
-    active = [(w, v) for _, w, v in terms if w > 0 and v is not None]
-    total = sum(w for w, _ in active)
-    if total <= 0:
-        return 0.0, vacuous
-    return sum(w * v for w, v in active) / total, vacuous
+def _plan(cfg: RewardConfig) -> tuple[tuple[tuple[int, str, float], ...], tuple[tuple[int, float], ...]]:
+    """The weighted score terms ``(index, name, w > 0)`` and penalties ``(index, w)`` of :data:`COMPONENTS`
+    then ``cfg.components``; computed once per config and kept on it (the config is frozen)."""
+    plan = cfg.__dict__.get("_plan")
+    if plan is None:
+        terms, penalties = [], []
+        for i, c in enumerate((*COMPONENTS, *cfg.components)):
+            w = c.weight(cfg)
+            if c.penalty:
+                penalties.append((i, w))
+            elif w > 0:
+                terms.append((i, c.name, w))
+        plan = (tuple(terms), tuple(penalties))
+        object.__setattr__(cfg, "_plan", plan)
+    return plan
 
 
-def _compose(cfg: RewardConfig, results: Sequence[tuple[RewardComponent, ComponentResult]]) -> tuple[float, float, list[str]]:
-    """The task score, the penalty ``min(Σ w·value, penalty_cap)`` and the vacuous names from every
-    component's result (docs/reward.md, "Combining, vacuous components, clipping")."""
-    task_score, vacuous = _combine([(c.name, c.weight(cfg), r.value) for c, r in results if not c.penalty])
-    cost = sum(c.weight(cfg) * r.value for c, r in results if c.penalty and r.value is not None)
+def _compose(cfg: RewardConfig, values: Sequence[float | None]) -> tuple[float, float, list[str]]:
+    """Task score ``Σ w·v / Σ w`` over the weighted terms with a value (else 0.0), penalty ``min(Σ w·v,
+    penalty_cap)`` and the vacuous weighted terms' names, from the components' values (docs/reward.md)."""
+    terms, penalties = _plan(cfg)
+    vacuous = []
+    total: float = 0
+    weighted: float = 0
+    for i, name, w in terms:  # left to right, as sum() adds
+        v = values[i]
+        if v is None:
+            vacuous.append(name)
+        else:
+            total += w
+            weighted += w * v
+    task_score = weighted / total if total > 0 else 0.0
+    cost: float = 0
+    for i, w in penalties:
+        v = values[i]
+        if v is not None:
+            cost += w * v
     return task_score, min(cfg.penalty_cap, cost), vacuous
 
 
@@ -891,10 +894,13 @@ def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cf
         :class:`TurnScore`; ``R_state`` compares with the ground-truth state after the turn, and is
         vacuous when the ground truth left the state unchanged in that turn.
     """
-    traj, state, output, length = (c.score_turn(turn_index, record, reference) for c in COMPONENTS)
-    results = [(_R_TRAJ, traj), (_R_STATE, state), (_R_OUTPUT, output), (_P_LEN, length)]
-    extra = [(c, c.score_turn(turn_index, record, reference)) for c in cfg.components]
-    task_score, penalty, vacuous = _compose(cfg, results + extra if extra else results)
+    args = (turn_index, record, reference)
+    traj, state, output, length = _R_TRAJ.score_turn(*args), _R_STATE.score_turn(*args), \
+        _R_OUTPUT.score_turn(*args), _P_LEN.score_turn(*args)
+    extra = [(c, c.score_turn(*args)) for c in cfg.components] if cfg.components else []
+    values = [traj.value, state.value, output.value, length.value]
+    values += [r.value for _, r in extra]
+    task_score, penalty, vacuous = _compose(cfg, values)
     t, n = traj.details, length.details
     return TurnScore(turn_index, traj.value, state.value, output.value, t["matched"], t["n_ground_truth"],
                      n["surplus"], n["invalid"], penalty, _clip(task_score - penalty), vacuous, t["missed"],
@@ -949,10 +955,12 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
     turns = [turn_scores[t] if t < len(turn_scores) else score_turn(t, records[t], reference, cfg)
              for t in range(reached)]
     episode = EpisodeView(records, reference, final_state, turns)
-    traj, state, output, length = (c.score_episode(episode) for c in COMPONENTS)
-    results = [(_R_TRAJ, traj), (_R_STATE, state), (_R_OUTPUT, output), (_P_LEN, length)]
-    extra = [(c, c.score_episode(episode)) for c in cfg.components]
-    task_score, penalty, vacuous = _compose(cfg, results + extra if extra else results)
+    traj, state = _R_TRAJ.score_episode(episode), _R_STATE.score_episode(episode)
+    output, length = _R_OUTPUT.score_episode(episode), _P_LEN.score_episode(episode)
+    extra = [(c, c.score_episode(episode)) for c in cfg.components] if cfg.components else []
+    values = [traj.value, state.value, output.value, length.value]
+    values += [r.value for _, r in extra]
+    task_score, penalty, vacuous = _compose(cfg, values)
     t, n = traj.details, length.details
     return EpisodeScore(
         reward=_clip(task_score - penalty),
