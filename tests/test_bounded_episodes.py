@@ -56,11 +56,11 @@ class CountedText(str):
         self.counter[0] += (r + len(sub) - start) if r >= 0 else max(0, stop - start)
         return r
 
-    def startswith(self, prefix: Any, *args: Any) -> bool:  # type: ignore[override]
+    def startswith(self, prefix: Any, *args: Any) -> bool:
         self.counter[0] += len(prefix) if isinstance(prefix, str) else sum(map(len, prefix))
         return str.startswith(self, prefix, *args)
 
-    def __getitem__(self, key: Any) -> str:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> str:
         out = str.__getitem__(self, key)
         self.counter[0] += len(out)
         return out

@@ -139,7 +139,7 @@ def test_an_option_object_and_its_flat_keyword_together_are_refused():
     with pytest.raises(ValueError, match="backend=BackendOptions"):
         EnvFactoryEnv("HotelBooking", backend=BackendOptions(), url="http://x")
     with pytest.raises(TypeError, match="limits must be a EpisodeLimits"):
-        EnvFactoryEnv("HotelBooking", limits={"max_steps": 3})  # type: ignore[arg-type]
+        EnvFactoryEnv("HotelBooking", limits={"max_steps": 3})
     with pytest.raises(ValueError, match="step and call limits"):
         EpisodeLimits(max_steps=0)
     with pytest.raises(ValueError, match="history"):

@@ -107,7 +107,7 @@ def test_extra_components_are_checked_and_the_config_stays_hashable():
     with pytest.raises(ValueError, match="taken"):
         RewardConfig(components=(Please(), Please()))
     with pytest.raises(ValueError, match="RewardComponent"):
-        RewardConfig(components=("politeness",))  # type: ignore[arg-type]
+        RewardConfig(components=("politeness",))
     with pytest.raises(ValueError):
         RewardConfig(components=(Please(),), weights={"politeness": -1.0})
     a = RewardConfig(components=[Please()], weights={"politeness": 0.5})
