@@ -2,10 +2,7 @@
 
 1. **Size ceiling**: no Python source file over 1,000 lines (environment data builders included), so
    every module stays readable in one sitting.
-2. **The runtime never imports the optional parts**: nothing under ``gym_envfactory/`` imports
-   ``gym_envfactory.generators`` or ``gym_envfactory.training`` (they reach the CLI through the
-   ``envfactory.cli`` entry-point group), so a plain install never needs their dependencies.
-3. **Private names stay private**: no module imports another project module's private name
+2. **Private names stay private**: no module imports another project module's private name
    (``from gym_envfactory.x import _y``) or reaches one through a module object (``x_mod._y``).  A
    name used across modules is a public seam and gets a public name and a docstring.
 
@@ -46,17 +43,6 @@ def check_file(path: Path) -> list[str]:
     except SyntaxError as exc:
         return [*out, f"{rel}:{exc.lineno}: syntax error: {exc.msg}"]
     modules: set[str] = set()  # local names bound to project modules
-    if rel.parts[0] == "gym_envfactory":
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                names = [] if node.level else [node.module or ""]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            for name in names:
-                if name.startswith(("gym_envfactory.generators", "gym_envfactory.training")):
-                    out.append(f"{rel}:{node.lineno}: the runtime imports the optional part {name}")
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and _project_module(node.module, node.level):
             for a in node.names:
