@@ -25,7 +25,7 @@ HOSTILE = [
     {"role": "assistant", "content": 5},
     {"role": "assistant", "content": {"a": 1}},
     {"role": "assistant", "content": [{"text": 5}]},
-    ToolCall("list_hotel_destinations", None),
+    ToolCall("list_hotel_destinations", None),  # type: ignore[arg-type]
     ToolCall("list_hotel_destinations", [1, 2]),  # type: ignore[arg-type]
     {"name": "list_hotel_destinations", "arguments": {"country": {1, 2}}},
     {"name": "list_hotel_destinations", "arguments": {"country": b"x"}},
@@ -126,7 +126,7 @@ def test_reset_options_validation():
     with pytest.raises(KeyError):
         env.reset(options={"task_id": ""})
     with pytest.raises(TypeError):
-        env.reset(options=[1])  # type: ignore[arg-type]
+        env.reset(options=[1])
 
 
 def test_async_vector_env_without_shared_memory():

@@ -27,7 +27,7 @@ MODULE = re.compile(r"`(gym_envfactory(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 
 
 def _mentions(pattern: re.Pattern[str]) -> list[tuple[str, int, str]]:
-    out = []
+    out: list[tuple[str, int, str]] = []
     for doc in DOCS:
         for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
             out.extend((doc.name, n, m.group(1)) for m in pattern.finditer(line))
