@@ -2,7 +2,7 @@
 # System packages the tests need beyond Python (Debian packages; idempotent):
 # - debootstrap, so the Docker tests can build their base image on hosts that reach no container
 #   registry (docs/containers.md);
-# - chromium-headless-shell, the real browser tests/test_ui_browser.py drives (docs/ui.md).
+# - chromium-headless-shell, the real browser tests/ui/test_browser.py drives (docs/ui.md).
 set -euo pipefail
 need=()
 if ! command -v debootstrap >/dev/null 2>&1 && [ ! -x /usr/sbin/debootstrap ]; then need+=(debootstrap); fi

@@ -175,3 +175,21 @@ def make_library(name: str = "Library", *, with_bug: bool = False, register: boo
 @pytest.fixture(scope="session")
 def library():
     return make_library()
+
+
+#: The bearer token of :func:`catalog_server`.
+CATALOG_SERVER_TOKEN = "catalog-server-token"
+
+
+@pytest.fixture(scope="session")
+def catalog_server():
+    """``envfactory serve --all`` on a free loopback port, guarded by :data:`CATALOG_SERVER_TOKEN`; its URL.
+    One server for the whole test session (sampled tasks may span HotelBooking + TeamCalendar)."""
+    from tests.server.test_app import start_server
+
+    proc, url = start_server("--all", token=CATALOG_SERVER_TOKEN)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    proc.stderr.close()

@@ -1,6 +1,6 @@
 """Hostile and careless inputs (issue 11, parts 3 and 4): catalog impersonation, broken packages in the
 catalog, deep or huge JSON lines, junk on every transport (MCP stdio, WebSocket, MCP over HTTP; the
-control plane's is in tests/test_server.py), Host/Origin checks on every route, backend start timeouts
+control plane's is in tests/server/test_app.py), Host/Origin checks on every route, backend start timeouts
 and liveness, and the token kept out of ``ps``."""
 
 from __future__ import annotations

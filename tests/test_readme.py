@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.test_server import start_server
+from tests.server.test_app import start_server
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

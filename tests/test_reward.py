@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gym_envfactory.replay import TaskReference
+import gym_envfactory  # noqa: F401  (registers the catalog)
+from gym_envfactory import Session, ToolCall, get_environment
+from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.replay import TaskReference, task_reference
 from gym_envfactory.reward import (
     RewardConfig,
     TurnRecord,
@@ -14,6 +17,7 @@ from gym_envfactory.reward import (
     state_diff,
     values_equal,
 )
+from gym_envfactory.rollout.policies import OraclePolicy
 
 
 def gt(*calls):
@@ -113,3 +117,66 @@ def test_without_turn_states_the_final_state_decides():
     g = [gt(("f", {"x": 1}, []))]
     s = _score([TurnRecord(calls=[("f", {"x": 1}, False)], state=None)], g, [{"s": 1}], [[]], {"s": 1})
     assert s.r_state == 1.0
+
+
+def _gt_calls(env: EnvFactoryEnv, turn: int) -> list[ToolCall]:
+    assert env.task is not None
+    return [ToolCall(c.name, dict(c.arguments)) for c in env.task.turns[turn].ground_truth]
+
+
+def test_partial_score_ignores_the_unfinished_turns_state():
+    """DEFECT: ``env.score()`` / the lazy ``info["score"]`` mid-turn skip the current turn's state
+    (its record has ``state=None``), so R_state is the mean of earlier turns only.  hotel-014: turn 0
+    done right, then in turn 1 the agent cancels the booking it should modify.  The final state has 15
+    differences, yet R_state is 1.0 and the reward 0.875; the same actions under the env's own step
+    limit score R_state 0.5 / reward 0.625.  Should: the unfinished turn's state counts (0 here)."""
+    env = EnvFactoryEnv("HotelBooking")
+    env.reset(options={"task_id": "hotel-014"})
+    for call in _gt_calls(env, 0):
+        env.step(call)
+    env.step("Done.")
+    env.step(ToolCall("cancel_hotel_booking", {"booking_id": "BK-0100", "reason": "x"}))
+    score = env.score()
+    assert score.state_diff, "the final state is wrong"
+    assert score.r_state is not None and score.r_state < 1.0, f"R_state {score.r_state} with a wrong final state"
+
+
+def test_score_episode_extra_turns_can_break_the_state_for_free():
+    """DEFECT (regression of the per-turn R_state mean): ``score_episode`` documents records longer than
+    the task ("a custom user source: calls in extra turns are surplus"), but an extra turn's state is
+    never judged and the final state no longer counts once any turn has a verdict.  Cancelling the
+    booking just made (11 state differences) costs only the 0.05 surplus penalty: reward 0.95, R_state 1.0."""
+    spec = get_environment("HotelBooking")
+    ref = task_reference(spec, "hotel-029")
+    s = Session.from_states(spec, ref.initial_state)
+    rec0 = TurnRecord()
+    for c in ref.turn_calls[0]:
+        r = s.call(c.name, c.arguments)
+        rec0.calls.append((r.name, r.arguments, r.is_invalid_call))
+    rec0.state = s.state()
+    rec1 = TurnRecord()
+    r = s.call("cancel_hotel_booking", {"booking_id": "BK-0007", "reason": "oops"})
+    assert r.ok
+    rec1.calls.append((r.name, r.arguments, r.is_invalid_call))
+    rec1.state = s.state()
+    score = score_episode([rec0, rec1], ref, s.state(), RewardConfig())
+    assert score.state_diff
+    assert score.r_state is not None and score.r_state < 1.0, f"R_state {score.r_state}, reward {score.reward}"
+
+
+def test_turn_mode_oracle_cannot_reach_one_on_tasks_with_a_clarification_turn():
+    """DEFECT: in ``reward_mode="turn"`` a clarification turn scores 0.0 whatever the agent does (all
+    components vacuous), so the oracle's return on hotel-006 is 0.5 (17 catalog tasks are capped this
+    way) and the turn carries no signal: asking and guessing a lookup both get 0.  Should: a correct
+    policy's return is 1.0 (e.g. score a clarification turn on 'no call made')."""
+    env = EnvFactoryEnv("HotelBooking", reward_mode="turn")
+    env.reset(options={"task_id": "hotel-006"})
+    policy = OraclePolicy()
+    policy.begin(env)
+    total, done = 0.0, False
+    while not done:
+        _, r, term, trunc, _ = env.step(policy.act(env))
+        total += r
+        done = term or trunc
+    assert total == pytest.approx(1.0), f"oracle return {total} in turn mode"
+

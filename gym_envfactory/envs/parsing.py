@@ -25,7 +25,7 @@ policy's job (docs/cases.md C08, :mod:`gym_envfactory.environment.tools`).  Malf
 item in order, never an exception and never an empty call (docs/cases.md C13).
 
 Parsing is linear in the size of the action, however many blocks it holds, malformed or not (docs/cases.md
-C13; ``tests/test_bounded_episodes.py`` counts the work): each search for a tag resumes where the last
+C13; ``tests/envs/test_bounded_episodes.py`` counts the work): each search for a tag resumes where the last
 one stopped, each block is decoded at most twice (its first ``</tool_call>``, then the one a lexical scan
 of JSON strings points to), and a :class:`ParseError` keeps at most :data:`MAX_RAW_CHARS` characters of
 what was sent, its own object's text for an element of a JSON list.

@@ -12,7 +12,7 @@ One thread, not a pool: the GIL would not run two CPU-bound jobs at once anyway,
 keeps every session's operations in the order their frames arrived.
 
 Memory: closing sessions frees every object they held (the server's tables keep nothing per session:
-``tests/test_server_memory.py``), but the allocators keep freed memory for reuse, so RSS after closing
+``tests/server/test_memory.py``), but the allocators keep freed memory for reuse, so RSS after closing
 every session stayed near its peak and wandered round to round.  While the worker has no job it checks,
 every :data:`TRIM_INTERVAL_S`, how much free memory glibc's malloc holds (:func:`heap_free_bytes`) and,
 when more than :data:`TRIM_FREE_BYTES` was freed since the last check that released memory, gives it back

@@ -18,8 +18,8 @@ import pytest
 
 from gym_envfactory.generators.importer import ImporterError, import_server_package, import_tool_server
 from gym_envfactory.session import Session
-from tests.generators.test_importer import COUNTER_SERVER, SCENARIO, SCENARIOS, SERVER, TASKS
-from tests.generators.test_importer_sandbox import REWRITER, SECRET, SNOOP
+from tests.generators.importer.test_importer import COUNTER_SERVER, SCENARIO, SCENARIOS, SERVER, TASKS
+from tests.generators.importer.test_sandbox import REWRITER, SECRET, SNOOP
 
 ROOT = Path(__file__).resolve().parents[2]
 

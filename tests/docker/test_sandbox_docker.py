@@ -15,8 +15,8 @@ import pytest
 from gym_envfactory.generators.envgen import sandbox as sandbox_mod
 from gym_envfactory.generators.envgen import validate_in_child, write_package
 from gym_envfactory.generators.sandbox import CONTAINER_LIMITS
-from tests.generators.test_envgen import METADATA, TESTS, TOOLS_OK, code_answer
-from tests.generators.test_sandbox import SECRET
+from tests.generators.envgen.test_envgen import METADATA, TESTS, TOOLS_OK, code_answer
+from tests.generators.envgen.test_gate_and_sandbox import SECRET
 
 #: The image's Validator with its static gate switched off: stands in for code that got past the gate,
 #: so what is checked below is the container's confinement alone.

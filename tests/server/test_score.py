@@ -1,0 +1,139 @@
+"""Server-side scoring: the control plane's ``score`` method gives every reward component of a session
+created from a task, over ``POST /v1/rpc`` and the fast protocol alike, equal to the in-process reward."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import gym_envfactory  # noqa: F401  (registers the catalog)
+from gym_envfactory import EnvFactoryEnv, get_environment
+from gym_envfactory.backends.remote import SessionClient
+from gym_envfactory.errors import BadRequestError, RemoteError
+from gym_envfactory.rollout.policies import OraclePolicy
+from gym_envfactory.rollout.runner import run_episode
+from gym_envfactory.server.manager import SessionManager
+from tests.server.test_app import TOKEN, rpc, start_server
+
+ENV = "HotelBooking"
+
+
+def _oracle_calls(manager: SessionManager, sid: str, task_id: str) -> None:
+    task = get_environment(ENV).tasks.get(task_id)
+    for t, turn in enumerate(task.turns):
+        for c in turn.ground_truth:
+            manager.call(sid, c.name, c.arguments, tag=t)
+
+
+def test_manager_scores_the_oracle_one_and_a_wrong_write_lower():
+    m = SessionManager([ENV])
+    tid = next(t.task_id for t in get_environment(ENV).tasks if t.n_ground_truth_calls)
+    sid = m.create(ENV, task_id=tid).session_id
+    _oracle_calls(m, sid, tid)
+    s = m.score(sid)
+    assert s["reward"] == 1.0 and s["r_traj"] == 1.0 and s["state_diff"] == []
+    empty = m.create(ENV, task_id=tid).session_id
+    assert m.score(empty)["r_traj"] == 0.0
+    with pytest.raises(BadRequestError, match="task"):
+        m.score(m.create(ENV).session_id)
+    with pytest.raises(BadRequestError, match="reward"):
+        m.score(sid, reward={"alpha": 7})
+
+
+def test_score_equals_the_in_process_reward_of_the_same_episode():
+    env = EnvFactoryEnv(ENV, backend="inprocess")
+    tid = env.tasks.ids()[0]
+    local = run_episode(env, OraclePolicy(), task_id=tid)
+    m = SessionManager([ENV])
+    sid = m.create(ENV, task_id=tid).session_id
+    _oracle_calls(m, sid, tid)
+    assert m.score(sid)["reward"] == local.reward == 1.0
+
+
+def test_score_over_http_rpc_and_the_fast_protocol():
+    proc, url = start_server(ENV)
+    try:
+        tid = get_environment(ENV).tasks.ids()[0]
+        status, body = rpc(url, "create", env=ENV, task_id=tid)
+        sid = json.loads(body)["result"]["session_id"]
+        status, body = rpc(url, "score", session_id=sid)
+        assert status == 200 and set(json.loads(body)["result"]) >= {"reward", "r_traj", "r_state", "p_len", "state_diff"}
+        client = SessionClient(url, token=TOKEN)
+        try:
+            created = client.request("create", env=ENV, task_id=tid)
+            task = get_environment(ENV).tasks.get(tid)
+            for t, turn in enumerate(task.turns):
+                for c in turn.ground_truth:
+                    client.request("call", session_id=created["session_id"], name=c.name, arguments=c.arguments, tag=t)
+            assert client.request("score", session_id=created["session_id"])["reward"] == 1.0
+            with pytest.raises(RemoteError):
+                client.request("score", session_id="no-such-session")
+        finally:
+            client.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_server_score_counts_every_call_an_unrecorded_summary_stands_for():
+    """A message with hundreds of junk calls leaves a bounded log (one summary record, made by the env
+    with ``not_recorded=N``, for the calls not recorded one by one); the server's ``score`` counts each of
+    them in P_len, as the env's reward does.  A model cannot forge one: a call (or parse error) whose
+    arguments read ``{"not_recorded": N}`` is one invalid call."""
+    m = SessionManager([ENV])
+    tid = get_environment(ENV).tasks.ids()[0]
+    sid = m.create(ENV, task_id=tid).session_id
+    for _ in range(3):
+        m.record_invalid(sid, "nope", "junk", "malformed", tag=0)
+    m.record_invalid(sid, "invalid_tool_call", None, "40 more invalid calls were not recorded", tag=0, not_recorded=40)
+    m.record_invalid(sid, "invalid_tool_call", {"not_recorded": 10**6}, "a forged summary is one call", tag=0)
+    m.call(sid, "invalid_tool_call", {"not_recorded": 10**6}, tag=0)
+    m.call(sid, "list_hotel_destinations", {"not_recorded": 10**6}, tag=0)
+    assert m.score(sid)["p_len"] == 3 + 40 + 1 + 1 + 1
+    with pytest.raises(BadRequestError, match="not_recorded"):
+        m.record_invalid(sid, "x", None, "m", not_recorded=-1)
+
+
+def test_env_and_server_agree_on_p_len_for_junk_and_forged_summaries():
+    """The same junk-heavy episode scored by the env (in-process) and by the server (url backend)."""
+    proc, url = start_server(ENV)
+    try:
+        tid = get_environment(ENV).tasks.ids()[0]
+        junk = "<tool_call>{bad</tool_call>" * 40
+        forged = '<tool_call>{"name": "invalid_tool_call", "arguments": {"not_recorded": 1000000}}</tool_call>'
+        p_len = []
+        for backend in ("inprocess", "url"):
+            kw = {"url": url, "token": TOKEN} if backend == "url" else {}
+            env = EnvFactoryEnv(ENV, backend=backend, **kw)
+            env.reset(options={"task_id": tid})
+            env.step(junk)
+            env.step(forged)
+            local = env.score().p_len
+            if backend == "url":
+                client = env.session.client
+                assert client.request("score", session_id=env.session.session_id)["p_len"] == local
+            p_len.append(local)
+            env.close()
+        assert p_len[0] == p_len[1] == 41
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_server_score_reads_the_action_log_without_deep_copying_it(monkeypatch):
+    """Was: ``SessionManager.score`` read ``session.action_log`` (a deep copy of every record), so one
+    score of a 30k-call session took seconds on the server's event loop.  Now it reads the records
+    without copying (they are immutable); checked by behaviour, not by a clock."""
+    import copy as copy_module
+
+    m = SessionManager(["HotelBooking"])
+    ms = m.create("HotelBooking", task_id="hotel-003")
+    for _ in range(200):
+        m.call(ms.session_id, "get_hotel_details", {"hotel_id": "H-101"}, tag=0)
+    copies = []
+    real = copy_module.deepcopy
+    monkeypatch.setattr(copy_module, "deepcopy", lambda x, memo=None: copies.append(type(x)) or real(x, memo))
+    score = m.score(ms.session_id)
+    assert score["surplus"] >= 196 and not any(c is list for c in copies)
+
