@@ -31,6 +31,16 @@ def test_import_loads_no_server_docker_cli_or_llm_library():
     assert out.strip() == "[]"
 
 
+def test_import_loads_no_server_container_llm_or_room_module_of_the_package():
+    code = ("import sys, gym_envfactory\n"
+            "heavy = ('gym_envfactory.server', 'gym_envfactory.containers', 'gym_envfactory.llm', "
+            "'gym_envfactory.users.llm', 'gym_envfactory.cli', 'gym_envfactory.generators', 'gym_envfactory.training', "
+            "'gym_envfactory.ui')\n"
+            "print(sorted(m for m in sys.modules if m.startswith(heavy)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_root_exports_the_classes_users_touch():
     for name in ("EnvFactoryEnv", "make_group", "RewardConfig", "EpisodeScore", "Session", "ToolError",
                  "define_environment", "tool", "get_environment"):
