@@ -154,6 +154,20 @@ def test_training_does_not_import_generators_and_the_recipe_is_outside_the_packa
         text = path.read_text()
         assert "gym_envfactory.generators" not in text and "from ...generators" not in text, path
     assert not (ROOT / "training" / "recipe_smollm2.py").exists()
-    assert not (ROOT / "generators" / "export").exists() and not (ROOT / "generators" / "llm.py").exists()
+    assert not (ROOT / "generators" / "export").exists()  # generators/llm.py is only a deprecated alias (below)
     assert (ROOT / "recipes" / "smollm2.py").exists()
     assert "recipes.smollm2" in (ROOT / "Makefile").read_text()
+
+
+@pytest.mark.parametrize(("old", "name", "home"), [
+    ("gym_envfactory.generators.llm", "LLMClient", "gym_envfactory.llm.client"),
+    ("gym_envfactory.generators.llm", "LLMOutputError", "gym_envfactory.errors"),
+    ("gym_envfactory.generators.tasks.user", "LLMUser", "gym_envfactory.users.llm"),
+])
+def test_moved_names_keep_their_old_import_path_with_a_deprecation_warning(old, name, home):
+    code = (f"import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+            f"try:\n    import {old}\nexcept DeprecationWarning as w:\n    print('warned', w)\n"
+            f"warnings.simplefilter('ignore')\nimport importlib\n"
+            f"print(getattr(importlib.import_module({old!r}), {name!r}) is getattr(importlib.import_module({home!r}), {name!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0].startswith("warned ") and "moved to" in out[0] and out[1] == "True"
