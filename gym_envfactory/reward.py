@@ -573,6 +573,8 @@ class EpisodeScore:
             "config": {"alpha": c.alpha, "gamma": c.gamma, "penalty_cap": c.penalty_cap,
                        "output_weight": c.output_weight},
         }
+        if c.components:
+            d["config"]["components"] = [comp.name for comp in c.components]
         if c.weights:
             d["config"]["weights"] = dict(c.weights)
         if self.extra:
