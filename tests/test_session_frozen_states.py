@@ -237,7 +237,7 @@ def test_score_dicts_hold_every_field():
     assert d["config"] == plain  # the extension fields appear only when a config has extra components
     assert set(d) == {f.name for f in dataclasses.fields(score)} - {"extra"}  # extra components merge in by name
     t = TurnScore(0, 1.0, None, 0.5, 1, 1, 0, 0, 0.0, 1.0, ["r_state"], [])
-    assert t.to_dict() == dataclasses.asdict(t)
+    assert t.to_dict() == {k: v for k, v in dataclasses.asdict(t).items() if k != "extra"}
 
 
 def test_a_turn_window_starts_from_the_references_own_records():
