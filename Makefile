@@ -57,7 +57,7 @@ recipe:
 	$(VENV_TRL)/bin/python -m recipes.smollm2 --out docs/results
 
 # Guard rails: ruff (pyflakes, import order, bugbear, pyupgrade, public docstrings), the import-linter layer
-# contracts, mypy on the runtime, the 1,000-line ceiling and the private-name check.
+# contracts, mypy on every module (package, rooms, catalog, tests, bench), the 1,000-line ceiling and the private-name check.
 lint:
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
