@@ -33,7 +33,7 @@ import math
 import operator
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -105,24 +105,25 @@ class RewardConfig:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
         if self.gamma < 0 or self.penalty_cap < 0 or self.output_weight < 0:
             raise ValueError("gamma, penalty_cap and output_weight must be >= 0")
-        if self.components or self.weights:
-            comps = tuple(self.components)
-            taken = set(_RESERVED_NAMES)
-            for c in comps:
-                if not isinstance(c, RewardComponent):
-                    raise ValueError(f"components must be RewardComponent instances, got {type(c).__name__}")
-                if c.name in taken:
-                    raise ValueError(f"reward component name {c.name!r} is taken (built-in names and score fields: "
-                                     f"{', '.join(_RESERVED_NAMES)}; and each component's name is its own)")
-                taken.add(c.name)
-            pairs = self.weights.items() if isinstance(self.weights, Mapping) else self.weights
-            weights = tuple(sorted((str(k), v) for k, v in pairs))
-            for k, v in weights:
-                _finite(f"weights[{k!r}]", v)
-                if v < 0:
-                    raise ValueError(f"weights[{k!r}] must be >= 0, got {v}")
-            object.__setattr__(self, "components", comps)
-            object.__setattr__(self, "weights", weights)
+        comps = tuple(self.components)
+        taken = set(_RESERVED_NAMES)
+        for c in comps:
+            if not isinstance(c, RewardComponent):
+                raise ValueError(f"components must be RewardComponent instances, got {type(c).__name__}")
+            if c.name in taken:
+                raise ValueError(f"reward component name {c.name!r} is taken (built-in names and score fields: "
+                                 f"{', '.join(_RESERVED_NAMES)}; and each component's name is its own)")
+            taken.add(c.name)
+        pairs = self.weights.items() if isinstance(self.weights, Mapping) else self.weights
+        weights = tuple(sorted((str(k), v) for k, v in pairs))
+        for k, v in weights:
+            if k in _CONFIG_WEIGHTS:
+                raise ValueError(f"weights[{k!r}] would shadow the config field {k!r}: set it as RewardConfig({k}=...)")
+            _finite(f"weights[{k!r}]", v)
+            if v < 0:
+                raise ValueError(f"weights[{k!r}] must be >= 0, got {v}")
+        object.__setattr__(self, "components", comps)
+        object.__setattr__(self, "weights", weights)
 
     def weight(self, key: str) -> float:
         """The weight named ``key``: one of the config's fields (``alpha``, ``gamma``, ``penalty_cap``,
@@ -858,6 +859,20 @@ def _plan(cfg: RewardConfig) -> tuple[tuple[tuple[int, str, float], ...], tuple[
     return plan
 
 
+def _checked(component: RewardComponent, method: Callable[..., ComponentResult], *args: Any) -> ComponentResult:
+    """A component's result; its exception gets a note naming it; a non-finite value or a negative penalty is a ValueError."""
+    try:
+        result = method(*args)
+    except Exception as exc:
+        exc.add_note(f"in reward component {component.name!r} ({type(component).__name__})")
+        raise
+    v = result.value
+    if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v) or (component.penalty and v < 0)):
+        raise ValueError(f"reward component {component.name!r} returned {v!r}: a value must be a finite number"
+                         f"{' >= 0 (it is a penalty)' if component.penalty else ''}, or None when vacuous")
+    return result
+
+
 def _compose(cfg: RewardConfig, values: Sequence[float | None]) -> tuple[float, float, list[str]]:
     """Task score ``Σ w·v / Σ w`` over the weighted terms with a value (else 0.0), penalty ``min(Σ w·v,
     penalty_cap)`` and the vacuous weighted terms' names, from the components' values (docs/reward.md)."""
@@ -899,7 +914,7 @@ def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cf
     args = (turn_index, record, reference)
     traj, state, output, length = _R_TRAJ.score_turn(*args), _R_STATE.score_turn(*args), \
         _R_OUTPUT.score_turn(*args), _P_LEN.score_turn(*args)
-    extra = [(c, c.score_turn(*args)) for c in cfg.components] if cfg.components else []
+    extra = [(c, _checked(c, c.score_turn, *args)) for c in cfg.components] if cfg.components else []
     values = [traj.value, state.value, output.value, length.value]
     values += [r.value for _, r in extra]
     task_score, penalty, vacuous = _compose(cfg, values)
@@ -959,7 +974,7 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
     episode = EpisodeView(records, reference, final_state, turns)
     traj, state = _R_TRAJ.score_episode(episode), _R_STATE.score_episode(episode)
     output, length = _R_OUTPUT.score_episode(episode), _P_LEN.score_episode(episode)
-    extra = [(c, c.score_episode(episode)) for c in cfg.components] if cfg.components else []
+    extra = [(c, _checked(c, c.score_episode, episode)) for c in cfg.components] if cfg.components else []
     values = [traj.value, state.value, output.value, length.value]
     values += [r.value for _, r in extra]
     task_score, penalty, vacuous = _compose(cfg, values)

@@ -211,3 +211,39 @@ def test_a_parser_for_a_new_action_type_and_one_that_raises_stay_total():
         unregister_action_parser("test_bracketed")
         unregister_action_parser("test_broken")
     assert parse_action(5).items[0].message == "unsupported action type int"
+
+
+def test_a_bad_parser_registration_is_refused_and_a_wrong_answer_is_a_parse_error():
+    with pytest.raises(TypeError, match="accepts"):
+        register_action_parser("test_bad_accepts", accepts="str")
+    with pytest.raises(TypeError, match="callable"):
+        register_action_parser("test_not_callable", accepts=int)(5)
+    assert "test_bad_accepts" not in action_parsers() and "test_not_callable" not in action_parsers()
+    assert parse_action("plain reply").content == "plain reply"  # the registry still works
+
+    @register_action_parser("test_wrong_answer", accepts=int)
+    def wrong(value):
+        return "not a ParsedAction"
+
+    try:
+        out = parse_action(7)
+        assert isinstance(out.items[0], ParseError) and "returned str" in out.items[0].message
+    finally:
+        unregister_action_parser("test_wrong_answer")
+
+
+def test_the_limits_follow_the_attributes_and_errors_name_the_keyword_the_user_wrote():
+    env = EnvFactoryEnv("HotelBooking", limits=EpisodeLimits(max_steps=2))
+    env.max_steps = 5
+    assert env.limits.max_steps == 5
+    with pytest.raises(ValueError, match="backend_options="):
+        EnvFactoryEnv("HotelBooking", backend=BackendOptions(), backend_options={"timeout": 3})
+
+
+def test_a_backend_factory_that_returns_no_backend_is_a_backend_error():
+    register_backend("test_garbage", lambda **kw: "not a backend", capabilities=BackendCapabilities())
+    try:
+        with pytest.raises(BackendError, match="returned str, not a Backend"):
+            EnvFactoryEnv("HotelBooking", backend="test_garbage")
+    finally:
+        unregister_backend("test_garbage")

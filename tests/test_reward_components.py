@@ -136,3 +136,41 @@ def test_env_info_reward_components_follow_the_one_list_and_carry_extra_componen
     assert list(info["reward_components"]) == [*REWARD_COMPONENTS, "politeness"]
     assert info["reward_components"]["reward"] == 1.0 and info["score"]["politeness"] is not None
     env.close()
+
+
+class _Fixed(RewardComponent):
+    """A toy component returning a fixed value (or raising it, when it is an exception)."""
+
+    weight_key = "fixed"
+
+    def __init__(self, value, *, penalty=False):
+        self.name, self.value, self.penalty = "fixed", value, penalty
+
+    def score_turn(self, turn, record, reference):
+        if isinstance(self.value, Exception):
+            raise self.value
+        return ComponentResult(self.value)
+
+
+@pytest.mark.parametrize(("value", "penalty", "error"), [
+    (float("nan"), False, "finite number"),
+    (float("inf"), False, "finite number"),
+    (-1.0, True, "it is a penalty"),
+])
+def test_a_component_value_that_cannot_be_a_reward_is_refused_by_name(value, penalty, error):
+    cfg = RewardConfig(components=(_Fixed(value, penalty=penalty),), weights={"fixed": 1.0})
+    with pytest.raises(ValueError, match=f"'fixed'.*{error}"):
+        score_turn(0, TurnRecord(calls=[("f", {"x": 1}, False)], state={"s": 1}), _reference(), cfg)
+
+
+def test_a_component_that_raises_is_named_in_the_error():
+    cfg = RewardConfig(components=(_Fixed(KeyError("boom")),), weights={"fixed": 1.0})
+    with pytest.raises(KeyError) as info:
+        score_turn(0, TurnRecord(calls=[("f", {"x": 1}, False)], state={"s": 1}), _reference(), cfg)
+    assert any("'fixed'" in note for note in info.value.__notes__)
+
+
+def test_configs_are_hashable_and_weights_cannot_shadow_a_field():
+    assert hash(RewardConfig(weights={})) == hash(RewardConfig(components=[])) == hash(RewardConfig())
+    with pytest.raises(ValueError, match="shadow the config field 'alpha'"):
+        RewardConfig(weights={"alpha": 0.9})

@@ -132,7 +132,10 @@ def acquire_backend(kind: str | Backend | None, *, envs: Sequence[str] = (), url
         return kind
     entry = backend_kind("inprocess" if kind is None else kind)
     token = token or os.environ.get("ENVFACTORY_TOKEN")
-    return entry.factory(envs=envs, url=url, token=token, timeout=timeout, **options)
+    made = entry.factory(envs=envs, url=url, token=token, timeout=timeout, **options)
+    if not isinstance(made, Backend):
+        raise BackendError(f"the factory of backend {kind!r} returned {type(made).__name__}, not a Backend")
+    return made
 
 
 def check_backend_serves(kind: Any, specs: Sequence[EnvironmentSpec]) -> None:

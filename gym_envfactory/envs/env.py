@@ -314,13 +314,14 @@ class EnvFactoryEnv(gym.Env):
             raise ValueError(f"reward_mode must be 'episode' or 'turn', got {reward_mode!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        self.limits = limits = fill(EpisodeLimits, limits, "limits", max_steps=max_steps,
+        limits = fill(EpisodeLimits, limits, "limits", max_steps=max_steps,
                                     max_steps_per_turn=max_steps_per_turn, max_calls_per_step=max_calls_per_step,
                                     max_invalid_calls_per_step=max_invalid_calls_per_step,
                                     max_invalid_calls_per_episode=max_invalid_calls_per_episode)
         self.selection = fill(TaskSelection, selection, "selection", task_id=task_id, split=split, task_ids=task_ids)
         given_backend = backend if isinstance(backend, BackendOptions) else None
-        self.backend_spec = fill(BackendOptions, given_backend, "backend", url=url, token=token, options=backend_options,
+        self.backend_spec = fill(BackendOptions, given_backend, "backend", spelled={"options": "backend_options"},
+                                 url=url, token=token, options=backend_options,
                                  timeout=timeout, backend=None if given_backend is not None else backend)
         self.tasks = self.environment.tasks
         self.fixed_task_id = self.selection.task_id
@@ -380,6 +381,13 @@ class EnvFactoryEnv(gym.Env):
         if not pool:
             raise UnknownTaskError(f"{self.environment.name}: no task to sample (split={split!r}, task_ids={self.task_ids})")
         return self.tasks.get(pool[int(self.np_random.integers(len(pool)))])
+
+    @property
+    def limits(self) -> EpisodeLimits:
+        """The step and call limits in force, as an :class:`EpisodeLimits` read from the env's attributes
+        (``max_steps`` and the others), so the two never disagree when one is set after construction."""
+        return EpisodeLimits(self.max_steps, self.max_steps_per_turn, self.max_calls_per_step,
+                             self.max_invalid_calls_per_step, self.max_invalid_calls_per_episode)
 
     @property
     def tools(self) -> list[dict[str, Any]]:

@@ -116,9 +116,11 @@ class BackendOptions:
 _G = TypeVar("_G", TaskSelection, EpisodeLimits, PromptOptions, BackendOptions)
 
 
-def fill(cls: type[_G], given: _G | None, keyword: str, **flat: Any) -> _G:
+def fill(cls: type[_G], given: _G | None, keyword: str, *, spelled: Mapping[str, str] | None = None,
+         **flat: Any) -> _G:
     """The option group ``cls``: ``given`` as is, else one built from the flat keywords that were given
-    (``None`` means "not given": the group's default).
+    (``None`` means "not given": the group's default).  ``spelled`` maps a field to the keyword the user
+    wrote for it, where the two differ (``options`` is ``backend_options=``), for error messages.
 
     Raises:
         TypeError: ``given`` is not a ``cls``.
@@ -130,6 +132,7 @@ def fill(cls: type[_G], given: _G | None, keyword: str, **flat: Any) -> _G:
     if not isinstance(given, cls):
         raise TypeError(f"{keyword} must be a {cls.__name__}, got {type(given).__name__}")
     if set_:
-        raise ValueError(f"give {keyword}={cls.__name__}(...) or {', '.join(f'{k}=' for k in set_)}, not both")
+        names = ", ".join(f"{(spelled or {}).get(k, k)}=" for k in set_)
+        raise ValueError(f"give {keyword}={cls.__name__}(...) or {names}, not both")
     return given
 

@@ -385,10 +385,15 @@ def register_action_parser(name: str, *, accepts: type | tuple[type, ...] = obje
 
     Raises:
         ValueError: ``name`` already registered (without ``replace``), or ``before`` unknown.
+        TypeError: ``accepts`` is not a type or a tuple of types, or the parser is not callable.
     """
     kinds = accepts if isinstance(accepts, tuple) else (accepts,)
+    if not kinds or not all(isinstance(k, type) for k in kinds):
+        raise TypeError(f"accepts must be a type or a tuple of types, got {accepts!r}")
 
     def decorator(parser: ActionParser) -> ActionParser:
+        if not callable(parser):
+            raise TypeError(f"action parser {name!r} must be callable, got {type(parser).__name__}")
         entry = ActionParserEntry(name, parser, kinds)
         with _REGISTRY_LOCK:
             names = [e.name for e in _PARSERS]
@@ -440,8 +445,11 @@ def parse_action(action: Any) -> ParsedAction:
             logger.warning("action parser %r raised %s", entry.name, type(exc).__name__, exc_info=True)
             return ParsedAction(items=[ParseError(f"action parser {entry.name!r} failed on this action: "
                                                   f"{type(exc).__name__}", safe_repr(action))])
-        if out is not None:
+        if isinstance(out, ParsedAction):
             return out
+        if out is not None:
+            return ParsedAction(items=[ParseError(f"action parser {entry.name!r} returned {type(out).__name__}, "
+                                                  "not a ParsedAction", safe_repr(action))])
     if isinstance(action, str):
         return ParsedAction(content=action.strip())
     if isinstance(action, Mapping):

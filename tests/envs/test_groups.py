@@ -34,7 +34,6 @@ CLOSE_SCRIPT = """
 import sys, time
 import gymnasium as gym
 from gym_envfactory import make_group
-from tests.cli.test_rollout_command import TOKEN, server  # noqa: F401  (the module-scoped server fixture)
 
 url, token, order = sys.argv[1:4]
 env = gym.make("envfactory/HotelBooking-v0", backend="url", url=url, token=token, timeout=2)
