@@ -130,11 +130,12 @@ def test_the_root_model_comes_from_the_state_interface_not_the_empty_state(tmp_p
 
 
 def test_cli_api_class(tmp_path):
+    # --name: the session-scoped `library` fixture may already define an environment called "Library" in code
     res = CliRunner().invoke(_app(), ["import", str(PUBLISHED / "two_apis.py"), "--api-class", "LibraryAPI",
                                       "--initial-state", str(PUBLISHED / "two_apis.json"), "--out", str(tmp_path),
-                                      "--sandbox", "inline"])
+                                      "--sandbox", "inline", "--name", "TwoApisLibrary"])
     assert res.exit_code == 0, res.output
-    assert load_environment(tmp_path / "Library").manifest.provenance.model_dump()["api_class"] == "LibraryAPI"
+    assert load_environment(tmp_path / "TwoApisLibrary").manifest.provenance.model_dump()["api_class"] == "LibraryAPI"
 
 
 def test_failure_shaped_results_are_tool_errors_and_change_nothing(folder_import):
