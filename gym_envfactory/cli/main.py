@@ -349,6 +349,7 @@ def serve_cmd(
     memory_budget: Annotated[str | None, typer.Option(envvar="ENVFACTORY_MEMORY_BUDGET", help="memory budget: 512M, 2G or 50% (of physical memory); caps the container's cgroup limit, which is the default (else 60% of physical memory); creates, forks, restores and read frames that would not fit are refused (-32006)")] = None,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
     transport: Annotated[str, typer.Option(help="http (every route below) or stdio (MCP for one environment over stdin/stdout)")] = "http",
+    uds: Annotated[Path | None, typer.Option(help="listen on this Unix domain socket path instead of --host/--port (mode 0600)")] = None,
     module: Annotated[list[str] | None, typer.Option("--module", help="import this module (name, or a .py file) first and serve the environments it defines with define_environment (default: all of them when no names are given); repeatable")] = None,
 ) -> None:
     """Serve environments: MCP on /mcp/<Env> (and /mcp with one environment), fast session protocol
@@ -404,7 +405,7 @@ def serve_cmd(
     try:
         serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions,
               max_sessions_per_client=max_sessions_per_client, close_on_disconnect=close_on_disconnect, announce=announce,
-              memory_budget=memory_budget)
+              memory_budget=memory_budget, uds=None if uds is None else str(uds))
     except InsecureBindError as exc:
         err_console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
