@@ -21,7 +21,13 @@ from gym_envfactory.backends.base import (
     unregister_backend,
 )
 from gym_envfactory.backends.inprocess import InProcessBackend
-from gym_envfactory.backends.pool import BACKENDS, acquire_backend, check_backend_serves, resolve_backend, shared_backends
+from gym_envfactory.backends.pool import (
+    BACKENDS,
+    acquire_backend,
+    check_backend_serves,
+    resolve_backend,
+    shared_backends,
+)
 from gym_envfactory.backends.remote import RemoteBackend, RemoteSession, SessionClient
 
 __all__ = ["Backend", "InProcessBackend", "RemoteBackend", "RemoteSession", "SessionClient", "acquire_backend",

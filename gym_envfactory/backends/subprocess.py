@@ -16,12 +16,11 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-from gym_envfactory.isolation import ChildLimits
-
 from gym_envfactory.backends.isolated import isolated_launch
 from gym_envfactory.environment.catalog import IMPORTING_ENV_VAR, get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import BackendError
+from gym_envfactory.isolation import ChildLimits
 from gym_envfactory.protocol import ANNOUNCE_NONCE_VAR, parse_announcement
 
 __all__ = ["start_server_process", "ServerProcess", "module_argument"]
@@ -77,8 +76,13 @@ class ServerProcess:
 
     def __call__(self, *, keep_log: bool = False) -> None:
         """Stop the server (terminate, then kill after 10 s) and remove its token file and, unless
-        ``keep_log``, its log.  Idempotent."""
-        self.proc.terminate()
+        ``keep_log``, its log.  Idempotent.  An isolated server is killed at once: ``unshare`` does not pass
+        the terminate signal on, and killing it takes its whole PID namespace down (its sessions are
+        ephemeral)."""
+        if self.private_dir is not None:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -198,9 +198,33 @@ def test_the_shipped_catalog_keeps_the_in_process_default():
 
 def test_oracle_reward_is_one_on_the_isolated_backend(probe_env):
     env = gym.make(f"envfactory/{NAME}-v0", task_id="probe-001").unwrapped
+    server = env.backend.server_process
     try:
-        assert env.backend.name == "isolated"
+        assert env.backend.name == "isolated" and env.backend.url.startswith("unix:")
         result = run_episode(env, OraclePolicy())
     finally:
         env.close()
     assert result.reward == pytest.approx(1.0), result.components
+    assert not server.alive and not Path(server.private_dir).exists()  # stopped with the last env; its folder gone
+
+
+def test_the_cli_refuses_to_validate_an_untrusted_package_without_trust(probe_env):
+    from typer.testing import CliRunner
+
+    from gym_envfactory.cli.main import app
+
+    refused = CliRunner().invoke(app, ["validate", NAME])
+    assert refused.exit_code == 1 and "--trust" in " ".join(refused.output.split())
+    trusted = CliRunner().invoke(app, ["validate", NAME, "--trust"])  # it runs (this probe package has no scenarios)
+    assert "untrusted" not in trusted.output and "tasks replayed 1/1" in trusted.output, trusted.output
+
+
+def test_rollout_trust_runs_in_process_and_refuses_inprocess_without_it(probe_env):
+    from typer.testing import CliRunner
+
+    from gym_envfactory.cli.main import app
+
+    refused = CliRunner().invoke(app, ["rollout", f"envfactory/{NAME}-v0", "--policy", "oracle", "--backend", "inprocess"])
+    assert refused.exit_code == 1 and "trust=True" in " ".join(refused.output.split())
+    ok = CliRunner().invoke(app, ["rollout", f"envfactory/{NAME}-v0", "--policy", "oracle", "--trust"])
+    assert ok.exit_code == 0, ok.output
