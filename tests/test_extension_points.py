@@ -58,7 +58,7 @@ def test_the_shipped_backends_are_registered_with_their_capabilities():
 
 
 def test_unknown_backend_lists_the_registered_names():
-    with pytest.raises(BackendError, match="unknown backend 'nope'; choose inprocess, subprocess, docker or url"):
+    with pytest.raises(BackendError, match="unknown backend 'nope'; choose inprocess, subprocess, isolated, docker or url"):
         acquire_backend("nope")
     with pytest.raises(BackendError, match="unknown backend"):
         gym.make("envfactory/HotelBooking-v0", backend="nope")

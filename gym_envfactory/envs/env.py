@@ -348,7 +348,7 @@ class EnvFactoryEnv(gym.Env):
         served = [self.environment.name] + sorted({n for t in self.tasks for n in t.envs} - {self.environment.name})
         spec = self.backend_spec
         # untrusted packages (EnvGen's, the importer's) run isolated unless trust=True (backends/pool.py)
-        kind = resolve_backend(spec.backend, [get_environment(n) for n in served], spec.trust)
+        kind = resolve_backend(spec.backend, [self.environment, *(get_environment(n) for n in served[1:])], spec.trust)
         check_backend_serves(kind, [self.environment])
         self.backend = acquire_backend(kind, envs=served, url=spec.url, token=spec.token, **spec.backend_kwargs())
         self.observation_space = MessagesSpace()
