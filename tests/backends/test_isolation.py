@@ -228,3 +228,21 @@ def test_rollout_trust_runs_in_process_and_refuses_inprocess_without_it(probe_en
     assert refused.exit_code == 1 and "trust=True" in " ".join(refused.output.split())
     ok = CliRunner().invoke(app, ["rollout", f"envfactory/{NAME}-v0", "--policy", "oracle", "--trust"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_without_unshare_the_child_still_gets_a_scrubbed_environment_and_a_warning(probe_env, listener, monkeypatch,
+                                                                                  caplog):
+    """The fallback on a host without namespaces, forced here: the environment is still an allow-list and
+    a warning says what is not isolated (network and home folder, not checked: they are reachable)."""
+    import gym_envfactory.backends.isolated as isolated
+
+    monkeypatch.setattr(isolated, "namespace_prefix", lambda: [])
+    with caplog.at_level("WARNING", logger=isolated.__name__):
+        env = gym.make(f"envfactory/{NAME}-v0").unwrapped
+    try:
+        assert env.backend.name == "isolated"
+        seen = probes(env, probe_env, listener)
+    finally:
+        env.close()
+    assert seen["env"] == "absent", seen
+    assert "WITHOUT network isolation" in caplog.text
