@@ -115,7 +115,8 @@ def isolated_launch(serve_args: Sequence[str], extra_env: Mapping[str, str], pyt
         return IsolatedLaunch(command, env, home, private, f"unix:{sock}", False)
     keeps = sorted({_real(p) for p in [sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(_real(sys.executable)),
                                        _GYM_ROOT, private, *python_paths, *inherited, *package_dirs,
-                                       *os.environ.get("ENVFACTORY_CATALOG", "").split(os.pathsep)] if p})
+                                       *os.environ.get("ENVFACTORY_CATALOG", "").split(os.pathsep)]
+                   if p and os.path.exists(p)})  # a missing path would fail its mount, and so the start
     hides: list[str] = []
     for candidate in (os.environ.get("HOME"), pwd.getpwuid(os.getuid()).pw_dir):
         if not candidate or not os.path.isdir(candidate) or _real(candidate) in ("/", *hides):

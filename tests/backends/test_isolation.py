@@ -246,3 +246,17 @@ def test_without_unshare_the_child_still_gets_a_scrubbed_environment_and_a_warni
         env.close()
     assert seen["env"] == "absent", seen
     assert "WITHOUT network isolation" in caplog.text
+
+
+def test_a_missing_catalog_folder_under_home_does_not_stop_the_start(probe_env, monkeypatch):
+    """Paths the child needs are mounted back over the hidden home; one that does not exist is skipped."""
+    import os
+
+    missing = Path(os.environ["HOME"]) / "no-such-catalog"
+    monkeypatch.setenv("ENVFACTORY_CATALOG", os.pathsep.join([os.environ["ENVFACTORY_CATALOG"], str(missing)]))
+    env = gym.make(f"envfactory/{NAME}-v0").unwrapped
+    try:
+        env.reset(options={"task_id": "probe-001"})
+        assert call(env, "bump") == "1"
+    finally:
+        env.close()
