@@ -89,7 +89,7 @@ def print_results(results: list[Any], usage_by_stage: dict[str, dict[str, int]] 
 
             console.print(f"[green]{r.name}: registered as {r.gym_id}[/green]")
             if r.path and not any(Path(r.path).parent.resolve() == d.resolve() for d in catalog_dirs()):
-                console.print(f"  outside the catalog path: ENVFACTORY_CATALOG={Path(r.path).parent} envfactory validate {r.name}")
+                console.print(f"  outside the catalog path: ENVFACTORY_CATALOG={Path(r.path).parent} envfactory validate --trust {r.name}")
 
 
 def _progress_printer(name: str, event: str, detail: str) -> None:

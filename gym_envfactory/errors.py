@@ -25,6 +25,7 @@ __all__ = [
     "SessionClosedError",
     "SnapshotError",
     "BackendError",
+    "UntrustedPackageError",
     "BackendUnavailableError",
     "RequestTooLargeError",
     "RemoteError",
@@ -155,6 +156,11 @@ class RemoteError(EnvFactoryError):
 
 class BackendError(EnvFactoryError):
     """A backend could not be started or configured."""
+
+
+class UntrustedPackageError(BackendError):
+    """An untrusted package (provenance ``generated`` or ``imported``) was asked to run in this process
+    (``backend="inprocess"``) without ``trust=True``; the message says how to opt in and what it gives up."""
 
 
 class ImageError(EnvFactoryError):

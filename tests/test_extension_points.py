@@ -48,7 +48,7 @@ def bump(state: Probe) -> int:
 
 
 def test_the_shipped_backends_are_registered_with_their_capabilities():
-    assert backend_names()[:4] == BACKENDS == ("inprocess", "subprocess", "docker", "url")
+    assert backend_names()[:5] == BACKENDS == ("inprocess", "subprocess", "isolated", "docker", "url")
     assert backend_kind("inprocess").capabilities.in_process
     docker = backend_kind("docker").capabilities
     assert docker.needs_docker and not docker.serves_code_defined_environments
@@ -58,7 +58,7 @@ def test_the_shipped_backends_are_registered_with_their_capabilities():
 
 
 def test_unknown_backend_lists_the_registered_names():
-    with pytest.raises(BackendError, match="unknown backend 'nope'; choose inprocess, subprocess, docker or url"):
+    with pytest.raises(BackendError, match="unknown backend 'nope'; choose inprocess, subprocess, isolated, docker or url"):
         acquire_backend("nope")
     with pytest.raises(BackendError, match="unknown backend"):
         gym.make("envfactory/HotelBooking-v0", backend="nope")

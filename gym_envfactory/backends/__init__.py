@@ -21,9 +21,15 @@ from gym_envfactory.backends.base import (
     unregister_backend,
 )
 from gym_envfactory.backends.inprocess import InProcessBackend
-from gym_envfactory.backends.pool import BACKENDS, acquire_backend, check_backend_serves, shared_backends
+from gym_envfactory.backends.pool import (
+    BACKENDS,
+    acquire_backend,
+    check_backend_serves,
+    resolve_backend,
+    shared_backends,
+)
 from gym_envfactory.backends.remote import RemoteBackend, RemoteSession, SessionClient
 
 __all__ = ["Backend", "InProcessBackend", "RemoteBackend", "RemoteSession", "SessionClient", "acquire_backend",
-           "shared_backends", "BACKENDS", "BackendCapabilities", "BackendKind", "register_backend", "backend_kind",
+           "shared_backends", "resolve_backend", "BACKENDS", "BackendCapabilities", "BackendKind", "register_backend", "backend_kind",
            "backend_names", "check_backend_serves", "unregister_backend"]

@@ -57,6 +57,8 @@ class BackendCapabilities:
         imports_defining_module: code-defined environments are served by importing the module that
             defines them (the subprocess server's ``--module``), so one defined in an interactive session
             or inside a function is refused.
+        isolated: sessions live in a child with no inherited environment, an empty home, resource limits
+            and no network (``isolated``; docs/architecture.md, "Backends").
     """
 
     in_process: bool = False
@@ -64,6 +66,7 @@ class BackendCapabilities:
     needs_url: bool = False
     serves_code_defined_environments: bool = True
     imports_defining_module: bool = False
+    isolated: bool = False
 
 
 @dataclass(frozen=True)

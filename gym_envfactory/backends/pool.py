@@ -11,17 +11,20 @@ import atexit
 import os
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gym_envfactory.backends.base import Backend, BackendCapabilities, backend_kind, register_backend
 from gym_envfactory.backends.inprocess import InProcessBackend
+from gym_envfactory.backends.isolated import ISOLATED_LIMITS
 from gym_envfactory.backends.remote import RemoteBackend
 from gym_envfactory.backends.subprocess import ServerProcess, module_argument, start_server_process
 from gym_envfactory.environment.spec import EnvironmentSpec
-from gym_envfactory.errors import BackendError, BackendUnavailableError
+from gym_envfactory.errors import BackendError, BackendUnavailableError, UntrustedPackageError
 from gym_envfactory.session import SessionProtocol
 
-__all__ = ["acquire_backend", "check_backend_serves", "shared_backends", "BACKENDS"]
+__all__ = ["acquire_backend", "check_backend_serves", "resolve_backend", "shared_backends", "BACKENDS"]
+
 
 class _Shared:
     """A reference-counted shared backend (one server/connection for many envs)."""
@@ -163,6 +166,28 @@ def check_backend_serves(kind: Any, specs: Sequence[EnvironmentSpec]) -> None:
             module_argument(spec)
 
 
+def resolve_backend(kind: str | Backend | None, specs: Sequence[EnvironmentSpec], trust: bool = False) -> str | Backend:
+    """The backend an env uses (docs/architecture.md, "Backends", "Trust"): ``kind`` when given; when not
+    (``None``), ``"isolated"`` if any of ``specs`` is an untrusted package (provenance ``generated`` or
+    ``imported``: :attr:`~gym_envfactory.environment.manifest.Provenance.trusted`) and ``trust`` is false,
+    else ``"inprocess"``.  A :class:`Backend` instance is taken as is.
+
+    Raises:
+        UntrustedPackageError: an in-process backend kind asked for an untrusted package without ``trust``.
+        BackendError: an unknown backend name.
+    """
+    untrusted = [] if trust else [s for s in specs if not s.manifest.provenance.trusted]
+    if kind is None:
+        return "isolated" if untrusted else "inprocess"
+    if untrusted and isinstance(kind, str) and backend_kind(kind).capabilities.in_process:
+        names = ", ".join(f"{s.name} ({s.manifest.provenance.kind})" for s in untrusted)
+        raise UntrustedPackageError(
+            f"{names}: untrusted code (written by EnvGen or imported) does not run in this process by default; "
+            f"leave backend= unset to run it on the isolated backend, or pass trust=True (gym.make(..., trust=True), "
+            f"`envfactory rollout --trust`) to run it here with your environment variables, files and network")
+    return kind
+
+
 def _shared(kind: str, key: tuple, start: Callable[[], tuple[str, Callable[[], None] | None, str | None]],
             timeout: float) -> Backend:
     """The pooled backend for ``key``: the live shared one, or a new one on the server ``start()``
@@ -204,6 +229,20 @@ def _subprocess(*, envs: Sequence[str], token: str | None, timeout: float, **_: 
     return _shared("subprocess", ("subprocess", tuple(sorted(envs)), token), start, timeout)
 
 
+@register_backend("isolated", capabilities=BackendCapabilities(imports_defining_module=True, isolated=True),
+                  description="an `envfactory serve` child with no inherited environment, an empty home, resource "
+                              "limits and no network (the default for untrusted packages)")
+def _isolated(*, envs: Sequence[str], timeout: float, memory: int | None = None, cpu_s: int | None = None,
+              **_: Any) -> Backend:
+    limits = replace(ISOLATED_LIMITS, address_space=memory or ISOLATED_LIMITS.address_space,
+                     cpu_s=cpu_s or ISOLATED_LIMITS.cpu_s)
+
+    def start() -> tuple[str, Callable[[], None] | None, str | None]:
+        target, stop = start_server_process(envs, None, timeout, isolation=limits)  # its socket's folder is 0700
+        return target, stop, None
+    return _shared("isolated", ("isolated", tuple(sorted(envs)), limits), start, timeout)
+
+
 @register_backend("docker", capabilities=BackendCapabilities(needs_docker=True, serves_code_defined_environments=False),
                   description="the environments' hardened container (docs/containers.md)")
 def _docker(*, envs: Sequence[str], token: str | None, timeout: float, url: str | None = None, **options: Any) -> Backend:
@@ -224,7 +263,7 @@ def _url(*, url: str | None, token: str | None, timeout: float, **_: Any) -> Bac
 
 
 #: The shipped backend names (:func:`backend_names` lists every registered one).
-BACKENDS = ("inprocess", "subprocess", "docker", "url")
+BACKENDS = ("inprocess", "subprocess", "isolated", "docker", "url")
 
 
 def shared_backends() -> list[RemoteBackend]:

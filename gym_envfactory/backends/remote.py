@@ -52,7 +52,10 @@ __all__ = ["AsyncSessionClient", "SessionClient", "RemoteSession", "BackendUnava
 
 
 def ws_url(url: str) -> str:
-    """``http://host:port`` (or ``ws://...``) → ``ws://host:port/v1/ws`` (:data:`~gym_envfactory.protocol.WS_PATH`)."""
+    """``http://host:port`` (or ``ws://...``) → ``ws://host:port/v1/ws`` (:data:`~gym_envfactory.protocol.WS_PATH`);
+    a Unix domain socket's ``unix:PATH`` (the ``isolated`` backend's server) stays as it is."""
+    if url.startswith("unix:"):
+        return url
     u = url.rstrip("/")
     if u.startswith("http://"):
         u = "ws://" + u[7:]
@@ -102,11 +105,14 @@ class AsyncSessionClient:
 
         headers = bearer_authorization(self.token) if self.token else {}
         headers[CLIENT_HEADER] = process_client_id()
+        settings: dict[str, Any] = dict(additional_headers=headers, max_size=self.max_size, open_timeout=self.timeout,
+                                        ping_interval=20, ping_timeout=20)
+        if self.url.startswith("unix:"):  # a server on a Unix domain socket (the isolated backend's)
+            opening = websockets.unix_connect(self.url[5:], uri=f"ws://localhost{WS_PATH}", **settings)
+        else:
+            opening = websockets.connect(self.url, **settings)
         try:
-            self._ws = await asyncio.wait_for(
-                websockets.connect(self.url, additional_headers=headers, max_size=self.max_size,
-                                   open_timeout=self.timeout, ping_interval=20, ping_timeout=20),
-                self.timeout)
+            self._ws = await asyncio.wait_for(opening, self.timeout)
         except websockets.exceptions.InvalidStatus as exc:
             raise BackendUnavailableError(refused_message(self.url, exc.response.status_code, self.token is not None)) from None
         except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as exc:

@@ -7,6 +7,7 @@ import os
 import queue
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,9 +16,11 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
+from gym_envfactory.backends.isolated import isolated_launch
 from gym_envfactory.environment.catalog import IMPORTING_ENV_VAR, get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import BackendError
+from gym_envfactory.isolation import ChildLimits
 from gym_envfactory.protocol import ANNOUNCE_NONCE_VAR, parse_announcement
 
 __all__ = ["start_server_process", "ServerProcess", "module_argument"]
@@ -29,10 +32,12 @@ class ServerProcess:
     """A running ``envfactory serve`` child: call it (``stop()``) to stop it; :attr:`alive` says whether
     it still runs.  Returned as the ``stop`` of :func:`start_server_process`."""
 
-    def __init__(self, proc: subprocess.Popen[str], log_path: str, token_path: str | None) -> None:
+    def __init__(self, proc: subprocess.Popen[str], log_path: str, token_path: str | None,
+                 private_dir: str | None = None) -> None:
         self.proc = proc
         self.log_path = log_path
         self.token_path = token_path
+        self.private_dir = private_dir  # an isolated server's socket and HOME, removed when it stops
 
     @property
     def pid(self) -> int:
@@ -71,14 +76,21 @@ class ServerProcess:
 
     def __call__(self, *, keep_log: bool = False) -> None:
         """Stop the server (terminate, then kill after 10 s) and remove its token file and, unless
-        ``keep_log``, its log.  Idempotent."""
-        self.proc.terminate()
+        ``keep_log``, its log.  Idempotent.  An isolated server is killed at once: ``unshare`` does not pass
+        the terminate signal on, and killing it takes its whole PID namespace down (its sessions are
+        ephemeral)."""
+        if self.private_dir is not None:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self.forget_token()
+        if self.private_dir is not None:
+            shutil.rmtree(self.private_dir, ignore_errors=True)
         if keep_log:
             return
         try:
@@ -158,9 +170,14 @@ def _write_token_file(token: str) -> str:
     return path
 
 
-def start_server_process(envs: Sequence[str], token: str | None, timeout: float) -> tuple[str, ServerProcess]:
+def start_server_process(envs: Sequence[str], token: str | None, timeout: float, *,
+                         isolation: ChildLimits | None = None) -> tuple[str, ServerProcess]:
     """Start ``envfactory serve`` on a free loopback port and return (url, stop).  The server's
     stderr goes to a log file (never an undrained pipe, which would block it once full).
+
+    With ``isolation`` (the ``isolated`` backend: limits, :data:`~.isolated.ISOLATED_LIMITS` by default),
+    the server runs isolated instead (:func:`~.isolated.isolated_launch`: no inherited environment, an
+    empty ``HOME``, these limits, no network) on a Unix domain socket, announced as ``unix:PATH``.
 
     The token never appears on the child's command line (where ``ps`` shows it to every user) nor in
     its environment: it is written to a file readable by this user only, passed as
@@ -188,42 +205,57 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
         raise BackendError(f"a server backend was started while `envfactory serve --module` imports "
                            f"{os.environ[IMPORTING_ENV_VAR]}: put the code that makes envs under "
                            f"`if __name__ == \"__main__\":` so importing the module only defines environments")
-    cmd = [sys.executable, "-m", "gym_envfactory.cli", "serve", *envs, "--host", "127.0.0.1", "--port", "0", "--announce"]
-    environ = {k: v for k, v in os.environ.items() if k not in ("ENVFACTORY_TOKEN", "ENVFACTORY_TOKEN_FILE")}
+    args = [*envs, "--announce"]
     # the system allocator: a long-lived server's memory returns after its sessions close (pymalloc's arenas
     # fragment; docs/performance.md, "Memory returns after close"); a caller's own choice is kept
-    environ.setdefault("PYTHONMALLOC", "malloc")
+    extra = {"PYTHONMALLOC": os.environ.get("PYTHONMALLOC", "malloc")}
     nonce = secrets.token_hex(16)  # only the announcement carrying it is the server's (not a module's print)
-    environ[ANNOUNCE_NONCE_VAR] = nonce
+    extra[ANNOUNCE_NONCE_VAR] = nonce
+    # one error per line in the log (no rich wrapping at 80 columns, no boxed traceback): last_error_line reads it
+    extra.update({"COLUMNS": "400", "TYPER_USE_RICH": "0", "TYPER_STANDARD_TRACEBACK": "1"})
     paths: list[str] = []
+    folders: list[str] = []
     for name in envs:
         try:
-            arg = module_argument(get_environment(name))
+            spec = get_environment(name)
+            arg = module_argument(spec)
         except BackendError:
             raise
         except Exception:  # noqa: BLE001 - an unknown name is the server's one-line error, as before
-            arg = None
+            continue
+        if spec.path is not None:
+            folders.append(str(spec.path))
         if arg is not None:
-            cmd += ["--module", arg[0]]
+            args += ["--module", arg[0]]
             if arg[1] is not None and arg[1] not in paths:
                 paths.append(arg[1])
-    if paths:
-        environ["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [environ.get("PYTHONPATH")])])
-    # one error per line in the log (no rich wrapping at 80 columns, no boxed traceback): last_error_line reads it
-    environ.update({"COLUMNS": "400", "TYPER_USE_RICH": "0", "TYPER_STANDARD_TRACEBACK": "1"})
     token_path = _write_token_file(token) if token else None
     if token_path is not None:
-        cmd += ["--token-file", token_path]
+        args += ["--token-file", token_path]
+    expected: str | None = None
+    private: str | None = None
+    cwd: str | None = None
+    if isolation is not None:
+        launch = isolated_launch(args, extra, paths, folders, isolation)
+        cmd, environ, cwd, private, expected = launch.argv, launch.env, launch.cwd, launch.private_dir, launch.url
+    else:
+        cmd = [sys.executable, "-m", "gym_envfactory.cli", "serve", *args, "--host", "127.0.0.1", "--port", "0"]
+        environ = {k: v for k, v in os.environ.items() if k not in ("ENVFACTORY_TOKEN", "ENVFACTORY_TOKEN_FILE")}
+        environ.update(extra)
+        if paths:
+            environ["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [environ.get("PYTHONPATH")])])
     log_file = tempfile.NamedTemporaryFile(prefix="envfactory-server-", suffix=".log", delete=False)
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, text=True, env=environ)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, text=True, env=environ, cwd=cwd)
     except OSError as exc:
         log_file.close()
         if token_path is not None:
             os.unlink(token_path)
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
         raise BackendError(f"cannot start the environment server: {exc}") from None
     log_file.close()
-    server = ServerProcess(proc, log_file.name, token_path)
+    server = ServerProcess(proc, log_file.name, token_path, private)
     stdout = proc.stdout
     assert stdout is not None  # stdout=PIPE
     lines: queue.Queue[str | None] = queue.Queue()
@@ -249,6 +281,8 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float)
             server()  # stops it and removes its token and log files: a failed start leaves nothing behind
             raise BackendError(f"environment server exited with {code}{why}")
         url = parse_announcement(line, nonce)
+        if expected is not None and url != expected:
+            url = None  # an isolated server listens only where it was told to
     announced.set()
     server.forget_token()
     log.info("environment server %s (pid %d) logs to %s", url, proc.pid, log_file.name)

@@ -28,7 +28,7 @@ from rich.table import Table
 
 from gym_envfactory.environment.catalog import get_environment, import_environment_module, list_environments
 from gym_envfactory.environment.spec import EnvironmentSpec
-from gym_envfactory.errors import EnvFactoryError
+from gym_envfactory.errors import EnvFactoryError, UntrustedPackageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from gym_envfactory.rollout.runner import EpisodeResult
@@ -69,6 +69,7 @@ class Backend(StrEnum):
 
     inprocess = "inprocess"
     subprocess = "subprocess"
+    isolated = "isolated"
     docker = "docker"
     url = "url"
 
@@ -150,9 +151,11 @@ def _first_sentence(text: str) -> str:
 def validate_cmd(
     env: Annotated[str | None, typer.Argument(help="environment name or gym id")] = None,
     all_: Annotated[bool, typer.Option("--all", help="validate every catalog environment")] = False,
+    trust: Annotated[bool, typer.Option("--trust", help="validate untrusted packages too (provenance generated or imported): their code then runs in this process, with your environment variables, files and network")] = False,
 ) -> None:
     """Run validation scenarios (every tool's success and error paths) and replay every task's ground
-    truth.  Exit code 1 if anything fails."""
+    truth.  Exit code 1 if anything fails.  Validation imports a package into this process, so an
+    untrusted one (written by EnvGen or the importer) is refused unless --trust."""
     from gym_envfactory.validation import validate_environment
 
     if all_:
@@ -165,6 +168,10 @@ def validate_cmd(
     for name in names:
         try:
             spec = get_environment(name)
+            if not trust and not spec.manifest.provenance.trusted:
+                raise UntrustedPackageError(
+                    f"{spec.name} is untrusted (provenance {spec.manifest.provenance.kind}): validating it runs its code "
+                    f"in this process; pass --trust to do so (EnvGen and the importer validated it in their sandbox)")
             with _validation_progress(spec.name) as progress:
                 report = validate_environment(spec, progress=progress)
         except Exception as exc:  # noqa: BLE001 - one broken package never stops the others' validation
@@ -229,7 +236,8 @@ def rollout_cmd(
     alpha: Annotated[float, typer.Option(help="reward weight of R_traj (R_state gets 1-alpha)")] = 0.5,
     gamma: Annotated[float, typer.Option(help="penalty per surplus or invalid call")] = 0.05,
     max_steps: Annotated[int, typer.Option(help="assistant actions per episode before truncation")] = 32,
-    backend: Annotated[Backend, typer.Option(help="where sessions run")] = Backend.inprocess,
+    backend: Annotated[Backend | None, typer.Option(help="where sessions run (default: inprocess for trusted packages, isolated for untrusted ones)")] = None,
+    trust: Annotated[bool, typer.Option("--trust", help="run an untrusted package (provenance generated or imported) like a trusted one: in this process by default, with your environment variables, files and network")] = False,
     url: Annotated[str | None, typer.Option(help="server URL for --backend url")] = None,
     token: Annotated[str | None, typer.Option(help="bearer token of the --backend url server (default $ENVFACTORY_TOKEN; visible in `ps` when given here)")] = None,
 ) -> None:
@@ -257,13 +265,14 @@ def rollout_cmd(
         pol = make_policy(policy.value, seed=seed, noise=noise, model=model, base_url=base_url, api_key_env=api_key_env,
                           tool_format=tool_format.value, max_tokens=max_tokens, timeout=timeout)
         env = EnvFactoryEnv(spec, reward={"alpha": alpha, "gamma": gamma}, max_steps=max_steps,
-                            backend=backend.value, url=url, token=token)
+                            backend=None if backend is None else backend.value, url=url, token=token, trust=trust)
     except ValueError as exc:
         hint = " (--noise)" if "p must be" in str(exc) else ""
         raise typer.BadParameter(f"{exc}{hint}") from None
     except EnvFactoryError as exc:
         text = str(exc).replace("url='http://host:port'", "--url http://host:port")
-        err_console.print(f"backend {backend.value}: {text}", style="red", markup=False, highlight=False)
+        err_console.print(f"backend {backend.value if backend else 'default'}: {text}", style="red", markup=False,
+                          highlight=False)
         raise typer.Exit(1) from None
     ids = episode_task_ids(env, episodes, seed, split)
     if not ids:
@@ -275,7 +284,7 @@ def rollout_cmd(
     in_a_row = 0
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as progress:
-        bar = progress.add_task(f"{spec.name} · {pol.name} · {backend.value}", total=len(ids))
+        bar = progress.add_task(f"{spec.name} · {pol.name} · {env.backend.name}", total=len(ids))
         for i, tid in enumerate(ids):
             try:
                 r = run_episode(env, pol, task_id=tid, seed=seed + i, keep_policy_errors=True)
@@ -349,6 +358,7 @@ def serve_cmd(
     memory_budget: Annotated[str | None, typer.Option(envvar="ENVFACTORY_MEMORY_BUDGET", help="memory budget: 512M, 2G or 50% (of physical memory); caps the container's cgroup limit, which is the default (else 60% of physical memory); creates, forks, restores and read frames that would not fit are refused (-32006)")] = None,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
     transport: Annotated[str, typer.Option(help="http (every route below) or stdio (MCP for one environment over stdin/stdout)")] = "http",
+    uds: Annotated[Path | None, typer.Option(help="listen on this Unix domain socket path instead of --host/--port (mode 0600)")] = None,
     module: Annotated[list[str] | None, typer.Option("--module", help="import this module (name, or a .py file) first and serve the environments it defines with define_environment (default: all of them when no names are given); repeatable")] = None,
 ) -> None:
     """Serve environments: MCP on /mcp/<Env> (and /mcp with one environment), fast session protocol
@@ -404,7 +414,7 @@ def serve_cmd(
     try:
         serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions,
               max_sessions_per_client=max_sessions_per_client, close_on_disconnect=close_on_disconnect, announce=announce,
-              memory_budget=memory_budget)
+              memory_budget=memory_budget, uds=None if uds is None else str(uds))
     except InsecureBindError as exc:
         err_console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None

@@ -96,6 +96,12 @@ def parse_json_text(text: str, *, file: Path | str | None, line: int | None = No
         raise error(f"invalid JSON: {type(exc).__name__}: {str(exc)[:200]}", file=file, line=line) from None
 
 
+#: Provenance kinds whose code is untrusted: written by a model (EnvGen) or taken from someone else's
+#: repository (the importer).  ``gym.make`` runs such a package on the ``isolated`` backend unless told
+#: ``trust=True`` (docs/architecture.md, "Backends"; README, "Untrusted environments").
+UNTRUSTED_KINDS: tuple[str, ...] = ("generated", "imported")
+
+
 class Provenance(BaseModel):
     """Where an environment comes from (``[provenance]`` of ``environment.toml``): ``kind``, and for
     generated or imported ones the ``model``, ``date`` and ``source``; extra keys are kept."""
@@ -105,6 +111,13 @@ class Provenance(BaseModel):
     model: str | None = None
     date: str | None = None
     source: str | None = None
+
+    @property
+    def trusted(self) -> bool:
+        """False for the :data:`UNTRUSTED_KINDS` (``"generated"``, ``"imported"``): their code runs
+        outside this process unless the user says ``trust=True``; code written by hand or in a program
+        (``"hand-written"``, ``"programmatic"``) is trusted like the rest of the user's code."""
+        return self.kind not in UNTRUSTED_KINDS
 
 
 class Manifest(BaseModel):

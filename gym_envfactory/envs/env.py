@@ -27,7 +27,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import TimeLimit
 
-from gym_envfactory.backends import Backend, acquire_backend, check_backend_serves
+from gym_envfactory.backends import Backend, acquire_backend, check_backend_serves, resolve_backend
 from gym_envfactory.environment.arguments import scrub
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
@@ -240,10 +240,15 @@ class EnvFactoryEnv(gym.Env):
             description) and ``{clock}`` (the date line of the episode's clock, :func:`clock_line`;
             empty for an environment without one) are filled in.
         render_mode: ``None`` or ``"ansi"``.
-        backend: where sessions live: ``"inprocess"`` (default), ``"subprocess"`` (a local server
+        backend: where sessions live: ``"inprocess"`` (the default for trusted packages), ``"isolated"``
+            (the default for untrusted ones, provenance ``generated``/``imported``: a child with no inherited
+            environment, an empty home, limits and no network), ``"subprocess"`` (a local server
             process), ``"docker"`` (the environment's container), ``"url"`` (a running server at ``url``),
             another name registered with :func:`~gym_envfactory.backends.register_backend`, or a
             :class:`~gym_envfactory.backends.Backend`.  Tasks and rewards are computed locally.
+        trust: ``True`` runs an untrusted package like a trusted one (in this process by default, with
+            this process's environment variables, files and network); without it ``backend="inprocess"``
+            for one is an :class:`~gym_envfactory.errors.UntrustedPackageError`.
         url, token: the server for ``backend="url"``; the bearer token (default ``$ENVFACTORY_TOKEN``).
         backend_options: extra options of the backend (docker: ``image``, ``mem_limit`` ...).
         timeout: seconds a remote backend may take to start its server (subprocess, docker) and to
@@ -296,11 +301,12 @@ class EnvFactoryEnv(gym.Env):
         user: UserSource | None = None,
         system_prompt: str | None = None,
         render_mode: str | None = None,
-        backend: str | Backend | BackendOptions = "inprocess",
+        backend: str | Backend | BackendOptions | None = None,
         url: str | None = None,
         token: str | None = None,
         backend_options: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        trust: bool | None = None,
         history: str | None = None,
         selection: TaskSelection | None = None,
         limits: EpisodeLimits | None = None,
@@ -321,8 +327,8 @@ class EnvFactoryEnv(gym.Env):
         self.selection = fill(TaskSelection, selection, "selection", task_id=task_id, split=split, task_ids=task_ids)
         given_backend = backend if isinstance(backend, BackendOptions) else None
         self.backend_spec = fill(BackendOptions, given_backend, "backend", spelled={"options": "backend_options"},
-                                 url=url, token=token, options=backend_options,
-                                 timeout=timeout, backend=None if given_backend is not None else backend)
+                                 url=url, token=token, options=backend_options, timeout=timeout, trust=trust,
+                                 backend=None if given_backend is not None else backend)
         self.tasks = self.environment.tasks
         self.fixed_task_id = self.selection.task_id
         if self.fixed_task_id is not None:
@@ -342,8 +348,10 @@ class EnvFactoryEnv(gym.Env):
         self.render_mode = render_mode
         served = [self.environment.name] + sorted({n for t in self.tasks for n in t.envs} - {self.environment.name})
         spec = self.backend_spec
-        check_backend_serves(spec.backend, [self.environment])
-        self.backend = acquire_backend(spec.backend, envs=served, url=spec.url, token=spec.token, **spec.backend_kwargs())
+        # untrusted packages (EnvGen's, the importer's) run isolated unless trust=True (backends/pool.py)
+        kind = resolve_backend(spec.backend, [self.environment, *(get_environment(n) for n in served[1:])], spec.trust)
+        check_backend_serves(kind, [self.environment])
+        self.backend = acquire_backend(kind, envs=served, url=spec.url, token=spec.token, **spec.backend_kwargs())
         self.observation_space = MessagesSpace()
         self.action_space = AssistantActionSpace(list(self.environment.tools))
         self.session: SessionProtocol | None = None  # a Session, or a RemoteSession on a remote backend

@@ -84,8 +84,11 @@ class PromptOptions:
 @dataclass(frozen=True)
 class BackendOptions:
     """Where sessions live (docs/architecture.md, "Backends"): ``backend`` a registered name
-    (``"inprocess"``, ``"subprocess"``, ``"docker"``, ``"url"``, ...) or a
-    :class:`~gym_envfactory.backends.Backend`; ``url`` and ``token`` (default ``$ENVFACTORY_TOKEN``) for a
+    (``"inprocess"``, ``"subprocess"``, ``"isolated"``, ``"docker"``, ``"url"``, ...) or a
+    :class:`~gym_envfactory.backends.Backend`; ``None`` (the default): by trust, ``"inprocess"`` for
+    trusted packages and ``"isolated"`` for untrusted ones (provenance ``generated``/``imported``) unless
+    ``trust`` (:func:`~gym_envfactory.backends.resolve_backend`); ``trust=True`` also lets an untrusted
+    package run on ``"inprocess"`` when asked, which is otherwise refused; ``url`` and ``token`` (default ``$ENVFACTORY_TOKEN``) for a
     server; ``options`` the backend's own (docker: ``image``, ``mem_limit`` ...); ``timeout`` seconds a
     remote backend may take to start and to answer each request (``None``: the backend's default, 60).
 
@@ -93,11 +96,12 @@ class BackendOptions:
         ValueError: ``timeout`` given both here and in ``options`` with different values.
     """
 
-    backend: str | Backend = "inprocess"
+    backend: str | Backend | None = None
     url: str | None = None
     token: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     timeout: float | None = None
+    trust: bool = False
 
     def __post_init__(self) -> None:
         self.backend_kwargs()  # fail early on a timeout given twice

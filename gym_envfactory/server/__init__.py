@@ -19,7 +19,7 @@ __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityE
 def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
           ttl_s: float = 900.0, max_sessions: int = 10_000, max_sessions_per_client: int | None = None,
           close_on_disconnect: bool = False, announce: bool = False, log_level: str = "warning",
-          memory_budget: int | str | None = None) -> None:
+          memory_budget: int | str | None = None, uds: str | None = None) -> None:
     """Run the server until interrupted (blocking).  ``port=0`` picks a free port; with ``announce``
     the bound address is printed as one JSON line on stdout (``{"listening": "http://127.0.0.1:PORT"}``,
     plus ``"nonce"``: the value of ``$ENVFACTORY_ANNOUNCE_NONCE`` when set; :func:`gym_envfactory.protocol.announcement`) so a parent process can find it.  ``max_sessions_per_client``: most sessions one client
@@ -27,6 +27,8 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     WebSocket connection's sessions close when it drops (a connection may ask either way).
     ``memory_budget``: a size capping the memory budget (``"512M"``, ``"50%"``; default: the cgroup
     limit, else ``$ENVFACTORY_MEMORY_BUDGET``, else a share of physical memory; :mod:`.admission`).
+    ``uds``: listen on this Unix domain socket path instead of ``host:port`` (mode 0600; announced as
+    ``unix:PATH``; the ``isolated`` backend reaches a server with no network this way).
 
     Raises:
         InsecureBindError: ``host`` is not loopback and no ``token`` is given.
@@ -63,8 +65,14 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
         extra_routes, hook = mcp_routes(manager, config)
         hooks.append(hook)
     app = build_app(manager, config, extra_routes=extra_routes, lifespan_hooks=hooks)
-    sock = listening_socket(host, port)
-    bound = sock.getsockname()[1]
+    if uds is not None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(uds)
+        os.chmod(uds, 0o600)
+        where = f"unix:{uds}"
+    else:
+        sock = listening_socket(host, port)
+        where = f"http://{host}:{sock.getsockname()[1]}"
     ucfg = uvicorn.Config(app, log_level=log_level, ws_max_size=config.max_body_bytes, lifespan="on",
                           timeout_graceful_shutdown=5)
     server = uvicorn.Server(ucfg)
@@ -73,8 +81,8 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
         sock.listen(2048)
         if announce:
             # the nonce is the parent's proof that this line is ours, not something a module printed
-            print(announcement(f"http://{host}:{bound}", os.environ.get(ANNOUNCE_NONCE_VAR)), flush=True)
-        print(f"envfactory: serving {', '.join(manager.specs)} on http://{host}:{bound} "
+            print(announcement(where, os.environ.get(ANNOUNCE_NONCE_VAR)), flush=True)
+        print(f"envfactory: serving {', '.join(manager.specs)} on {where} "
               f"(fast protocol /v1/ws, control plane /v1/rpc, MCP /mcp/<Env>, /healthz, /readyz, /metrics)"
               f"{'; token required' if token else ''}", file=sys.stderr, flush=True)
         await server.serve(sockets=[sock])

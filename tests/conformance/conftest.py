@@ -2,7 +2,8 @@
 
 Every backend must pass the same tests: same episodes, same rewards, same typed errors as the
 in-process reference.  ``inprocess`` runs sessions in the test process; ``subprocess`` starts a local
-server process (shared by the envs of the test session); ``url`` talks to a server started here with
+server process (shared by the envs of the test session); ``isolated`` the same server in a child with no
+inherited environment, an empty home, limits and no network (the default for untrusted packages); ``url`` talks to a server started here with
 a token, as a remote catalog would be used.  ``docker`` is added by tests/docker/ when Docker runs.
 """
 
@@ -20,7 +21,7 @@ import pytest
 
 import gym_envfactory  # noqa: F401  (registers the catalog)
 
-BACKENDS = ["inprocess", "subprocess", "url"]
+BACKENDS = ["inprocess", "subprocess", "isolated", "url"]
 TOKEN = "conformance-token"
 
 
