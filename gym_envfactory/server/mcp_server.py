@@ -151,6 +151,9 @@ class EnvMCPServer:
         self.fast: dict[str, _FastEntry] = {}
         #: ``tools/call`` requests the fast path answered (the rest went through the SDK).
         self.fast_calls = 0
+        #: Whether :class:`_FastCalls` may answer at all (``False``: every request goes through the SDK, for
+        #: comparing the two paths).
+        self.fast_enabled = True
 
     # ------------------------------------------------------------------ session resolution
     @staticmethod
@@ -475,7 +478,7 @@ class _FastCalls:
         msid = headers.get(_MCP_SESSION_ID)
         entry = self.srv.fast.get(msid) if msid else None
         live = self.live.get(msid) if msid else None
-        if (scope["method"] != "POST" or "user" in scope or entry is None or live is None
+        if (scope["method"] != "POST" or "user" in scope or entry is None or live is None or not self.srv.fast_enabled
                 or headers.get(_MCP_PROTOCOL_VERSION) != entry.protocol_version):
             await self._to_sdk(scope, receive, send, msid)
             return

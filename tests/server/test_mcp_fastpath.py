@@ -22,7 +22,6 @@ pytest.importorskip("starlette")
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
 
-import gym_envfactory.server.mcp_server as mcp_server  # noqa: E402
 from gym_envfactory.server.app import ServerConfig, build_app  # noqa: E402
 from gym_envfactory.server.manager import SessionManager  # noqa: E402
 from gym_envfactory.server.mcp_server import SESSION_HEADER, mcp_routes  # noqa: E402
@@ -65,15 +64,14 @@ class Harness:
     async def post(self, h: dict[str, str], msg: Any, *, sdk: bool = False) -> Any:
         if not sdk:
             return await self.http.post(f"/mcp/{ENV}", headers=h, json=msg)
-        real = mcp_server._fast_request
-        mcp_server._fast_request = lambda *a: None  # type: ignore[assignment]
+        self.srv.fast_enabled = False
         try:
             n = self.srv.fast_calls
             r = await self.http.post(f"/mcp/{ENV}", headers=h, json=msg)
             assert self.srv.fast_calls == n
             return r
         finally:
-            mcp_server._fast_request = real
+            self.srv.fast_enabled = True
 
 
 def run(test: Any, ttl_s: float = 900.0) -> None:
@@ -287,26 +285,22 @@ def test_the_fastmcp_client_takes_the_fast_path() -> None:
     async def test(h: Harness) -> None:
         app = h.app
 
+        sent: list[dict[str, Any]] = []
+
+        async def record(request: httpx2.Request) -> None:
+            if request.method == "POST":
+                sent.append(json.loads(request.content))
+
         def factory(**kwargs: Any) -> httpx2.AsyncClient:
             kwargs.pop("follow_redirects", None)
             kwargs.setdefault("timeout", 30.0)
-            return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url=BASE, **kwargs)
+            return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url=BASE,
+                                      event_hooks={"request": [record]}, **kwargs)
 
-        sent: list[dict[str, Any]] = []
-        real = mcp_server._fast_request
-
-        def spy(raw: bytes, version: str) -> Any:
-            sent.append(json.loads(raw))
-            return real(raw, version)
-
-        mcp_server._fast_request = spy  # type: ignore[assignment]
-        try:
-            client = fastmcp.Client(StreamableHttpTransport(f"{BASE}/mcp/{ENV}", httpx_client_factory=factory))
-            async with client:
-                results = [await client.call_tool_mcp("get_guest_profile", {"guest_id": "G-001"}) for _ in range(4)]
-        finally:
-            mcp_server._fast_request = real
-        assert all(not r.is_error and "G-001" in r.content[0].text for r in results)  # type: ignore[union-attr]
+        transport = StreamableHttpTransport(f"{BASE}/mcp/{ENV}", httpx_client_factory=cast(Any, factory))
+        async with fastmcp.Client(transport) as client:
+            results = [await client.call_tool_mcp("get_guest_profile", {"guest_id": "G-001"}) for _ in range(4)]
+        assert all(not r.is_error and "G-001" in r.content[0].text for r in results)
         assert results[0].structured_content == results[-1].structured_content
         assert h.srv.fast_calls >= 3, "the fastmcp Client's calls did not take the fast path"
         calls = [m for m in sent if m.get("method") == "tools/call"]
