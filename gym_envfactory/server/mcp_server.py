@@ -136,11 +136,19 @@ class EnvMCPServer:
         self.env = self.spec.name
         self.single = single
         self._single_sid: str | None = None
+        # Tool input schemas by name, for the SDK's Mcp-Param-* header check on 2026-07-28 HTTP calls (without
+        # it the SDK runs the tools/list handler on every such call): this environment's tools first, then
+        # those of the other served environments a bound session may span.
+        self._input_schemas: dict[str, dict[str, Any]] = {}
+        for spec in (self.spec, *manager.specs.values()):
+            for name, tool in spec.tools.items():
+                self._input_schemas.setdefault(name, tool.input_schema)
         self.server: Server[Any] = Server(
             f"envfactory-{self.env}",
             version=self.spec.version,
             title=f"{self.env} (gym_envfactory)",
             instructions=self.spec.description or None,
+            get_tool_input_schema=self._input_schemas.get,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )

@@ -306,3 +306,16 @@ def test_the_fastmcp_client_takes_the_fast_path() -> None:
         calls = [m for m in sent if m.get("method") == "tools/call"]
         assert calls and all("progressToken" in m["params"]["_meta"] for m in calls)  # what it sends
     run(test)
+
+
+def test_the_sdk_reads_tool_input_schemas_without_listing_tools() -> None:
+    # 2026-07-28 calls (a bound fastmcp Client) check Mcp-Param-* headers against the tool's input schema: the
+    # SDK asks the server's lookup instead of running the tools/list handler on every call
+    async def test(h: Harness) -> None:
+        lookup = h.srv.server.get_tool_input_schema
+        assert lookup is not None
+        spec = h.manager.spec(ENV)
+        for name, tool in spec.tools.items():
+            assert lookup(name) == tool.mcp_schema()["inputSchema"]
+        assert lookup("no_such_tool") is None
+    run(test)
