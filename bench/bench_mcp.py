@@ -11,7 +11,8 @@ response) calls HotelBooking ``get_hotel_details`` sequentially N times on the l
 
 With ``--sdk`` the official ``mcp`` SDK client (``mcp.client.Client`` over ``streamable_http_client``)
 runs the same comparison too, and with ``--fastmcp`` the fastmcp ``Client`` (over its
-``StreamableHttpTransport``; it sends ``params._meta.progressToken`` on every call).  Each comparison runs ``--reps`` times (default 3), alternating the two
+``StreamableHttpTransport``; it sends ``params._meta.progressToken`` on every call and, bound by
+``X-Envfactory-Session``, speaks the sessionless 2026-07-28 era).  Each comparison runs ``--reps`` times (default 3), alternating the two
 servers, and reports min/median/max calls/s; the ratio (ours / FastMCP, target >= 1, goal 2) is printed
 first.  Writes bench/results/mcp.json.
 
