@@ -10,11 +10,13 @@ response) calls HotelBooking ``get_hotel_details`` sequentially N times on the l
     session created on the large state through the control plane.
 
 With ``--sdk`` the official ``mcp`` SDK client (``mcp.client.Client`` over ``streamable_http_client``)
-runs the same comparison too.  Each comparison runs ``--reps`` times (default 3), alternating the two
+runs the same comparison too, and with ``--fastmcp`` the fastmcp ``Client`` (over its
+``StreamableHttpTransport``; it sends ``params._meta.progressToken`` on every call and, bound by
+``X-Envfactory-Session``, speaks the sessionless 2026-07-28 era).  Each comparison runs ``--reps`` times (default 3), alternating the two
 servers, and reports min/median/max calls/s; the ratio (ours / FastMCP, target >= 1, goal 2) is printed
 first.  Writes bench/results/mcp.json.
 
-Usage: python bench/bench_mcp.py [--quick] [--sdk] [--reps R] [--n N]
+Usage: python bench/bench_mcp.py [--quick] [--sdk] [--fastmcp] [--reps R] [--n N]
 """
 
 from __future__ import annotations
@@ -148,6 +150,28 @@ class SdkClient:
         await self.http.aclose()
 
 
+class FastMcpClient:
+    """The fastmcp ``Client`` over streamable HTTP (sends ``_meta.progressToken`` with every call)."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
+        from fastmcp import Client
+        from fastmcp.client.transports import StreamableHttpTransport
+
+        self.client = Client(StreamableHttpTransport(url, headers=headers or {}))
+
+    async def __aenter__(self) -> FastMcpClient:
+        await self.client.__aenter__()
+        return self
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        res = await self.client.call_tool_mcp(name, arguments)
+        assert not res.is_error, res
+        return res
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.client.__aexit__(*exc)
+
+
 async def run_calls(client_cls: type, url: str, headers: dict[str, str], hotel_id: str, n: int) -> dict[str, float]:
     args = {"hotel_id": hotel_id}
     async with client_cls(url, headers) as c:
@@ -204,6 +228,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls")
     ap.add_argument("--sdk", action="store_true", help="also compare with the official mcp SDK client")
+    ap.add_argument("--fastmcp", action="store_true", help="also compare with the fastmcp Client")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--n", type=int, default=None, help="calls per run (default 1000, --quick 200)")
     a = ap.parse_args()
@@ -222,6 +247,9 @@ async def main() -> None:
         if a.sdk:
             out["sdk_client"] = await compare(SdkClient, f"{fm_base}/mcp", f"{ours_base}/mcp/HotelBooking", hdr,
                                               hotel_id, n, a.reps)
+        if a.fastmcp:
+            out["fastmcp_client"] = await compare(FastMcpClient, f"{fm_base}/mcp", f"{ours_base}/mcp/HotelBooking",
+                                                  hdr, hotel_id, n, a.reps)
     finally:
         stop(fm_proc)
         stop(ours_proc)
@@ -230,6 +258,8 @@ async def main() -> None:
          f"{a.reps} runs", out["raw_client"])
     if a.sdk:
         show("the official mcp SDK client, same calls", out["sdk_client"])
+    if a.fastmcp:
+        show("the fastmcp Client, same calls", out["fastmcp_client"])
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "mcp.json").write_text(json.dumps(out, indent=2))
     print(f"wrote {HERE / 'results' / 'mcp.json'}")

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, Self, runtime_checkable
 
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from gym_envfactory.authoring import ToolError
@@ -294,8 +295,8 @@ class Session:
         SpecError: tool name collisions across environments or an invalid initial state.
     """
 
-    __slots__ = ("envs", "tools", "check_writes", "_pending", "_states", "_log", "_closed", "_initial", "_lock",
-                 "__weakref__")
+    __slots__ = ("envs", "tools", "check_writes", "_pending", "_unchecked", "_states", "_log", "_closed", "_initial",
+                 "_lock", "__weakref__")
 
     def __init__(
         self,
@@ -343,6 +344,8 @@ class Session:
                 self.tools[name] = t
         self.check_writes = check_writes
         self._states: dict[str, _LiveState] = {}
+        #: environments whose pending bytes came from a :meth:`restore` and are not validated yet
+        self._unchecked: set[str] = set()
         self._log: list[ActionRecord] = []
         self._closed = False
         #: held while a call runs and while frozen_state/fork_many freeze a live model in place, so a
@@ -368,6 +371,7 @@ class Session:
                 raise SpecError(f"the state of {env_name} held by this session does not load: {text}",
                                 field=details[0]["field"] if details else None) from None
             del self._pending[env_name]
+            self._unchecked.discard(env_name)
             live = self._states[env_name] = _LiveState(cow.make_view(base), base, [])
             return live.model
         return m.model
@@ -375,7 +379,10 @@ class Session:
     def _state_json(self, env_name: str) -> bytes:
         m = self._states.get(env_name)
         if m is None:
-            return self._pending[env_name]
+            if env_name not in self._unchecked:
+                return self._pending[env_name]
+            self._model(env_name)  # restored bytes: validated (SpecError) and made canonical on first use
+            m = self._states[env_name]
         return m.model.model_dump_json().encode()
 
     def state_model(self, env: str | None = None) -> BaseModel:
@@ -398,6 +405,9 @@ class Session:
         """Canonical JSON-compatible form of the state (a copy).
 
         One environment: its state dict.  Several: ``{env_name: state dict}``.
+
+        Raises:
+            SpecError: a state restored from a snapshot does not validate (:meth:`restore`; nothing changes).
         """
         self._check_open()
         if len(self.envs) == 1:
@@ -765,22 +775,32 @@ class Session:
         if initial_state is not None:
             self._initial = resolve_initial_states(self.envs, initial_state)
         self._pending = dict(self._initial)
+        self._unchecked = set()
         self._states = {}
         self._log = []
 
     def snapshot(self) -> bytes:
-        """Serialise states and action log to JSON bytes (portable across processes and hosts)."""
+        """Serialise states and action log to JSON bytes (portable across processes and hosts).  A restored
+        state that does not validate raises :class:`SpecError` (:meth:`restore`)."""
         self._check_open()
         states = b",".join(json.dumps(n).encode() + b":" + self._state_json(n) for n in self.envs)
         log_json = json.dumps([r.to_dict() for r in self._log], ensure_ascii=False).encode()
         return b'{"v":1,"envs":{' + states + b'},"log":' + log_json + b"}"
 
     def restore(self, data: bytes) -> None:
-        """Replace states and action log with a :meth:`snapshot`.  Raises :class:`SnapshotError` and
-        then leaves the session unchanged."""
+        """Replace states and action log with a :meth:`snapshot`.  Lazy, like :meth:`reset`: the states are
+        kept as JSON bytes and parsed by their models on first use (no model parse or dump here).
+
+        Raises :class:`SnapshotError`, and then leaves the session unchanged, when the snapshot is not JSON,
+        its envelope is wrong (``envs`` naming other environments, a state that is not a JSON object) or its
+        action log is malformed.  A state that is a JSON object but does not validate against its model
+        surfaces on first use, as a bad initial state of :meth:`from_states` does: a call answers an
+        ``internal_error`` result (``state_load_error``), :meth:`state`, :meth:`snapshot` and
+        :meth:`state_model` raise :class:`SpecError`; the session keeps the bytes and stays usable
+        (:meth:`reset`, another :meth:`restore`)."""
         self._check_open()
-        try:
-            obj = json.loads(data)
+        try:  # pydantic-core's parser and serialiser: one pass each, no Python-level walk of the states
+            obj = pydantic_core.from_json(data)
             envs, records = obj["envs"], obj["log"]
             if not isinstance(envs, dict) or not isinstance(records, list):
                 raise TypeError("'envs' must be an object and 'log' a list")
@@ -790,16 +810,16 @@ class Session:
             raise SnapshotError(f"snapshot holds {sorted(envs)}, session has {sorted(self.envs)}")
         pending = {}
         for n, raw in envs.items():
-            try:
-                pending[n] = self.envs[n].state_model.model_validate(raw).model_dump_json().encode()
-            except ValidationError as exc:
-                raise SnapshotError(f"snapshot state of {n} is invalid: {exc.error_count()} error(s)") from None
+            if not isinstance(raw, dict):
+                raise SnapshotError(f"snapshot state of {n} is not a JSON object")
+            pending[n] = pydantic_core.to_json(raw)
         try:
             log = [ActionRecord(int(r["index"]), str(r["name"]), r["raw_arguments"], ToolResult(**r["result"]), r.get("tag"))
                    for r in records]
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # index 1e999: inf
             raise SnapshotError(f"snapshot action log is malformed: {type(exc).__name__}: {exc}") from None
         self._pending = pending
+        self._unchecked = set(pending)
         self._states = {}
         self._log = log
 
@@ -836,6 +856,7 @@ class Session:
                 child = Session.__new__(Session)
                 child.envs, child.tools, child.check_writes = dict(self.envs), dict(self.tools), self.check_writes
                 child._initial, child._pending, child._closed = dict(self._initial), dict(self._pending), False
+                child._unchecked = set(self._unchecked)
                 child._lock = threading.Lock()
                 child._states = {n: _LiveState(cow.make_view(b), b, []) for n, b in bases.items()}
                 child._log = list(self._log)  # records are never handed out uncopied, so they can be shared
@@ -847,6 +868,7 @@ class Session:
         self._closed = True
         self._states = {}
         self._pending = {}
+        self._unchecked = set()
         self._log = []
 
     def _check_open(self) -> None:

@@ -155,3 +155,30 @@ def test_from_states_with_bad_bytes_destroys_the_session_state():
     except Exception:  # noqa: BLE001 - a clear error is fine
         pass
 
+
+
+def test_restore_is_lazy_and_an_invalid_state_surfaces_on_first_use(library):
+    """restore keeps the state bytes (no model parse); a state that is a JSON object but not a valid state
+    is refused on first use, as a bad initial state is, and the session stays usable."""
+    import json as _json
+
+    from gym_envfactory.errors import SpecError
+
+    s = Session(library)
+    good = s.snapshot()
+    obj = _json.loads(good)
+    name = next(iter(obj["envs"]))
+    bad = dict(obj, envs={name: {"no_such_field": 1, **{k: "not the right type" for k in obj["envs"][name]}}})
+    s.restore(_json.dumps(bad).encode())  # the envelope and the log are fine: accepted, nothing parsed
+    assert s._states == {}
+    res = s.call("get_book", {"book_id": "B1"})
+    assert not res.ok and res.error_code == "state_load_error"
+    for read in (s.state, s.snapshot, s.state_model):
+        with pytest.raises(SpecError):
+            read()
+    with pytest.raises(SnapshotError):  # a state that is not a JSON object is refused up front
+        s.restore(_json.dumps(dict(obj, envs={name: [1]})).encode())
+    s.restore(good)  # still usable
+    assert s.snapshot() == good
+    fork = s.fork()
+    assert fork.state() == s.state()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import statistics
 import sys
 from collections.abc import Callable, Iterator
@@ -519,8 +520,38 @@ def _missing_extra(name: str, exc: ImportError) -> None:
 _register_subcommands()
 
 
+#: Set in the environment of the ``envfactory serve`` that :func:`_serve_on_system_allocator` re-executed (so it
+#: happens once, even where the interpreter ignores ``PYTHONMALLOC``).
+ALLOCATOR_REEXEC_VAR = "ENVFACTORY_SERVE_REEXEC"
+
+
+def _serve_on_system_allocator(argv: list[str]) -> None:
+    """``envfactory serve`` runs on the system allocator, as the image and the subprocess backend start it: a
+    long-lived server's memory returns after its sessions close (pymalloc's arenas fragment; docs/performance.md,
+    "Memory returns after close").  ``PYTHONMALLOC`` acts only at interpreter start, so when it is not set the
+    process re-executes itself once, same interpreter, flags and arguments, with ``PYTHONMALLOC=malloc``, before
+    it reads anything (a ``--token-file``, stdin for ``--transport stdio``) or imports a ``--module``; the pid,
+    open files and stdio stay the same.  A ``PYTHONMALLOC`` already set (any value: ``pymalloc`` opts out) is
+    kept; nothing happens when the interpreter ignores the environment (``-E``/``-I``) or cannot exec."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command != "serve" or "PYTHONMALLOC" in os.environ or os.environ.get(ALLOCATOR_REEXEC_VAR) \
+            or sys.flags.ignore_environment or os.name != "posix" or not sys.executable:
+        return
+    os.environ["PYTHONMALLOC"] = "malloc"
+    os.environ[ALLOCATOR_REEXEC_VAR] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    except OSError as exc:  # serve on pymalloc rather than not at all
+        del os.environ["PYTHONMALLOC"]
+        logging.getLogger(__name__).warning("could not re-execute on the system allocator (%s); serving on "
+                                            "pymalloc, whose memory may creep up between rounds", exc)
+
+
 def main() -> None:
     """The ``envfactory`` console script: configure logging and run the Typer app (exits the process)."""
+    _serve_on_system_allocator(sys.argv[1:])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     app()
 

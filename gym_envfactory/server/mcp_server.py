@@ -35,8 +35,9 @@ send the same ``X-Envfactory-Client`` header as the ``create`` request (or none 
 Fast path (:class:`_FastCalls`): once the SDK has accepted a handshake-era session's first ``tools/call``,
 that session's later plain ``tools/call`` POSTs are answered without the SDK's per-request machinery, with
 the same JSON, the same checks (Host/Origin, Content-Type, Accept, body cap, session liveness) and the same
-idle-timer restart; anything else (other methods, ``_meta``, batches, the 2026-07-28 era, errors finding
-the session) goes through the SDK.  Measured by ``bench/bench_mcp.py`` (docs/performance.md, T3).
+idle-timer restart.  It takes every field the spec allows in a ``tools/call`` (``_meta`` with a progress
+token, as the fastmcp Client sends, ``task``), checked by the SDK's own validators; anything else (other
+methods, malformed params, batches, the 2026-07-28 era, errors finding the session) goes through the SDK.  Measured by ``bench/bench_mcp.py`` (docs/performance.md, T3).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import mcp_types as types
+import pydantic
 import pydantic_core
 from mcp.server import Server
 from mcp.server.streamable_http import check_accept_headers
@@ -63,6 +65,7 @@ from mcp.server.streamable_http_manager import (
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
+from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -133,11 +136,19 @@ class EnvMCPServer:
         self.env = self.spec.name
         self.single = single
         self._single_sid: str | None = None
+        # Tool input schemas by name, for the SDK's Mcp-Param-* header check on 2026-07-28 HTTP calls (without
+        # it the SDK runs the tools/list handler on every such call): this environment's tools first, then
+        # those of the other served environments a bound session may span.
+        self._input_schemas: dict[str, dict[str, Any]] = {}
+        for spec in (self.spec, *manager.specs.values()):
+            for name, tool in spec.tools.items():
+                self._input_schemas.setdefault(name, tool.input_schema)
         self.server: Server[Any] = Server(
             f"envfactory-{self.env}",
             version=self.spec.version,
             title=f"{self.env} (gym_envfactory)",
             instructions=self.spec.description or None,
+            get_tool_input_schema=self._input_schemas.get,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
@@ -148,6 +159,9 @@ class EnvMCPServer:
         self.fast: dict[str, _FastEntry] = {}
         #: ``tools/call`` requests the fast path answered (the rest went through the SDK).
         self.fast_calls = 0
+        #: Whether :class:`_FastCalls` may answer at all (``False``: every request goes through the SDK, for
+        #: comparing the two paths).
+        self.fast_enabled = True
 
     # ------------------------------------------------------------------ session resolution
     @staticmethod
@@ -358,9 +372,9 @@ class _FastCalls:
     request is exactly what the SDK would accept and answer with a plain JSON result: its
     ``MCP-Protocol-Version`` is the negotiated one, the Host/Origin/Content-Type checks of the SDK's
     :class:`TransportSecurityMiddleware` pass, ``Accept`` includes ``application/json``, the body is within
-    the size cap, and it is one JSON-RPC request (integer or string ``id``) with method ``tools/call`` and
-    params ``name`` and ``arguments`` only (``_meta``, progress tokens, batches and anything unusual go to
-    the SDK).  The call runs on the manager's worker like the SDK path's, the answer is the same JSON (MCP
+    the size cap, and it is one JSON-RPC request (integer or string ``id``) with method ``tools/call`` whose
+    params pass the SDK's validators (:func:`_fast_request`: ``_meta`` with a progress token and other keys
+    is accepted; batches and anything malformed go to the SDK, which answers with its error).  The call runs on the manager's worker like the SDK path's, the answer is the same JSON (MCP
     2025-11-25, "Streamable HTTP": ``application/json`` response with the ``Mcp-Session-Id`` header), and
     it counts as a request of the session for the idle timeout.  A request whose environment session
     cannot be found is handed to the SDK unchanged, which answers it with the usual error.
@@ -472,7 +486,7 @@ class _FastCalls:
         msid = headers.get(_MCP_SESSION_ID)
         entry = self.srv.fast.get(msid) if msid else None
         live = self.live.get(msid) if msid else None
-        if (scope["method"] != "POST" or "user" in scope or entry is None or live is None
+        if (scope["method"] != "POST" or "user" in scope or entry is None or live is None or not self.srv.fast_enabled
                 or headers.get(_MCP_PROTOCOL_VERSION) != entry.protocol_version):
             await self._to_sdk(scope, receive, send, msid)
             return
@@ -496,7 +510,7 @@ class _FastCalls:
             await self._to_sdk(scope, receive, send, msid)
             return
         body, seen = await self._body(receive)
-        call = _fast_request(body) if body is not None else None
+        call = _fast_request(body, entry.protocol_version) if body is not None else None
         if call is None:
             await self._to_sdk(scope, _replay(seen, receive), send, msid)
             return
@@ -519,8 +533,14 @@ class _FastCalls:
         await send({"type": "http.response.body", "body": data})
 
 
-def _fast_request(body: bytes) -> tuple[int | str, str, dict[str, Any] | None] | None:
-    """``(id, tool name, arguments)`` of a body that is exactly one plain ``tools/call`` request, else ``None``."""
+def _fast_request(body: bytes, version: str) -> tuple[int | str, str, dict[str, Any] | None] | None:
+    """``(id, tool name, arguments)`` of a body that is exactly one ``tools/call`` request the SDK would accept
+    on a session of protocol ``version``, else ``None`` (the SDK then answers it, with its own error).
+
+    Params other than ``name`` and ``arguments`` (``_meta`` with a ``progressToken`` and any other keys,
+    ``task``: every field the spec allows) are checked by the SDK's own validators, the two its request
+    runner applies (the version's wire surface, then :class:`mcp_types.CallToolRequestParams`); neither
+    changes the answer of this server, which sends no progress notifications and runs no tasks."""
     try:  # the SDK's own parser (pydantic-core): a body it refuses (BOM, UTF-16, lone surrogates) goes to it
         msg = pydantic_core.from_json(body)
     except (ValueError, RecursionError):
@@ -530,11 +550,17 @@ def _fast_request(body: bytes) -> tuple[int | str, str, dict[str, Any] | None] |
         return None
     id_, params = msg.get("id"), msg.get("params")
     if isinstance(id_, bool) or not isinstance(id_, (int, str)) or not isinstance(params, dict) \
-            or not params.keys() <= _FAST_PARAMS or not isinstance(params.get("name"), str):
+            or not isinstance(params.get("name"), str):
         return None
     arguments = params.get("arguments")
     if arguments is not None and not isinstance(arguments, dict):
         return None
+    if not params.keys() <= _FAST_PARAMS:
+        try:
+            _methods.validate_client_request("tools/call", version, params)
+            types.CallToolRequestParams.model_validate(params, by_name=False)
+        except (pydantic.ValidationError, ValueError, KeyError):
+            return None
     return id_, params["name"], arguments
 
 

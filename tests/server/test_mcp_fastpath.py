@@ -3,8 +3,10 @@ the app's ASGI interface with the SDK's session managers running.
 
 Checks: once the SDK has accepted a session's first ``tools/call``, later calls are answered by the fast path
 with exactly the JSON the SDK answers (results, typed errors, wrapped array outputs, bound sessions); requests
-the fast path must not answer (a foreign Host, a mismatched protocol version, a ``_meta`` field, an ended MCP
-session, an unknown bound session) get the SDK's answer; and an ended MCP session leaves nothing behind.
+the fast path must not answer (a foreign Host, a mismatched protocol version, malformed params, an ended MCP
+session, an unknown bound session) get the SDK's answer; what real clients send (``_meta`` with a progress
+token and other keys, ``task``; the fastmcp Client end to end) takes the fast path; and an ended MCP session
+leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -51,13 +53,25 @@ class Harness:
         assert r.status_code == 202
         return h
 
-    async def call(self, h: dict[str, str], name: str, arguments: dict[str, Any], *, meta: bool = False) -> Any:
+    async def call(self, h: dict[str, str], name: str, arguments: Any, *, sdk: bool = False, **extra: Any) -> Any:
+        """One ``tools/call`` (``extra``: more params, e.g. ``_meta``); ``sdk``: with the fast path switched off,
+        so the SDK answers it."""
         self.next_id += 1
-        params: dict[str, Any] = {"name": name, "arguments": arguments}
-        if meta:  # the fast path leaves requests with _meta to the SDK
-            params["_meta"] = {}
-        return await self.http.post(f"/mcp/{ENV}", headers=h, json={"jsonrpc": "2.0", "id": self.next_id,
-                                                                    "method": "tools/call", "params": params})
+        params: dict[str, Any] = {"name": name, "arguments": arguments, **extra}
+        return await self.post(h, {"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": params},
+                               sdk=sdk)
+
+    async def post(self, h: dict[str, str], msg: Any, *, sdk: bool = False) -> Any:
+        if not sdk:
+            return await self.http.post(f"/mcp/{ENV}", headers=h, json=msg)
+        self.srv.fast_enabled = False
+        try:
+            n = self.srv.fast_calls
+            r = await self.http.post(f"/mcp/{ENV}", headers=h, json=msg)
+            assert self.srv.fast_calls == n
+            return r
+        finally:
+            self.srv.fast_enabled = True
 
 
 def run(test: Any, ttl_s: float = 900.0) -> None:
@@ -91,7 +105,7 @@ def test_fast_path_answers_what_the_sdk_answers() -> None:
         first = await h.call(sess, *CALLS[0])  # through the SDK: registers the session for the fast path
         assert first.status_code == 200 and h.srv.fast_calls == 0
         for name, args in CALLS:
-            slow = await h.call(sess, name, args, meta=True)
+            slow = await h.call(sess, name, args, sdk=True)
             n = h.srv.fast_calls
             fast = await h.call(sess, name, args)
             assert h.srv.fast_calls == n + 1, "the fast path did not answer"
@@ -103,7 +117,7 @@ def test_fast_path_answers_what_the_sdk_answers() -> None:
         # the fast path acts on the MCP session's own environment session: a write is seen by later reads
         card = {"guest_id": "G-001", "brand": "mastercard", "last4": "7777", "expiry": "2030-01"}
         assert not json.loads((await h.call(sess, "add_guest_payment_method", card)).text)["result"]["isError"]
-        profile = json.loads((await h.call(sess, "get_guest_profile", {"guest_id": "G-001"}, meta=True)).text)
+        profile = json.loads((await h.call(sess, "get_guest_profile", {"guest_id": "G-001"}, sdk=True)).text)
         assert "7777" in profile["result"]["content"][0]["text"]
     run(test)
 
@@ -115,7 +129,7 @@ def test_bound_session_on_the_fast_path() -> None:
         await h.call(sess, "list_hotel_destinations", {})
         n = h.srv.fast_calls
         fast = await h.call(sess, "list_hotel_destinations", {})
-        slow = await h.call(sess, "list_hotel_destinations", {}, meta=True)
+        slow = await h.call(sess, "list_hotel_destinations", {}, sdk=True)
         assert h.srv.fast_calls == n + 1 and body(fast) == body(slow)
         assert h.manager.sessions[sid].calls == 3  # every call acted on the bound session
         # another client's header, or a session that is gone: the SDK answers, with its error
@@ -212,5 +226,96 @@ def test_calls_on_the_fast_path_keep_the_mcp_session_alive() -> None:
             assert r.status_code == 200, r.text
             await anyio.sleep(0.05)
         assert h.srv.fast_calls > n + 5 and h.srv.fast and h.manager.sessions
-        assert (await h.call(sess, "get_guest_profile", {"guest_id": "G-001"}, meta=True)).status_code == 200  # SDK too
+        assert (await h.call(sess, "get_guest_profile", {"guest_id": "G-001"}, sdk=True)).status_code == 200  # SDK too
     run(test, ttl_s=0.3)
+
+
+META = [{"progressToken": "tok-1"}, {"progressToken": 7},  # what the fastmcp Client and the SDK's send
+        {"progressToken": 8, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         "io.example/custom": {"nested": [1, 2]}},  # any other keys (the spec's _meta is an open map)
+        {}]
+
+
+def test_calls_with_meta_and_the_other_spec_fields_take_the_fast_path() -> None:
+    async def test(h: Harness) -> None:
+        sess = await h.open()
+        await h.call(sess, *CALLS[0])  # registers the session for the fast path
+        extras: list[dict[str, Any]] = [{"_meta": m} for m in META]
+        extras.append({"_meta": {"progressToken": 9}, "task": {"ttl": 60000}})  # task-augmented (ignored, as the SDK)
+        for extra in extras:
+            for name, args in CALLS:
+                slow = await h.call(sess, name, args, sdk=True, **extra)
+                n = h.srv.fast_calls
+                fast = await h.call(sess, name, args, **extra)
+                assert h.srv.fast_calls == n + 1, ("the fast path did not answer", extra)
+                assert fast.status_code == slow.status_code == 200
+                assert body(fast) == body(slow), (name, extra)
+                assert json.loads(fast.text)["id"] == h.next_id
+    run(test)
+
+
+def test_malformed_params_get_the_sdks_error() -> None:
+    async def test(h: Harness) -> None:
+        sess = await h.open()
+        await h.call(sess, "list_hotel_destinations", {})
+        n = h.srv.fast_calls
+        bad: list[tuple[Any, dict[str, Any]]] = [
+            ({}, {"_meta": 3}), ({}, {"_meta": [1]}), ({}, {"_meta": {"progressToken": 1.5}}),
+            ({}, {"_meta": {"progressToken": {"a": 1}}}), ({}, {"task": {"ttl": "soon"}}), ({}, {"task": 5}),
+            ([], {}), ([], {"_meta": {"progressToken": 1}}), ("x", {}),
+        ]
+        for args, extra in bad:
+            fast = await h.call(sess, "list_hotel_destinations", args, **extra)
+            slow = await h.call(sess, "list_hotel_destinations", args, sdk=True, **extra)
+            assert h.srv.fast_calls == n, (args, extra)
+            assert fast.status_code == slow.status_code and body(fast) == body(slow), (args, extra)
+            assert "error" in json.loads(fast.text), (args, extra, fast.text)
+        # a name that is not a string, params that are not an object
+        for params in ({"name": 5, "_meta": {"progressToken": 1}}, [1], None):
+            msg = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}
+            fast, slow = await h.post(sess, msg), await h.post(sess, msg, sdk=True)
+            assert h.srv.fast_calls == n and body(fast) == body(slow) and "error" in json.loads(fast.text), params
+    run(test)
+
+
+def test_the_fastmcp_client_takes_the_fast_path() -> None:
+    fastmcp = pytest.importorskip("fastmcp")
+    from fastmcp.client.transports import StreamableHttpTransport
+
+    async def test(h: Harness) -> None:
+        app = h.app
+
+        sent: list[dict[str, Any]] = []
+
+        async def record(request: httpx2.Request) -> None:
+            if request.method == "POST":
+                sent.append(json.loads(request.content))
+
+        def factory(**kwargs: Any) -> httpx2.AsyncClient:
+            kwargs.pop("follow_redirects", None)
+            kwargs.setdefault("timeout", 30.0)
+            return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url=BASE,
+                                      event_hooks={"request": [record]}, **kwargs)
+
+        transport = StreamableHttpTransport(f"{BASE}/mcp/{ENV}", httpx_client_factory=cast(Any, factory))
+        async with fastmcp.Client(transport) as client:
+            results = [await client.call_tool_mcp("get_guest_profile", {"guest_id": "G-001"}) for _ in range(4)]
+        assert all(not r.is_error and "G-001" in r.content[0].text for r in results)
+        assert results[0].structured_content == results[-1].structured_content
+        assert h.srv.fast_calls >= 3, "the fastmcp Client's calls did not take the fast path"
+        calls = [m for m in sent if m.get("method") == "tools/call"]
+        assert calls and all("progressToken" in m["params"]["_meta"] for m in calls)  # what it sends
+    run(test)
+
+
+def test_the_sdk_reads_tool_input_schemas_without_listing_tools() -> None:
+    # 2026-07-28 calls (a bound fastmcp Client) check Mcp-Param-* headers against the tool's input schema: the
+    # SDK asks the server's lookup instead of running the tools/list handler on every call
+    async def test(h: Harness) -> None:
+        lookup = h.srv.server.get_tool_input_schema
+        assert lookup is not None
+        spec = h.manager.spec(ENV)
+        for name, tool in spec.tools.items():
+            assert lookup(name) == tool.mcp_schema()["inputSchema"]
+        assert lookup("no_such_tool") is None
+    run(test)
