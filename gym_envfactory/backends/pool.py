@@ -10,7 +10,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -114,7 +114,8 @@ PING_TIMEOUT_S = 5.0
 
 
 def acquire_backend(kind: str | Backend | None, *, envs: Sequence[str] = (), url: str | None = None,
-                    token: str | None = None, timeout: float = 60.0, **options: Any) -> Backend:
+                    token: str | None = None, timeout: float = 60.0, packages: Mapping[str, str] | None = None,
+                    **options: Any) -> Backend:
     """A backend for an env.  ``kind``: a registered name (:func:`backend_names`: ``"inprocess"``, the
     default, ``"subprocess"``, ``"docker"``, ``"url"`` (needs ``url``), and any added with
     :func:`~gym_envfactory.backends.base.register_backend`), or a :class:`Backend` instance (returned as
@@ -135,6 +136,8 @@ def acquire_backend(kind: str | Backend | None, *, envs: Sequence[str] = (), url
         return kind
     entry = backend_kind("inprocess" if kind is None else kind)
     token = token or os.environ.get("ENVFACTORY_TOKEN")
+    if packages and entry.capabilities.imports_defining_module:  # the server loads these packages by folder
+        options["packages"] = dict(packages)
     made = entry.factory(envs=envs, url=url, token=token, timeout=timeout, **options)
     if not isinstance(made, Backend):
         raise BackendError(f"the factory of backend {kind!r} returned {type(made).__name__}, not a Backend")
@@ -222,25 +225,29 @@ def _inprocess(**_: Any) -> Backend:
 
 @register_backend("subprocess", capabilities=BackendCapabilities(imports_defining_module=True),
                   description="an `envfactory serve` process on a free loopback port, shared per environments")
-def _subprocess(*, envs: Sequence[str], token: str | None, timeout: float, **_: Any) -> Backend:
+def _subprocess(*, envs: Sequence[str], token: str | None, timeout: float, packages: Mapping[str, str] | None = None,
+                **_: Any) -> Backend:
     def start() -> tuple[str, Callable[[], None] | None, str | None]:
-        target, stop = start_server_process(envs, token, timeout)
+        target, stop = start_server_process(envs, token, timeout, packages=packages)
         return target, stop, token
-    return _shared("subprocess", ("subprocess", tuple(sorted(envs)), token), start, timeout)
+    return _shared("subprocess", ("subprocess", tuple(sorted(envs)), token, tuple(sorted((packages or {}).items()))),
+                   start, timeout)
 
 
 @register_backend("isolated", capabilities=BackendCapabilities(imports_defining_module=True, isolated=True),
                   description="an `envfactory serve` child with no inherited environment, an empty home, resource "
                               "limits and no network (the default for untrusted packages)")
 def _isolated(*, envs: Sequence[str], timeout: float, memory: int | None = None, cpu_s: int | None = None,
-              **_: Any) -> Backend:
+              packages: Mapping[str, str] | None = None, **_: Any) -> Backend:
     limits = replace(ISOLATED_LIMITS, address_space=memory or ISOLATED_LIMITS.address_space,
                      cpu_s=cpu_s or ISOLATED_LIMITS.cpu_s)
 
     def start() -> tuple[str, Callable[[], None] | None, str | None]:
-        target, stop = start_server_process(envs, None, timeout, isolation=limits)  # its socket's folder is 0700
+        # its socket's folder is 0700: no token
+        target, stop = start_server_process(envs, None, timeout, isolation=limits, packages=packages)
         return target, stop, None
-    return _shared("isolated", ("isolated", tuple(sorted(envs)), limits), start, timeout)
+    return _shared("isolated", ("isolated", tuple(sorted(envs)), limits, tuple(sorted((packages or {}).items()))),
+                   start, timeout)
 
 
 @register_backend("docker", capabilities=BackendCapabilities(needs_docker=True, serves_code_defined_environments=False),

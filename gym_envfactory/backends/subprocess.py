@@ -13,7 +13,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import IO
 
 from gym_envfactory.backends.isolated import isolated_launch
@@ -171,7 +172,8 @@ def _write_token_file(token: str) -> str:
 
 
 def start_server_process(envs: Sequence[str], token: str | None, timeout: float, *,
-                         isolation: ChildLimits | None = None) -> tuple[str, ServerProcess]:
+                         isolation: ChildLimits | None = None,
+                         packages: Mapping[str, str] | None = None) -> tuple[str, ServerProcess]:
     """Start ``envfactory serve`` on a free loopback port and return (url, stop).  The server's
     stderr goes to a log file (never an undrained pipe, which would block it once full).
 
@@ -190,6 +192,8 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float,
             process is not passed on either way).
         timeout: seconds to wait for the server's ``{"listening": url}`` announcement; the wait never
             blocks longer, whatever the server does meanwhile (a silent server is killed).
+        packages: ``{name: package folder}`` of environments loaded by folder (``load_environment``),
+            which the server finds first on its ``$ENVFACTORY_CATALOG`` (registered ones are found anyway).
 
     Returns:
         ``(url, stop)``: ``stop`` is a :class:`ServerProcess` (call it to stop the server; ``alive``).
@@ -229,6 +233,12 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float,
             args += ["--module", arg[0]]
             if arg[1] is not None and arg[1] not in paths:
                 paths.append(arg[1])
+    for folder in (packages or {}).values():  # packages loaded by folder (load_environment), maybe not registered
+        if folder not in folders:
+            folders.append(folder)
+    if folders:  # the server finds each served package where this process did, first (a name's first folder wins)
+        current = [p for p in os.environ.get("ENVFACTORY_CATALOG", "").split(os.pathsep) if p]
+        extra["ENVFACTORY_CATALOG"] = os.pathsep.join(dict.fromkeys([*(str(Path(f).parent) for f in folders), *current]))
     token_path = _write_token_file(token) if token else None
     if token_path is not None:
         args += ["--token-file", token_path]

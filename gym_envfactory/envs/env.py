@@ -351,7 +351,9 @@ class EnvFactoryEnv(gym.Env):
         # untrusted packages (EnvGen's, the importer's) run isolated unless trust=True (backends/pool.py)
         kind = resolve_backend(spec.backend, [self.environment, *(get_environment(n) for n in served[1:])], spec.trust)
         check_backend_serves(kind, [self.environment])
-        self.backend = acquire_backend(kind, envs=served, url=spec.url, token=spec.token, **spec.backend_kwargs())
+        packages = {self.environment.name: str(self.environment.path)} if self.environment.path is not None else None
+        self.backend = acquire_backend(kind, envs=served, url=spec.url, token=spec.token, packages=packages,
+                                       **spec.backend_kwargs())
         self.observation_space = MessagesSpace()
         self.action_space = AssistantActionSpace(list(self.environment.tools))
         self.session: SessionProtocol | None = None  # a Session, or a RemoteSession on a remote backend
