@@ -172,3 +172,33 @@ def test_every_allowed_name_exists_and_no_allowed_name_is_an_unlisted_module():
 def test_a_builtin_is_reported_where_it_resolves_to_the_builtin(tmp_path):
     [msg] = _gate(tmp_path, ROUTES["builtin_open_shadowed_elsewhere"])
     assert msg.startswith("tools.py:6: open is not an allowed builtin")
+
+
+def test_a_route_through_typing_reads_the_parents_secret_in_an_ungated_child(tmp_path):
+    """End to end, like the review: ``typing.sys`` gives ``os`` inside the validation child when the gate is
+    off (here without the PID namespace, so the parent's ``/proc/<pid>/environ`` is visible), and the gate
+    refuses the same package."""
+    import json
+    import subprocess
+    import sys
+
+    from gym_envfactory.generators.envgen import write_package
+
+    from .test_envgen import METADATA, TESTS, code_answer
+    from .test_gate_and_sandbox import PROBE
+    from .test_gate_and_sandbox import SECRET as PROBE_SECRET
+
+    probe = PROBE.replace("import os\n", "import typing\nos = typing.sys.modules['os']\n", 1)
+    assert "import os" not in probe
+    pkg = write_package(tmp_path / "pkg" / "Probe", "Probe", code_answer(probe), TESTS["scenarios"], [],
+                        {"kind": "generated"})
+    refused = [f.message for f in check_imports(pkg)]
+    assert any("typing.sys is not on the allow-list of typing" in m for m in refused), refused
+    (tmp_path / "meta.json").write_text(json.dumps(METADATA))
+    out = tmp_path / "out.json"
+    driver = ("from tests.generators.envgen.test_gate_and_sandbox import drive_ungated; "
+              f"drive_ungated({str(pkg)!r}, {str(tmp_path / 'meta.json')!r}, {str(out)!r}, '0')")
+    subprocess.run([sys.executable, "-c", driver], env={**os.environ, "ENVFACTORY_TEST_SECRET": PROBE_SECRET},
+                   cwd=ROOT, check=True, timeout=240)
+    [finding] = json.loads(out.read_text())["findings"]
+    assert "PROBED leaked=True" in finding["message"], finding["message"]
