@@ -219,6 +219,8 @@ class _Gate:
         self.literal_formats: set[int] = set()  # ids of `.format` attributes of allowed `"literal".format(...)` calls
         self.modules: dict[str, str] = {}  # name bound to a module by an import -> the module (``abc`` -> collections.abc)
         self.attr_bases: set[int] = set()  # ids of nodes read as ``<node>.attr``
+        self.pkg_modules: frozenset[str] = frozenset()  # names any module of the package binds to a module
+        self.relative: set[str] = set()  # names bound by relative imports (the package's own modules and names)
 
     def bad(self, node: Any, msg: str) -> None:
         self.problems.append((getattr(node, "lineno", 0), msg))
@@ -232,6 +234,8 @@ class _Gate:
                     target = a.name if a.asname else a.name.split(".")[0]
                     if target in ALLOWED_MODULES:  # a refused import is reported as such
                         self.modules[a.asname or a.name.split(".")[0]] = target
+            if isinstance(node, ast.ImportFrom) and node.level:
+                self.relative.update(a.asname or a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom) and not node.level:
                 for a in node.names:
                     self.module_aliases.add(a.asname or a.name)
@@ -451,6 +455,9 @@ class _Gate:
                     self.bad(node, f"`from {'.' * node.level}{mod} import *` is not allowed; import names explicitly")
                 elif _is_dunder(a.name):
                     self.bad(node, f"importing {a.name!r} from {'.' * node.level}{mod} is not allowed")
+                elif a.name in self.pkg_modules:
+                    self.bad(node, f"`from {'.' * node.level}{mod} import {a.name}`: {a.name} is a module a module of "
+                                   "the package imports; import it (and only its allowed names) where it is used")
             return
         if mod not in ALLOWED_MODULES:
             self.bad(node, f"import from {mod!r} is not allowed: {_modules_hint()}")
@@ -482,6 +489,9 @@ class _Gate:
                                    f"{', '.join(sorted(allowed))}")
                 elif self.module_of(node) is not None and id(node) not in self.attr_bases:
                     self.bad(node, f"the module {base}.{node.attr} is used as a value: read a name from it")
+            elif node.attr in self.pkg_modules and isinstance(node.value, ast.Name) and node.value.id in self.relative:
+                self.bad(node, f"{node.value.id}.{node.attr} reads a module another module of the package imports; "
+                               f"import {node.attr} where it is used (only its allowed names)")
             elif node.attr in _FRAME_ATTRS:
                 self.bad(node, f"attribute .{node.attr} is not allowed in an environment (frames, code and globals)")
             elif _is_dunder(node.attr) and node.attr not in _ALLOWED_DUNDERS and not (
@@ -554,6 +564,17 @@ def _loads_by_scope(ast: Any, node: Any, scope: int) -> list[tuple[Any, int]]:
     return out
 
 
+def _module_bindings(ast: Any, tree: Any) -> frozenset[str]:
+    """Names ``tree`` binds to modules by its imports (``typing``; ``abc`` of ``from collections import abc``)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            out.update(a.asname or a.name for a in node.names if f"{node.module}.{a.name}" in ALLOWED_MODULES)
+    return frozenset(out)
+
+
 def _prefixes(dotted: str) -> list[str]:
     parts = dotted.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts))]
@@ -608,6 +629,7 @@ def check_imports(folder: str | Path) -> list[Finding]:
                 heads.add(n.name)
             elif isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").split(".")[0] in _TYPE_MODULES):
                 heads.update(a.asname or a.name for a in n.names)
+    pkg_modules: frozenset[str] = frozenset().union(*(_module_bindings(ast, tree) for _, tree in trees))
     pkg_unsafe: frozenset[str] = frozenset()
     for _ in range(3):  # aliases across modules (``from .state import S``; ``X = S``)
         pkg_unsafe = frozenset().union(*(_assigned_non_types(ast, t.body, local=False, heads=heads, base=pkg_unsafe)
@@ -615,6 +637,7 @@ def check_imports(folder: str | Path) -> list[Finding]:
     for f, tree in trees:
         gate = _Gate(f.name)
         gate.pkg_unsafe = pkg_unsafe
+        gate.pkg_modules = pkg_modules
         try:
             gate.check_tree(tree)
             gate.check_builtins(tree, f.read_text(encoding="utf-8"))

@@ -87,6 +87,34 @@ def test_every_route_really_escapes_without_the_gate(monkeypatch, name):
     assert leak is os.environ or refused_builtin or SECRET in str(leak), (name, leak)
 
 
+#: Package-level routes: a module another module of the package imports, taken through a relative import.
+PACKAGE_ROUTES = {
+    "from_state_import_module": ("from .state import typing\nLEAK = typing.sys.modules['os'].environ\n"),
+    "state_dot_module": ("from . import state\nLEAK = state.typing.sys.modules['os'].environ\n"),
+    "from_state_import_submodule": ("from .state import abc\nLEAK = abc.sys\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PACKAGE_ROUTES))
+def test_gate_refuses_a_module_reexported_by_the_package(tmp_path, name):
+    (tmp_path / "state.py").write_text("import typing\nfrom collections import abc\nX = typing.Literal['a']\n"
+                                       "Y = abc.Mapping\n")
+    assert check_imports(tmp_path) == []
+    (tmp_path / "tools.py").write_text(PACKAGE_ROUTES[name])
+    messages = [f.message for f in check_imports(tmp_path)]
+    assert messages and all(m.startswith("tools.py:") for m in messages), messages
+
+
+def test_a_module_reexported_by_the_package_really_escapes_without_the_gate(tmp_path, monkeypatch):
+    pkg = tmp_path / "ReexportPkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "state.py").write_text("import typing\n")
+    (pkg / "tools.py").write_text(PACKAGE_ROUTES["from_state_import_module"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert importlib.import_module("ReexportPkg.tools").LEAK is os.environ
+
+
 def test_messages_name_the_line_the_refused_name_and_what_is_allowed(tmp_path):
     [msg] = _gate(tmp_path, "x = 1\nimport typing\ny = typing.sys\n")
     assert msg.startswith("tools.py:3: typing.sys is not on the allow-list of typing; allowed: ")
