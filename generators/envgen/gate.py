@@ -487,6 +487,8 @@ class _Gate:
                 if node.attr not in allowed:
                     self.bad(node, f"{base}.{node.attr} is not on the allow-list of {base}; allowed: "
                                    f"{', '.join(sorted(allowed))}")
+                elif not isinstance(node.ctx, ast.Load):
+                    self.bad(node, f"{base}.{node.attr} is assigned or deleted: modules are read-only for an environment")
                 elif self.module_of(node) is not None and id(node) not in self.attr_bases:
                     self.bad(node, f"the module {base}.{node.attr} is used as a value: read a name from it")
             elif node.attr in self.pkg_modules and isinstance(node.value, ast.Name) and node.value.id in self.relative:

@@ -126,6 +126,8 @@ def test_messages_name_the_line_the_refused_name_and_what_is_allowed(tmp_path):
     assert "pydantic" in msg and "typing" in msg
     [msg] = _gate(tmp_path, "\n\ndef f():\n    return getattr\n")
     assert msg.startswith("tools.py:4: getattr is not an allowed builtin") and "isinstance" in msg
+    [msg] = _gate(tmp_path, "import json\njson.dumps = len\n")
+    assert msg.startswith("tools.py:2: json.dumps is assigned or deleted: modules are read-only")
     [msg] = _gate(tmp_path, "def f(x):\n    return x.__class__\n")
     assert msg.startswith("tools.py:2: dunder attribute .__class__ is not allowed") and "__init__" in msg
 
