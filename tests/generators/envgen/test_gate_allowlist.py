@@ -9,6 +9,7 @@ import builtins
 import importlib
 import os
 import shutil
+import sys
 import types
 from pathlib import Path
 
@@ -112,7 +113,11 @@ def test_a_module_reexported_by_the_package_really_escapes_without_the_gate(tmp_
     (pkg / "state.py").write_text("import typing\n")
     (pkg / "tools.py").write_text(PACKAGE_ROUTES["from_state_import_module"])
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert importlib.import_module("ReexportPkg.tools").LEAK is os.environ
+    try:
+        assert importlib.import_module("ReexportPkg.tools").LEAK is os.environ
+    finally:
+        for name in ("ReexportPkg.tools", "ReexportPkg.state", "ReexportPkg"):
+            sys.modules.pop(name, None)
 
 
 def test_messages_name_the_line_the_refused_name_and_what_is_allowed(tmp_path):
@@ -210,7 +215,6 @@ def test_a_route_through_typing_reads_the_parents_secret_in_an_ungated_child(tmp
     refuses the same package."""
     import json
     import subprocess
-    import sys
 
     from gym_envfactory.generators.envgen import write_package
 
