@@ -26,8 +26,8 @@ The Validator never asks the model anything.  It checks, by execution (docs/auth
 
 * ``interface``: generated tool schemas against the metadata (missing/extra tools, parameter names,
   required fields, JSON types, enums) -- :func:`check_interface`;
-* ``execution``: a static gate (a safety net, see above) refuses imports outside :data:`ALLOWED_IMPORTS`,
-  ``eval``/``exec``/``open``/``getattr``..., dunders and routes to ``os``/``sys`` before anything runs; the package imports in a fresh module (a unique module name per attempt, so revised
+* ``execution``: a static gate (a safety net, see above) allows only the modules, module attributes,
+  builtins and dunders on its allow-list (:mod:`.allowlist`) before anything runs; the package imports in a fresh module (a unique module name per attempt, so revised
   code is really re-executed), the initial state validates, the determinism lint
   (:func:`gym_envfactory.validation.lint_environment`) and a replay-twice check are clean;
 * ``results`` and ``state``: every scenario executed by :func:`gym_envfactory.validation.validate_environment`

@@ -1,10 +1,14 @@
-"""The static gate run before generated code is executed: a *safety net*, not a sandbox.
+"""The static gate run before generated code is executed: defence in depth, not a sandbox.
 
-:func:`check_imports` refuses imports outside :data:`ALLOWED_IMPORTS`, dynamic code, I/O builtins,
-dunders and the usual routes from a harmless module to the operating system, before anything runs.
-Python cannot be confined by inspecting its source: EnvGen also validates in a child process with an
-allow-listed environment (:mod:`gym_envfactory.generators.sandbox`), and code from a model you do not
-control belongs in a sandbox.
+:func:`check_imports` is an allow-list (issue 24): a module is imported only when it is in
+:data:`~.allowlist.ALLOWED_MODULES`, a name is taken from it (``from m import a``, ``m.a``) only when it is
+on that module's list, a name that resolves to a builtin only when it is in
+:data:`~.allowlist.ALLOWED_BUILTINS` (scopes are read with the standard library's :mod:`symtable`), and a
+dunder only when it is in :data:`~.allowlist.ALLOWED_DUNDERS`.  On top of that it refuses routes from
+strings to attributes or code (format fields, string types Pydantic evaluates) and frame attributes.
+Python cannot be confined by inspecting its source: untrusted packages run on the isolated backend
+(docs/architecture.md, "Trust"), and EnvGen validates in a child process with an allow-listed environment
+(:mod:`gym_envfactory.generators.sandbox`).
 """
 
 from __future__ import annotations
@@ -13,52 +17,26 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .allowlist import ALLOWED_BUILTINS, ALLOWED_DUNDERS, ALLOWED_MODULES, SUPER_DUNDERS
 from .report import Finding
 
-__all__ = ["ALLOWED_IMPORTS", "ALLOWED_RUNTIME_MODULES", "ALLOWED_RUNTIME_NAMES", "check_imports"]
+__all__ = ["ALLOWED_BUILTINS", "ALLOWED_IMPORTS", "ALLOWED_MODULES", "ALLOWED_RUNTIME_MODULES",
+           "ALLOWED_RUNTIME_NAMES", "check_imports"]
 
-#: Top-level modules generated code may import (docs/architecture.md, "Layers": the authoring API, pydantic, and the pure
-#: parts of the standard library).  Anything else (os, subprocess, socket, pathlib, HTTP clients ...) is
-#: refused before the code is executed.  ``gym_envfactory`` is special: only
-#: ``from gym_envfactory import <ALLOWED_RUNTIME_NAMES>`` and ``from gym_envfactory.authoring import ...``.
-ALLOWED_IMPORTS: frozenset[str] = frozenset({
-    "__future__", "gym_envfactory", "pydantic", "annotated_types", "typing", "typing_extensions", "datetime",
-    "decimal", "enum", "math", "re", "random", "collections", "dataclasses", "functools", "itertools", "json",
-    "string", "copy", "operator", "statistics", "fractions", "calendar", "zoneinfo", "textwrap", "uuid",
-    "bisect", "heapq", "abc", "numbers", "unicodedata",
-})
+#: Top-level modules generated code may import (each with the names listed in :data:`ALLOWED_MODULES`).
+ALLOWED_IMPORTS: frozenset[str] = frozenset(m.split(".")[0] for m in ALLOWED_MODULES)
 #: What generated code may take from the runtime package itself (no submodules: they import os,
 #: subprocess, sockets ...).
-ALLOWED_RUNTIME_NAMES: frozenset[str] = frozenset({"ToolError", "tool", "ToolAnnotations"})
+ALLOWED_RUNTIME_NAMES: frozenset[str] = ALLOWED_MODULES["gym_envfactory"]
 ALLOWED_RUNTIME_MODULES: frozenset[str] = frozenset({"gym_envfactory", "gym_envfactory.authoring"})
-#: Names refused wherever they appear (called or not): dynamic code, I/O, reflection by string.
-_FORBIDDEN_BUILTINS = frozenset({
-    "open", "eval", "exec", "compile", "__import__", "globals", "locals", "vars", "getattr", "setattr",
-    "delattr", "breakpoint", "input", "help", "memoryview",
-})
-#: Attribute (and imported) names refused anywhere: the usual routes from a harmless module or object
-#: to the operating system (``uuid.os``, ``random._os``, ``functools.sys`` ...), to import-by-string
-#: (pydantic ``ImportString``), to attribute-access-by-string (``operator.attrgetter``) and to frames.
-_FORBIDDEN_ATTRS = frozenset({
-    "os", "_os", "sys", "_sys", "subprocess", "_subprocess", "builtins", "_builtins", "__builtins__", "shutil",
-    "socket", "_socket", "posix", "_posix", "nt", "io", "_io", "importlib", "ctypes", "_ctypes", "pathlib",
-    "platform", "signal", "threading", "_thread", "multiprocessing", "pickle", "marshal", "tempfile", "glob",
-    "urllib", "http", "select", "mmap", "resource", "pty", "fcntl", "environ", "popen",
-    "ImportString", "PyObject", "import_string", "import_module", "attrgetter", "methodcaller",
-    "ForwardRef", "get_type_hints", "_eval_type",
+#: Attributes of *objects* (not modules, whose attributes are allow-listed) that lead to frames, code
+#: and globals: refused on anything (``g.gi_frame``, ``tb.tb_frame.f_globals``).
+_FRAME_ATTRS = frozenset({
     "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame", "tb_next", "f_globals",
-    "f_locals", "f_builtins", "f_back", "f_code", "co_code", "func_globals", "codecs", "_codecs",
-    "eval", "exec", "__import__", "getattr", "setattr", "delattr", "globals", "locals", "vars", "breakpoint",
+    "f_locals", "f_builtins", "f_back", "f_code", "co_code", "func_globals",
 })
-#: Further attributes refused on anything reached from an imported module (``json.codecs.open``), but
-#: fine on the environment's own objects (``ticket.open``, ``re.compile``).
-_FORBIDDEN_MODULE_ATTRS = frozenset({"open", "input", "help"})
-#: The only dunder names/attributes generated code may use (method *definitions* such as ``def __eq__``
-#: are not names and are always fine).
-_ALLOWED_DUNDERS = frozenset({"__name__", "__doc__", "__init__", "__post_init__", "__all__", "__slots__"})
-#: Dunder methods a method may delegate to with ``super().__x__(...)``.
-_SUPER_DUNDERS = frozenset({"__init__", "__post_init__", "__init_subclass__", "__eq__", "__ne__", "__lt__", "__le__",
-                            "__gt__", "__ge__", "__hash__", "__repr__", "__str__"})
+_ALLOWED_DUNDERS = ALLOWED_DUNDERS
+_SUPER_DUNDERS = SUPER_DUNDERS
 _FORMAT_FIELD_RE = re.compile(r"\{([^{}!:]*)")
 #: ``str`` methods that resolve ``{0.attr}``/``{0[key]}`` fields of a template (a getattr by string): only
 #: ``"literal".format(...)`` called directly on a string constant whose fields read no attribute or index
@@ -239,6 +217,10 @@ class _Gate:
         self.pkg_unsafe: frozenset[str] = frozenset()  # package-level names that may hold strings
         self.local_unsafe: list[frozenset[str]] = []  # per enclosing function: parameters, non-type locals
         self.literal_formats: set[int] = set()  # ids of `.format` attributes of allowed `"literal".format(...)` calls
+        self.modules: dict[str, str] = {}  # name bound to a module by an import -> the module (``abc`` -> collections.abc)
+        self.attr_bases: set[int] = set()  # ids of nodes read as ``<node>.attr``
+        self.pkg_modules: frozenset[str] = frozenset()  # names any module of the package binds to a module
+        self.relative: set[str] = set()  # names bound by relative imports (the package's own modules and names)
 
     def bad(self, node: Any, msg: str) -> None:
         self.problems.append((getattr(node, "lineno", 0), msg))
@@ -249,9 +231,16 @@ class _Gate:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self.module_aliases.add((a.asname or a.name).split(".")[0])
+                    target = a.name if a.asname else a.name.split(".")[0]
+                    if target in ALLOWED_MODULES:  # a refused import is reported as such
+                        self.modules[a.asname or a.name.split(".")[0]] = target
+            if isinstance(node, ast.ImportFrom) and node.level:
+                self.relative.update(a.asname or a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom) and not node.level:
                 for a in node.names:
                     self.module_aliases.add(a.asname or a.name)
+                    if f"{node.module}.{a.name}" in ALLOWED_MODULES:
+                        self.modules[a.asname or a.name] = f"{node.module}.{a.name}"
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in _TYPE_MODULES):
                 self.type_heads.update(a.asname or a.name for a in node.names)
             elif isinstance(node, ast.ClassDef):
@@ -368,7 +357,7 @@ class _Gate:
             return
         for m in _FORMAT_FIELD_RE.finditer(text):
             parts = re.split(r"[.\[\]]", m.group(1))
-            if len(parts) > 1 and any(p.strip().startswith("_") or p.strip() in _FORBIDDEN_ATTRS for p in parts[1:]):
+            if len(parts) > 1 and any(p.strip().startswith("_") or p.strip() in _FRAME_ATTRS for p in parts[1:]):
                 self.bad(node, "a format string that reads private attributes (`{x._y}`) is not allowed")
                 return
         stripped = text.strip()
@@ -386,7 +375,8 @@ class _Gate:
                 self.bad(node, "a string that is Python code with calls is not allowed in an environment "
                                "(typing and Pydantic evaluate string types)")
                 return
-            if isinstance(sub, ast.Attribute) and (sub.attr in _FORBIDDEN_ATTRS or sub.attr in _EVAL_SINKS):
+            if isinstance(sub, ast.Attribute) and (sub.attr in _FRAME_ATTRS or sub.attr in _EVAL_SINKS
+                                                   or (self.module_of(sub.value) is not None and sub.attr not in ALLOWED_MODULES[self.module_of(sub.value) or ''])):
                 self.bad(node, f"a string that reads .{sub.attr} is not allowed in an environment")
                 return
 
@@ -434,80 +424,188 @@ class _Gate:
                 and isinstance(node.ctx, ast.Load):
             self.check_type_expr(node, params, 0)
 
+    def module_of(self, node: Any) -> str | None:
+        """The allowed module ``node`` names (``typing``, ``collections.abc``), None if it names none."""
+        ast = self.ast
+        if isinstance(node, ast.Name):
+            return self.modules.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.module_of(node.value)
+            if base is not None and f"{base}.{node.attr}" in ALLOWED_MODULES and node.attr in ALLOWED_MODULES[base]:
+                return f"{base}.{node.attr}"
+        return None
+
+    def check_import(self, node: Any) -> None:
+        """``import m`` and ``from m import a``: m and a on the allow-list (relative imports stay in the package)."""
+        ast = self.ast
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "gym_envfactory":
+                    self.bad(node, f"`import {a.name}`: use `from gym_envfactory import ToolError, tool`")
+                elif a.name not in ALLOWED_MODULES or any(
+                        p not in ALLOWED_MODULES for p in _prefixes(a.name)):
+                    self.bad(node, f"import of {a.name!r} is not allowed: {_modules_hint()}")
+            return
+        mod = node.module or ""
+        if node.level > 1:
+            self.bad(node, "relative imports may only reach modules of the package itself (`from .state import ...`)")
+        if node.level:
+            for a in node.names:
+                if a.name == "*":
+                    self.bad(node, f"`from {'.' * node.level}{mod} import *` is not allowed; import names explicitly")
+                elif _is_dunder(a.name):
+                    self.bad(node, f"importing {a.name!r} from {'.' * node.level}{mod} is not allowed")
+                elif a.name in self.pkg_modules:
+                    self.bad(node, f"`from {'.' * node.level}{mod} import {a.name}`: {a.name} is a module a module of "
+                                   "the package imports; import it (and only its allowed names) where it is used")
+            return
+        if mod not in ALLOWED_MODULES:
+            self.bad(node, f"import from {mod!r} is not allowed: {_modules_hint()}")
+            return
+        for a in node.names:
+            if a.name not in ALLOWED_MODULES[mod]:
+                self.bad(node, f"`from {mod} import {a.name}`: {a.name!r} is not on {mod}'s allow-list; allowed: "
+                               f"{', '.join(sorted(ALLOWED_MODULES[mod]))}")
+
     def check_node(self, node: Any, params: frozenset[str]) -> None:
         ast = self.ast
         self.check_sinks(node, params)
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                top = a.name.split(".")[0]
-                if top == "gym_envfactory":
-                    self.bad(node, f"`import {a.name}`: use `from gym_envfactory import ToolError, tool`")
-                elif top not in ALLOWED_IMPORTS:
-                    self.bad(node, f"import of {a.name!r}: an environment imports only gym_envfactory, pydantic and "
-                                   "pure standard-library modules (no I/O, processes or network)")
-        elif isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            if node.level > 1:
-                self.bad(node, "relative imports may only reach modules of the package itself (`from .state import ...`)")
-            elif node.level == 0:
-                top = mod.split(".")[0]
-                if top == "gym_envfactory":
-                    if mod not in ALLOWED_RUNTIME_MODULES:
-                        self.bad(node, f"import from {mod!r}: only `from gym_envfactory import ToolError, tool` is allowed")
-                    elif mod == "gym_envfactory":
-                        extra = sorted(a.name for a in node.names if a.name not in ALLOWED_RUNTIME_NAMES)
-                        if extra:
-                            self.bad(node, f"`from gym_envfactory import {', '.join(extra)}`: only "
-                                           f"{', '.join(sorted(ALLOWED_RUNTIME_NAMES))} may be imported from the runtime")
-                elif top not in ALLOWED_IMPORTS:
-                    self.bad(node, f"import of {mod!r}: an environment imports only gym_envfactory, pydantic and pure "
-                                   "standard-library modules (no I/O, processes or network)")
-            for a in node.names:
-                if a.name == "*" and mod != "__future__":
-                    self.bad(node, f"`from {mod or '.'} import *` is not allowed; import names explicitly")
-                elif mod != "__future__" and (a.name in _FORBIDDEN_ATTRS or a.name in _FORBIDDEN_BUILTINS
-                                              or a.name in _FORBIDDEN_MODULE_ATTRS or _is_dunder(a.name)
-                                              or (node.level == 0 and a.name.startswith("_"))):
-                    self.bad(node, f"importing {a.name!r} from {mod or '.'!r} is not allowed")
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            self.check_import(node)
         elif isinstance(node, ast.Name):
-            if node.id in _FORBIDDEN_BUILTINS and node.id not in params and isinstance(node.ctx, ast.Load):
-                self.bad(node, f"{node.id} is not allowed in an environment (no I/O, no dynamic code, no "
-                               "reflection by name)")
-            elif _is_dunder(node.id) and node.id not in _ALLOWED_DUNDERS:
-                self.bad(node, f"the name {node.id} is not allowed in an environment")
+            if _is_dunder(node.id) and node.id not in _ALLOWED_DUNDERS:
+                self.bad(node, f"the name {node.id} is not allowed in an environment (allowed dunders: "
+                               f"{', '.join(sorted(_ALLOWED_DUNDERS))})")
+            elif node.id in self.modules and isinstance(node.ctx, ast.Load) and id(node) not in self.attr_bases:
+                self.bad(node, f"the module {self.modules[node.id]} is used as a value: a module is only read "
+                               f"as `{node.id}.<name>` with a name on its allow-list")
         elif isinstance(node, ast.Attribute):
-            if node.attr in _FORBIDDEN_ATTRS:
-                self.bad(node, f"attribute .{node.attr} is not allowed in an environment (a route to the "
-                               "operating system or to dynamic code)")
+            self.attr_bases.add(id(node.value))
+            base = self.module_of(node.value)
+            if base is not None:
+                allowed = ALLOWED_MODULES[base]
+                if node.attr not in allowed:
+                    self.bad(node, f"{base}.{node.attr} is not on the allow-list of {base}; allowed: "
+                                   f"{', '.join(sorted(allowed))}")
+                elif not isinstance(node.ctx, ast.Load):
+                    self.bad(node, f"{base}.{node.attr} is assigned or deleted: modules are read-only for an environment")
+                elif self.module_of(node) is not None and id(node) not in self.attr_bases:
+                    self.bad(node, f"the module {base}.{node.attr} is used as a value: read a name from it")
+            elif node.attr in self.pkg_modules and isinstance(node.value, ast.Name) and node.value.id in self.relative:
+                self.bad(node, f"{node.value.id}.{node.attr} reads a module another module of the package imports; "
+                               f"import {node.attr} where it is used (only its allowed names)")
+            elif node.attr in _FRAME_ATTRS:
+                self.bad(node, f"attribute .{node.attr} is not allowed in an environment (frames, code and globals)")
             elif _is_dunder(node.attr) and node.attr not in _ALLOWED_DUNDERS and not (
                     node.attr in _SUPER_DUNDERS and isinstance(node.value, ast.Call)
                     and isinstance(node.value.func, ast.Name) and node.value.func.id == "super"):
-                self.bad(node, f"dunder attribute .{node.attr} is not allowed in an environment")
-            elif node.attr.startswith("_") or node.attr in _FORBIDDEN_MODULE_ATTRS:
-                root = node.value
-                while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
-                    root = root.func if isinstance(root, ast.Call) else root.value
-                if isinstance(root, ast.Name) and root.id in self.module_aliases:
-                    self.bad(node, f"attribute .{node.attr} of something from an imported module is not allowed")
+                self.bad(node, f"dunder attribute .{node.attr} is not allowed in an environment (allowed: "
+                               f"{', '.join(sorted(_ALLOWED_DUNDERS))}, and super().__x__ for comparison, hash, "
+                               "repr and init methods)")
+            elif node.attr.startswith("_") and _root_name(ast, node) in self.module_aliases:
+                self.bad(node, f"attribute .{node.attr} of something from an imported module is not allowed "
+                               "(private names)")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             self.check_string(node, node.value)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            pass  # the determinism lint reports `global`
+
+    def check_builtins(self, tree: Any, source: str) -> None:
+        """Every name that resolves to a builtin is in :data:`ALLOWED_BUILTINS` (scopes from :mod:`symtable`;
+        annotation names too, which ``from __future__ import annotations`` hides from it)."""
+        import symtable
+
+        ast = self.ast
+        try:
+            top = symtable.symtable(source, self.fname, "exec")
+        except SyntaxError as exc:
+            self.bad(exc, f"syntax error: {exc.msg}")
+            return
+
+        def bound_in_module(name: str) -> bool:
+            if name not in top.get_identifiers():
+                return False
+            sym = top.lookup(name)
+            return sym.is_assigned() or sym.is_imported() or sym.is_namespace()
+
+        refused: dict[str, set[int]] = {}  # name -> first lines of the scopes where it resolves to a builtin
+        tables = [top]
+        while tables:
+            table = tables.pop()
+            tables.extend(table.get_children())
+            for sym in table.get_symbols():
+                name = sym.get_name()
+                if not sym.is_referenced() or name in ALLOWED_BUILTINS or _is_dunder(name):
+                    continue
+                if (table is top and not (sym.is_assigned() or sym.is_imported() or sym.is_namespace())) or (
+                        table is not top and sym.is_global() and not bound_in_module(name)):
+                    refused.setdefault(name, set()).add(table.get_lineno() if table is not top else 0)
+        annotations = [n.annotation for n in ast.walk(tree) if isinstance(n, (ast.arg, ast.AnnAssign)) and n.annotation]
+        annotations += [n.returns for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and n.returns is not None]
+        for ann in annotations:
+            for n in ast.walk(ann):
+                if isinstance(n, ast.Name) and not bound_in_module(n.id) and n.id not in ALLOWED_BUILTINS \
+                        and not _is_dunder(n.id) and n.id in _builtin_names():
+                    refused.setdefault(n.id, set()).add(-1)
+        for name in sorted(refused):
+            names = [n for n, scope in _loads_by_scope(ast, tree, 0) if n.id == name and scope in refused[name]]
+            first = names[0] if names else next((n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name),
+                                                None)
+            self.bad(first, f"{name} is not an allowed builtin and the package does not define it (no I/O, no "
+                            f"dynamic code, no reflection by name); allowed builtins: {', '.join(sorted(ALLOWED_BUILTINS))}")
+
+
+def _loads_by_scope(ast: Any, node: Any, scope: int) -> list[tuple[Any, int]]:
+    """Every name read under ``node`` with the first line of its scope (as :mod:`symtable` numbers them)."""
+    out: list[tuple[Any, int]] = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+            out.append((child, scope))
+        inner = child.lineno if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+                                                   ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) else scope
+        out.extend(_loads_by_scope(ast, child, inner))
+    return out
+
+
+def _module_bindings(ast: Any, tree: Any) -> frozenset[str]:
+    """Names ``tree`` binds to modules by its imports (``typing``; ``abc`` of ``from collections import abc``)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            out.update(a.asname or a.name for a in node.names if f"{node.module}.{a.name}" in ALLOWED_MODULES)
+    return frozenset(out)
+
+
+def _prefixes(dotted: str) -> list[str]:
+    parts = dotted.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _modules_hint() -> str:
+    return ("an environment imports only " + ", ".join(sorted(m for m in ALLOWED_MODULES if m != "__future__"))
+            + " (and its own modules: `from .state import ...`)")
+
+
+def _builtin_names() -> frozenset[str]:
+    import builtins
+
+    return frozenset(dir(builtins))
 
 
 def check_imports(folder: str | Path) -> list[Finding]:
     """Static gate run before generated code is executed (a *safety net*, not a sandbox).
 
-    Refuses: imports outside :data:`ALLOWED_IMPORTS` (relative imports inside the package are fine;
-    from the runtime only ``from gym_envfactory import ToolError, tool``); star imports; the names in
-    :data:`_FORBIDDEN_BUILTINS` wherever they appear (``_o = open`` too), except as a tool's own
-    parameter; attributes that lead to the operating system, import-by-string or frames
-    (``uuid.os``, ``random._os``, ``x.gi_frame``, ``operator.attrgetter`` ...); private attributes of
-    imported modules; dunder names and attributes other than ``__name__``/``__doc__``/``__init__``
-    (``__builtins__['__import__']``, ``x.__class__.__subclasses__``); string annotations that hide such
-    code (Pydantic evaluates them); format strings that read private attributes; ``.format`` and
-    ``.format_map`` anywhere but called directly on a string literal whose fields read no attribute or
-    index (``m = str.format; m(t, x)`` is a getattr by string).
+    An allow-list (:mod:`.allowlist`): modules in :data:`ALLOWED_MODULES` only (relative imports inside the
+    package are fine), and from each only the names on its list (``from m import a`` and ``m.a``; a module
+    is never a value, so ``t = typing`` is refused too); names that resolve to builtins only when in
+    :data:`ALLOWED_BUILTINS`; dunder names and attributes only when in :data:`ALLOWED_DUNDERS` (and
+    ``super().__x__`` for the comparison, hash, repr and init methods).  Beside the lists: private
+    attributes of anything from an imported module; frame attributes (``g.gi_frame``); star imports;
+    string annotations and strings that hide code (Pydantic evaluates them); library routes from strings
+    to attributes or code (:data:`_EVAL_SINKS`); ``.format`` and ``.format_map`` anywhere but called
+    directly on a string literal whose fields read no attribute or index (``m = str.format; m(t, x)``
+    is a getattr by string).  Every message names the file, the line and the refused name.
 
     Python cannot be made safe by inspecting its source: code that passes here can still misbehave,
     so :class:`EnvGen` also validates in a child process with an allow-listed environment, never
@@ -533,6 +631,7 @@ def check_imports(folder: str | Path) -> list[Finding]:
                 heads.add(n.name)
             elif isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").split(".")[0] in _TYPE_MODULES):
                 heads.update(a.asname or a.name for a in n.names)
+    pkg_modules: frozenset[str] = frozenset().union(*(_module_bindings(ast, tree) for _, tree in trees))
     pkg_unsafe: frozenset[str] = frozenset()
     for _ in range(3):  # aliases across modules (``from .state import S``; ``X = S``)
         pkg_unsafe = frozenset().union(*(_assigned_non_types(ast, t.body, local=False, heads=heads, base=pkg_unsafe)
@@ -540,8 +639,10 @@ def check_imports(folder: str | Path) -> list[Finding]:
     for f, tree in trees:
         gate = _Gate(f.name)
         gate.pkg_unsafe = pkg_unsafe
+        gate.pkg_modules = pkg_modules
         try:
             gate.check_tree(tree)
+            gate.check_builtins(tree, f.read_text(encoding="utf-8"))
         except RecursionError:
             gate.bad(None, "the code is nested too deeply to be checked")
         seen = set()
