@@ -82,7 +82,7 @@ def _no_episode_score(records: Any, reference: Any, final: Any, cfg: Any, **kwar
                         config=cfg)
 
 
-def _no_state_read(self: EnvFactoryEnv) -> Any:
+def _no_state_read(self: EnvFactoryEnv, turn: int | None = None) -> Any:
     return None
 
 
