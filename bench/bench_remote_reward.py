@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import gymnasium as gym
@@ -91,7 +91,7 @@ def measure(env: EnvFactoryEnv, task_ids: list[str], scored: bool, min_s: float)
     replaced by constants and the turn-end state read skipped (what the reward costs, all of it)."""
     gc.collect()
     total, eps = 0.0, 0
-    patches = [] if scored else [mock.patch("gym_envfactory.envs.env.score_turn", _no_turn_score),
+    patches: list[Any] = [] if scored else [mock.patch("gym_envfactory.envs.env.score_turn", _no_turn_score),
                                  mock.patch("gym_envfactory.envs.env.score_episode", _no_episode_score),
                                  mock.patch.object(EnvFactoryEnv, "_read_state", _no_state_read)]
     for p in patches:
@@ -118,9 +118,10 @@ def main() -> None:
     ids = large_tasks()
     proc, url = start_url_server()
     try:
-        envs = {"inprocess": gym.make(f"envfactory/{ENV}-v0").unwrapped,
-                "subprocess": gym.make(f"envfactory/{ENV}-v0", backend="subprocess").unwrapped,
-                "url": gym.make(f"envfactory/{ENV}-v0", backend="url", url=url, token=TOKEN).unwrapped}
+        envs: dict[str, EnvFactoryEnv] = {
+            "inprocess": cast(EnvFactoryEnv, gym.make(f"envfactory/{ENV}-v0").unwrapped),
+            "subprocess": cast(EnvFactoryEnv, gym.make(f"envfactory/{ENV}-v0", backend="subprocess").unwrapped),
+            "url": cast(EnvFactoryEnv, gym.make(f"envfactory/{ENV}-v0", backend="url", url=url, token=TOKEN).unwrapped)}
         for e in envs.values():  # warm: references, imports, server-side caches
             run_groups(e, ids)
         gc.collect()
@@ -137,7 +138,7 @@ def main() -> None:
         proc.wait(timeout=10)
     med = statistics.median
     base = med(rates["inprocess"]["scored"])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for b, r in rates.items():
         ratios = sorted(u / s for s, u in zip(r["scored"], r["unscored"], strict=True))
         rows.append({"backend": b, "episodes_per_s": med(r["scored"]), "unscored_episodes_per_s": med(r["unscored"]),
