@@ -31,7 +31,7 @@ __all__ = [
     "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED", "ERR_OWNERSHIP", "ERR_MEMORY", "ERROR_CODES",
     "HTTP_STATUS",
     "ANONYMOUS_CLIENT", "CLIENT_ENV_VAR", "CLIENT_ID_RULE", "is_valid_client_id", "default_client_id",
-    "ANNOUNCE_NONCE_VAR", "announcement", "parse_announcement",
+    "ANNOUNCE_NONCE_VAR", "announcement", "parse_announcement", "STATE_DIGEST_ALGORITHM",
 ]
 
 # ---------------------------------------------------------------------------------------------- paths
@@ -179,3 +179,11 @@ def parse_announcement(line: str, nonce: str) -> str | None:
         return None
     url = msg.get("listening")
     return url if isinstance(url, str) else None
+
+
+# ------------------------------------------------------------------------------------- state digests
+STATE_DIGEST_ALGORITHM = "sha256:canonical-json:pruned:v1"
+"""What the fast protocol's ``digest`` method answers (``{"algorithm": this, "digest": hex}``): SHA-256 of
+the canonical JSON bytes (sorted keys, no whitespace, UTF-8, as ``Session.state_bytes()``) of the
+session's canonical state with the paths the reward leaves out removed (:mod:`gym_envfactory.digest`).  A
+client trusts a digest only when the algorithm matches its own (docs/reward.md, "Scoring on the server")."""

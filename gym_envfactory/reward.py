@@ -352,6 +352,7 @@ def _root_ok(cls: type[BaseModel]) -> bool:
 
 
 _ROOT_OK: dict[type[BaseModel], bool] = {}
+compile_patterns, root_serialises_by_field = _compile, _root_ok  # what gym_envfactory.digest mirrors
 
 
 def _differing_keys(a: dict[Any, Any], e: dict[Any, Any]) -> list[Any]:

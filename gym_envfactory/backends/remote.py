@@ -40,6 +40,8 @@ from gym_envfactory.protocol import (
     ERR_CAPACITY,
     ERR_INVALID_REQUEST,
     ERR_MEMORY,
+    ERR_METHOD,
+    STATE_DIGEST_ALGORITHM,
     WS_PATH,
     bearer_authorization,
     default_client_id,
@@ -288,6 +290,7 @@ class SessionClient:
     def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0) -> None:
         self.url = url
         self.timeout = timeout
+        self.no_digest = False  # set once the server answers that it has no ``digest`` method
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="envfactory-client", daemon=True)
         self._thread.start()
@@ -431,6 +434,30 @@ class RemoteSession:
     def state(self) -> Any:
         """The canonical state (one env: its dict; several: ``{env_name: dict}``), fetched from the server."""
         return self.client.request("state", session_id=self.session_id)
+
+    def digest(self, excluded: Sequence[str] = (), set_fields: Sequence[str] = ()) -> str | None:
+        """The server's :func:`~gym_envfactory.digest.state_digest` of this session's state with the
+        reward's ``excluded`` paths and ``set_fields`` (docs/reward.md, "Scoring on the server"): a few
+        bytes on the wire instead of the whole state.  ``None`` when the server cannot say (a server
+        without the ``digest`` method, or another digest algorithm): then read :meth:`state`.
+
+        Raises:
+            BackendUnavailableError: the connection is lost or no answer came in time.
+        """
+        if getattr(self.client, "no_digest", False):
+            return None
+        try:
+            got = self.client.request("digest", session_id=self.session_id, excluded=list(excluded),
+                                      set_fields=list(set_fields))
+        except RemoteError as exc:
+            if exc.code != ERR_METHOD:
+                raise
+            self.client.no_digest = True  # an older server: ask it no more
+            return None
+        if not isinstance(got, dict) or got.get("algorithm") != STATE_DIGEST_ALGORITHM:
+            return None
+        value = got.get("digest")
+        return value if isinstance(value, str) else None
 
     def state_bytes(self) -> bytes:
         """Canonical JSON bytes of :meth:`state` (sorted keys): byte-identical for equal states."""

@@ -28,6 +28,7 @@ from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import TimeLimit
 
 from gym_envfactory.backends import Backend, acquire_backend, check_backend_serves, resolve_backend
+from gym_envfactory.digest import reference_digest
 from gym_envfactory.environment.arguments import scrub
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
@@ -696,7 +697,7 @@ class EnvFactoryEnv(gym.Env):
     def _end_turn(self, info: dict[str, Any]) -> float:
         assert self.session is not None and self.task is not None and self.reference is not None
         rec = self.records[self.turn - self.start_turn]
-        rec.state = self._read_state()
+        rec.state = self._read_state(self.turn - self.start_turn)
         reward = 0.0
         if self.turn < self.end_turn:
             ts = score_turn(self.turn - self.start_turn, rec, self.reference, self.reward_config)
@@ -710,9 +711,11 @@ class EnvFactoryEnv(gym.Env):
         self.steps_in_turn = 0
         return reward
 
-    def _read_state(self) -> Any:
+    def _read_state(self, turn: int | None = None) -> Any:
         """The session's state for scoring: a :class:`~gym_envfactory.environment.cow.FrozenState` from an
-        in-process session whose state models are plain (no serialisation; compared by record identity),
+        in-process session whose state models are plain (no serialisation; compared by record identity);
+        at the end of turn ``turn`` (the reference's index) of a remote session, the reference's own state
+        when the server's digest says the session holds one the reward calls equal (:meth:`_by_digest`);
         else :meth:`Session.state`."""
         assert self.session is not None
         frozen = getattr(self.session, "frozen_state", None)
@@ -721,7 +724,31 @@ class EnvFactoryEnv(gym.Env):
                 return frozen()
             except SpecError:  # a state that does not load: its canonical form is still what it holds
                 pass
+        if turn is not None:
+            stand_in = self._by_digest(turn)
+            if stand_in is not None:
+                return stand_in
         return self.session.state()
+
+    def _by_digest(self, turn: int) -> Any:
+        """Score where the state lives (docs/reward.md, "Scoring on the server"): ask a session that offers
+        ``digest`` (a remote one) for the digest of its state with the reward's exclusions and compare it
+        with the reference's states after turn ``turn`` and before it (computed here once per reference).
+        Equal digests mean a state the reward calls equal to that reference state (:mod:`gym_envfactory.digest`),
+        so that state stands in for the session's: every verdict and difference report is what the
+        session's own state would give, and no state crosses the wire.  ``None``: read the state."""
+        digest = getattr(self.session, "digest", None)
+        ref = self.reference
+        if digest is None or ref is None or not ref.n_turns:
+            return None
+        got = digest(ref.excluded_fields, ref.set_fields)
+        if got is None:
+            return None
+        last = min(turn, ref.n_turns - 1)  # a turn beyond the task is expected to leave the final state
+        for t in (last, last - 1):
+            if t >= 0 and reference_digest(ref, t) == got:
+                return ref.turn_frozen[t] if ref.turn_frozen is not None else ref.turn_states[t]
+        return None
 
     def _score(self, final_state: Any = None) -> EpisodeScore:
         """Score the episode on copies of the state (never mutates the session, docs/cases.md C05).

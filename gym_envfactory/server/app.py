@@ -107,7 +107,8 @@ class _ManagerCollector:
         yield GaugeMetricFamily("envfactory_sessions", "Live sessions", value=len(m.sessions))
         for key, help_ in (("created", "Sessions created"), ("closed", "Sessions closed"),
                            ("expired", "Sessions expired after the idle TTL"), ("calls", "Tool calls"),
-                           ("errors", "Tool calls that returned a typed error")):
+                           ("errors", "Tool calls that returned a typed error"),
+                           ("state_reads", "Whole-state reads (state)"), ("digests", "State digests (digest)")):
             yield CounterMetricFamily(f"envfactory_{key}", help_, value=m.counters[key])
         adm = m.admission
         yield GaugeMetricFamily("envfactory_memory_budget_bytes", "Memory budget (cgroup limit, --memory-budget or a "

@@ -8,6 +8,9 @@ Methods (params → result):
 - ``call`` {session_id, name, arguments, call_id?, tag?} → ToolResult dict (typed errors inside)
 - ``record_invalid`` {session_id, name, raw, message, call_id?, tag?, error_type?} → ToolResult dict
 - ``state`` / ``snapshot`` / ``action_log`` / ``info`` {session_id} → state dict / snapshot str / list / dict
+- ``digest`` {session_id, excluded?: [pattern], set_fields?: [pattern]} → {algorithm, digest}: SHA-256 of the
+  canonical state with the reward's excluded paths removed (:mod:`gym_envfactory.digest`), so a turn end whose
+  state equals the reference's moves no state (docs/reward.md, "Scoring on the server")
 - ``restore`` {session_id, snapshot}, ``reset`` {session_id}, ``close`` {session_id} → null/bool
 - ``fork`` {session_id, k} → [session_id, ...]
 - ``share`` {session_id, shared?: true} → bool (owner only: let every client use the session)
@@ -121,6 +124,8 @@ METHODS: dict[str, Callable[[SessionManager, dict[str, Any], Caller], Any]] = {
                                                        not_recorded=p.get("not_recorded", 0),
                                                        error_type=p.get("error_type", "parse_error")),
     "state": lambda m, p, c: m.state(p["session_id"], client=c.client),
+    "digest": lambda m, p, c: m.digest(p["session_id"], excluded=p.get("excluded", ()), set_fields=p.get("set_fields", ()),
+                                       client=c.client),
     "snapshot": lambda m, p, c: m.snapshot(p["session_id"], client=c.client),
     "restore": lambda m, p, c: m.restore(p["session_id"], p["snapshot"], client=c.client),
     "reset": lambda m, p, c: m.reset(p["session_id"], client=c.client),

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from gym_envfactory.digest import session_digest
 from gym_envfactory.environment.catalog import get_environment, list_environments
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import resolve_initial_states, task_environments, task_initial_state
@@ -41,7 +42,13 @@ from gym_envfactory.errors import (
     SessionOwnershipError,
     UnknownSessionError,
 )
-from gym_envfactory.protocol import ANONYMOUS_CLIENT, CLIENT_HEADER, CLIENT_ID_RULE, is_valid_client_id
+from gym_envfactory.protocol import (
+    ANONYMOUS_CLIENT,
+    CLIENT_HEADER,
+    CLIENT_ID_RULE,
+    STATE_DIGEST_ALGORITHM,
+    is_valid_client_id,
+)
 from gym_envfactory.replay import task_reference
 from gym_envfactory.reward import RewardConfig, TurnRecord, score_episode
 from gym_envfactory.server.admission import Admission, MemoryBudget, detect_budget, tools_bytes
@@ -166,7 +173,8 @@ class SessionManager:
         self.sessions: dict[str, ManagedSession] = {}
         #: Live sessions per owning client.
         self.owned: dict[str, int] = {}
-        self.counters = {"created": 0, "closed": 0, "expired": 0, "calls": 0, "errors": 0}
+        self.counters = {"created": 0, "closed": 0, "expired": 0, "calls": 0, "errors": 0, "state_reads": 0,
+                         "digests": 0}
         #: Serialises every method (the worker thread and, for MCP bookkeeping, the event loop).
         self.lock = threading.RLock()
         #: The thread the server runs session operations on (started on first use).
@@ -424,7 +432,29 @@ class SessionManager:
             UnknownSessionError: no live session ``session_id``.
             SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
         """
-        return self.get(session_id, client).session.state()
+        ms = self.get(session_id, client)
+        self.counters["state_reads"] += 1
+        return ms.session.state()
+
+    @_locked
+    def digest(self, session_id: str, *, excluded: Sequence[str] = (), set_fields: Sequence[str] = (),
+               client: str | None = None) -> dict[str, str]:
+        """``{"algorithm", "digest"}``: :func:`~gym_envfactory.digest.state_digest` of the session's canonical
+        state with the reward's ``excluded`` paths and ``set_fields`` (docs/reward.md, "Scoring on the
+        server"): what a client compares with its reference's digest instead of reading the whole state.
+
+        Raises:
+            UnknownSessionError: no live session ``session_id``.
+            SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
+            BadRequestError: ``excluded`` or ``set_fields`` is not a list of strings.
+        """
+        ms = self.get(session_id, client)
+        for name, value in (("excluded", excluded), ("set_fields", set_fields)):
+            if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
+                raise BadRequestError(f"{name} of digest must be a list of path patterns (strings)")
+        self.counters["digests"] += 1
+        return {"algorithm": STATE_DIGEST_ALGORITHM,
+                "digest": session_digest(ms.session, tuple(excluded), tuple(set_fields))}
 
     @_locked
     def snapshot(self, session_id: str, *, client: str | None = None) -> str:
@@ -601,7 +631,8 @@ class SessionManager:
 
     @_locked
     def stats(self, *, client: str | None = None) -> dict[str, Any]:
-        """Live session count, the lifetime counters (created, closed, expired, calls, errors), the
+        """Live session count, the lifetime counters (created, closed, expired, calls, errors, state_reads,
+        digests), the
         environments served, the caps, the memory budget (:meth:`Admission.stats`: budget, source,
         headroom, reserved, rss, used, refused; bytes) and (given ``client``) how many sessions that
         client owns."""
