@@ -55,6 +55,10 @@ _EVAL_SINKS = frozenset({
     "update_forward_refs", "annotation", "rebuild_annotation", "from_annotation", "from_annotated_attribute",
     "TypeAliasType", "literal_eval", "format", "format_map",
 })
+#: Pydantic's deprecated v1 class methods, still on every ``BaseModel``: ``parse_raw`` unpickles
+#: (``proto="pickle"``), ``parse_file`` reads any file, ``from_orm`` reads attributes of any object; the rest
+#: have ``model_*`` successors.  Refused as attributes of anything (review finding: pickle RCE via a subclass).
+_MODEL_V1_METHODS = frozenset({"parse_raw", "parse_file", "parse_obj", "from_orm", "schema_json", "construct"})
 #: Called with arguments, these turn strings into forward references that Pydantic later evaluates
 #: (use the class syntax, whose annotations the gate checks).
 _FUNCTIONAL_TYPES = frozenset({"NamedTuple", "TypedDict"})
@@ -391,6 +395,10 @@ class _Gate:
                 self.bad(node, f".{node.attr} is only allowed called directly on a string literal "
                                f"(`'{{}} items'.{node.attr}(...)`), not as a value or on a computed string "
                                "(it reads attributes named in the template); use an f-string")
+        elif isinstance(node, ast.Attribute) and node.attr in _MODEL_V1_METHODS:
+            self.bad(node, f"attribute .{node.attr} is not allowed in an environment (Pydantic's deprecated v1 API "
+                           "unpickles, reads files or reads any object's attributes; use model_validate / "
+                           "model_validate_json)")
         elif isinstance(node, ast.Attribute) and (
                 node.attr in _EVAL_SINKS or (_evaluates_strings(node.attr) and _root_name(ast, node) in self.module_aliases)):
             self.bad(node, f"attribute .{node.attr} is not allowed in an environment (it evaluates strings or "

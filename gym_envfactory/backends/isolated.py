@@ -17,12 +17,14 @@ import logging
 import os
 import pwd
 import shlex
+import shutil
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gym_envfactory.errors import BackendError
 from gym_envfactory.isolation import ChildLimits, child_environment, limit_program, namespace_prefix
 
 __all__ = ["ISOLATED_LIMITS", "IsolatedLaunch", "isolated_launch"]
@@ -81,7 +83,14 @@ def _mount_script(private: str, hides: Sequence[str], keeps: Sequence[str], read
         lines.append(f"umount -l {q(stash)}")
     for folder in read_only:
         lines += [f"mount --bind {q(folder)} {q(folder)}", f"mount -o remount,bind,ro {q(folder)}"]
-    lines.append('exec "$@"')
+    # the server gets no capability at all (an empty bounding set: even uid 0 execs with none) and cannot
+    # regain one, so it cannot undo these mounts, remount its package writable or join another namespace
+    # (review finding: with its capabilities it could `umount` the hidden home and `setns` out)
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise BackendError("the isolated backend needs `setpriv` (util-linux) to drop the server's privileges "
+                           "after its mounts; install util-linux, or use backend='docker'")
+    lines.append(f'exec {q(setpriv)} --no-new-privs --bounding-set=-all --inh-caps=-all "$@"')
     return "\n".join(lines)
 
 

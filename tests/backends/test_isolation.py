@@ -62,6 +62,24 @@ def open_socket(state: State, *, port: int) -> str:
         return "denied:" + type(exc).__name__
 
 
+@tool(read_only=True)
+def capabilities(state: State) -> str:
+    """The effective capabilities of this process (CapEff of /proc/self/status)."""
+    with open("/proc/self/status", encoding="utf-8") as fh:
+        return next(line.split()[1] for line in fh if line.startswith("CapEff:"))
+
+
+@tool(read_only=True)
+def undo_mounts(state: State, *, path: str) -> str:
+    """Try to unmount path (the hidden home) and remount this package writable; what happened."""
+    import subprocess
+    out = []
+    for cmd in (["umount", "-l", path], ["mount", "-o", "remount,bind,rw", os.path.dirname(__file__)]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        out.append(f"{cmd[0]}:{r.returncode}")
+    return " ".join(out)
+
+
 @tool
 def bump(state: State) -> str:
     """Add one to the count."""
@@ -258,5 +276,20 @@ def test_a_missing_catalog_folder_under_home_does_not_stop_the_start(probe_env, 
     try:
         env.reset(options={"task_id": "probe-001"})
         assert call(env, "bump") == "1"
+    finally:
+        env.close()
+
+
+@pytest.mark.skipif(not namespace_prefix(), reason="this host does not allow `unshare` namespaces")
+def test_the_isolated_server_has_no_capability_and_cannot_undo_its_mounts(probe_env):
+    """Review finding: with root's capabilities the child could `umount` the tmpfs over the home folder,
+    remount its package writable and `setns` into the parent's network."""
+    env = gym.make(f"envfactory/{NAME}-v0").unwrapped
+    try:
+        env.reset(options={"task_id": "probe-001"})
+        assert int(call(env, "capabilities"), 16) == 0
+        undo = call(env, "undo_mounts", path=str(probe_env.parent))
+        assert "umount:0" not in undo and "mount:0" not in undo.replace("umount", ""), undo
+        assert call(env, "read_home_file", path=str(probe_env)).startswith("denied:")
     finally:
         env.close()

@@ -236,3 +236,34 @@ def test_a_route_through_typing_reads_the_parents_secret_in_an_ungated_child(tmp
                    cwd=ROOT, check=True, timeout=240)
     [finding] = json.loads(out.read_text())["findings"]
     assert "PROBED leaked=True" in finding["message"], finding["message"]
+
+
+PYDANTIC_V1_ROUTES = {
+    "parse_raw_pickle": ("from pydantic import BaseModel\nclass Loot(BaseModel):\n    x: int = 0\n"
+                         "def boom() -> None:\n    Loot.parse_raw(b'...', proto='pickle', allow_pickle=True)\n"),
+    "parse_file": ("from pydantic import BaseModel\nclass Loot(BaseModel):\n    x: int = 0\n"
+                   "def peek(path: str) -> str:\n    return repr(Loot.parse_file(path))\n"),
+    "from_orm": ("from pydantic import BaseModel\nclass Loot(BaseModel):\n    x: int = 0\n"
+                 "def read(o: object) -> str:\n    return repr(Loot.from_orm(o))\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PYDANTIC_V1_ROUTES))
+def test_pydantic_v1_methods_that_unpickle_or_read_files_are_refused(tmp_path, name):
+    messages = _gate(tmp_path, PYDANTIC_V1_ROUTES[name])
+    assert messages and "deprecated v1 API" in messages[0], messages
+
+
+def test_the_pickle_route_really_runs_code_without_the_gate():
+    pydantic = importlib.import_module("pydantic")
+
+    class Loot(pydantic.BaseModel):
+        x: int = 0
+
+    payload = b"cbuiltins\nlen\n(S'abc'\ntR."  # pickle: builtins.len('abc') -> 3, code run by unpickling
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(Exception) as info:
+            Loot.parse_raw(payload, proto="pickle", allow_pickle=True)
+    assert "3" in str(info.value) or "int" in str(info.value)  # the unpickled call ran: its result failed validation
