@@ -322,9 +322,9 @@ class EnvFactoryEnv(gym.Env):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         limits = fill(EpisodeLimits, limits, "limits", max_steps=max_steps,
-                                    max_steps_per_turn=max_steps_per_turn, max_calls_per_step=max_calls_per_step,
-                                    max_invalid_calls_per_step=max_invalid_calls_per_step,
-                                    max_invalid_calls_per_episode=max_invalid_calls_per_episode)
+                      max_steps_per_turn=max_steps_per_turn, max_calls_per_step=max_calls_per_step,
+                      max_invalid_calls_per_step=max_invalid_calls_per_step,
+                      max_invalid_calls_per_episode=max_invalid_calls_per_episode)
         self.selection = fill(TaskSelection, selection, "selection", task_id=task_id, split=split, task_ids=task_ids)
         given_backend = backend if isinstance(backend, BackendOptions) else None
         self.backend_spec = fill(BackendOptions, given_backend, "backend", spelled={"options": "backend_options"},
