@@ -26,6 +26,7 @@ vacuous the task score is 0.0.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from abc import ABC, abstractmethod
@@ -39,6 +40,8 @@ from gym_envfactory.replay import ReferenceCall, TaskReference
 from gym_envfactory.state_compare import (
     StateDiff,
     canonical_number,
+    changes_diff,
+    state_changes,
     state_diff,
     state_text,
     values_equal,
@@ -68,6 +71,11 @@ __all__ = [
     "PLen",
     "COMPONENTS",
     "REWARD_COMPONENTS",
+    "TURN_STATE_MODES",
+    "AlphaSchedule",
+    "reward_from_components",
+    "state_changes",
+    "changes_diff",
 ]
 
 
@@ -81,6 +89,12 @@ def _finite(name: str, v: Any) -> None:
 class RewardConfig:
     """Reward weights.  ``alpha`` ∈ [0, 1] (paper: 0.5 best); ``gamma`` per penalised call;
     ``penalty_cap`` bounds ``γ·P_len``; ``output_weight`` ≥ 0 enables ``R_output``.
+
+    ``turn_state``: how a turn's ``R_state`` is judged (:data:`TURN_STATE_MODES`; docs/reward.md, "Turn
+    verdicts: cumulative or delta"): ``"cumulative"`` (default) compares the state at the end of the turn
+    with the ground-truth state after it; ``"delta"`` compares what the turn itself changed (from the
+    agent's own state at its start) with what the ground-truth turn changed.  It changes the turn scores
+    only: the episode's ``R_state`` is the mean of the cumulative verdicts either way.
 
     ``components``: :class:`RewardComponent` instances scored besides the built-in ones
     (:data:`COMPONENTS`); ``weights``: ``{weight_key: weight ≥ 0}`` for them (a component whose key is
@@ -98,10 +112,13 @@ class RewardConfig:
     output_weight: float = 0.0
     components: tuple[RewardComponent, ...] = ()
     weights: Mapping[str, float] | tuple[tuple[str, float], ...] = ()
+    turn_state: str = "cumulative"
 
     def __post_init__(self) -> None:
         for name in _CONFIG_WEIGHTS:
             _finite(name, getattr(self, name))
+        if self.turn_state not in TURN_STATE_MODES:
+            raise ValueError(f"turn_state must be one of {', '.join(map(repr, TURN_STATE_MODES))}, got {self.turn_state!r}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
         if self.gamma < 0 or self.penalty_cap < 0 or self.output_weight < 0:
@@ -134,6 +151,14 @@ class RewardConfig:
         pairs = self.weights.items() if isinstance(self.weights, Mapping) else self.weights
         return next((float(w) for k, w in pairs if k == key), 0.0)
 
+    def with_alpha(self, alpha: float) -> RewardConfig:
+        """This config with ``alpha`` replaced (an :class:`AlphaSchedule` step); the same config when equal.
+
+        Raises:
+            ValueError: ``alpha`` not a finite number in [0, 1].
+        """
+        return self if alpha == self.alpha else dataclasses.replace(self, alpha=alpha)
+
     @classmethod
     def coerce(cls, value: RewardConfig | Mapping[str, Any] | None) -> RewardConfig:
         """A config from ``None`` (the defaults), a config (returned as is) or a dict of its fields.
@@ -151,6 +176,45 @@ class RewardConfig:
 
 #: The numeric fields of :class:`RewardConfig`.
 _CONFIG_WEIGHTS = ("alpha", "gamma", "penalty_cap", "output_weight")
+
+#: The values of ``RewardConfig.turn_state``: the default first (docs/reward.md, "Turn verdicts").
+TURN_STATE_MODES = ("cumulative", "delta")
+
+
+@dataclass(frozen=True)
+class AlphaSchedule:
+    """``α`` moved linearly from ``start`` to ``end`` over ``steps`` training steps, then held there
+    (docs/training.md, "α schedule").  EnvFactory's published training code can move the trajectory weight
+    from 0.9 to 0.1 over training; the gym's default is a fixed ``α = 0.5`` (no schedule).
+
+    ``alpha_at(step)`` is ``start`` at step 0 (and before), ``end`` from ``steps`` on; ``config_at(step,
+    base)`` is ``base`` (a :class:`RewardConfig`, a dict of its fields or ``None``) with that ``α``.
+
+    Raises:
+        ValueError: ``steps`` not an int ≥ 1, or ``start`` / ``end`` not finite numbers in [0, 1].
+    """
+
+    steps: int
+    start: float = 0.9
+    end: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 1:
+            raise ValueError(f"steps must be an int >= 1, got {self.steps!r}")
+        for name in ("start", "end"):
+            v = getattr(self, name)
+            _finite(name, v)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {v}")
+
+    def alpha_at(self, step: int) -> float:
+        """``α`` at training step ``step`` (0-based, e.g. a trainer's ``global_step``), clamped to the ends."""
+        frac = min(max(step, 0), self.steps) / self.steps
+        return float(self.start + (self.end - self.start) * frac)
+
+    def config_at(self, step: int, base: RewardConfig | Mapping[str, Any] | None = None) -> RewardConfig:
+        """``base`` (default: the default config) with ``alpha = alpha_at(step)``."""
+        return RewardConfig.coerce(base).with_alpha(self.alpha_at(step))
 
 
 # ---------------------------------------------------------------------------- trajectory matching
@@ -231,12 +295,15 @@ class TurnRecord:
 
     ``calls``: ``(name, normalised args or None, invalid)`` for every attempted call in order
     (``invalid`` = parse error / unknown tool / invalid arguments); ``text``: the assistant's replies
-    concatenated; ``state``: the canonical state at the end of the turn (``None`` if not reached).
+    concatenated; ``state``: the canonical state at the end of the turn (``None`` if not reached);
+    ``start``: the state when the turn began, read only by ``turn_state="delta"`` (``None``: the previous
+    record's ``state`` in :func:`score_episode`, and for turn 0 the reference's start state).
     """
 
     calls: list[tuple[str, dict[str, Any] | None, bool]] = field(default_factory=list)
     text: str = ""
     state: Any = None
+    start: Any = None
 
 
 @dataclass
@@ -320,7 +387,7 @@ class EpisodeScore:
             "state_diff": [{"path": d.path, "expected": d.expected, "actual": d.actual} for d in self.state_diff],
             "turns": [t.to_dict() for t in self.turns],
             "config": {"alpha": c.alpha, "gamma": c.gamma, "penalty_cap": c.penalty_cap,
-                       "output_weight": c.output_weight},
+                       "output_weight": c.output_weight, "turn_state": c.turn_state},
         }
         if c.components:
             d["config"]["components"] = [comp.name for comp in c.components]
@@ -381,6 +448,43 @@ def _ground_truth_changes(reference: TaskReference, first: int, last: int) -> bo
             reference.turn_states[last], reference.state_before(first), bookkeeping=reference.excluded_fields,
             set_fields=reference.set_fields, limit=1))
     return hit
+
+
+_UNKNOWN: Any = object()  # a delta verdict that cannot be given (a start state unknown): judge cumulatively
+
+
+def _turn_changes(reference: TaskReference, turn: int) -> dict[str, Any] | None:
+    """What the ground truth's turn ``turn`` changed (:func:`state_changes` from the state before it to the
+    state after it; memoised on the reference), or ``None`` when the state before it is unknown."""
+    key = ("turn_changes", turn)
+    if key not in reference.memo:
+        frozen, start = reference.turn_frozen, reference.start_frozen
+        if frozen is not None and (turn > 0 or start is not None):
+            before, after = (frozen[turn - 1] if turn else start), frozen[turn]
+        else:
+            before, after = reference.state_before(turn), reference.turn_states[turn]
+        reference.memo[key] = None if before is None else state_changes(
+            before, after, bookkeeping=reference.excluded_fields, set_fields=reference.set_fields)
+    return reference.memo[key]
+
+
+def _delta_verdict(turn: int, record: TurnRecord, reference: TaskReference) -> Any:
+    """``turn_state="delta"``: 1.0 when the turn changed what the ground-truth turn changed (same paths,
+    equivalent new values), 0.0 otherwise, ``None`` when neither changed anything (the no-change rule);
+    :data:`_UNKNOWN` when the turn's start state or the ground truth's state before the turn is unknown."""
+    expected = _turn_changes(reference, turn)
+    start = record.start
+    if start is None and turn == 0:  # the episode starts where the reference does
+        frozen = isinstance(record.state, FrozenState) and reference.start_frozen is not None
+        start = reference.start_frozen if frozen else reference.initial
+    if expected is None or start is None:
+        return _UNKNOWN
+    actual = state_changes(start, record.state, bookkeeping=reference.excluded_fields,
+                           set_fields=reference.set_fields)
+    if changes_diff(actual, expected, bookkeeping=reference.excluded_fields, set_fields=reference.set_fields,
+                    limit=1):
+        return 0.0
+    return 1.0 if expected else None
 
 
 # ---------------------------------------------------------------------------- components
@@ -489,19 +593,38 @@ class RState(RewardComponent):
     "R_state"): 1.0 or 0.0 per turn, vacuous when the ground truth changes nothing there and neither did
     the agent (or the state was not read); the episode's value is the mean of the turn verdicts, turns
     not reached counting 0 where their ground truth changes the state.  Episode details: ``state_diff``
-    (final state against the ground-truth final state).  Weight: ``1 − alpha``."""
+    (final state against the ground-truth final state).  Weight: ``1 − alpha``.
+
+    ``turn_state="delta"`` (``RewardConfig.turn_state``) judges each turn on what it changed instead
+    (docs/reward.md, "Turn verdicts: cumulative or delta"); the episode's value stays the mean of the
+    cumulative verdicts.
+
+    Raises:
+        ValueError: ``turn_state`` not one of :data:`TURN_STATE_MODES`.
+    """
 
     name = "r_state"
     weight_key = "alpha"
+
+    def __init__(self, turn_state: str = "cumulative") -> None:
+        if turn_state not in TURN_STATE_MODES:
+            raise ValueError(f"turn_state must be one of {TURN_STATE_MODES}, got {turn_state!r}")
+        self.turn_state = turn_state
 
     def weight(self, cfg: RewardConfig) -> float:
         """``1 − alpha``."""
         return 1.0 - cfg.alpha
 
     def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
-        """The state at the end of turn ``turn`` against the ground-truth state after it."""
+        """The state at the end of turn ``turn`` against the ground-truth state after it (cumulative), or
+        the turn's changes against the ground-truth turn's changes (delta; cumulative where the turn's
+        start state or the ground truth's state before the turn is unknown)."""
         if record.state is None:
             return ComponentResult(None)
+        if self.turn_state == "delta":
+            value = _delta_verdict(turn, record, reference)
+            if value is not _UNKNOWN:
+                return ComponentResult(value)
         return ComponentResult(_state_score(record.state, _expected(reference, turn, record.state),
                                             _ground_truth_changes(reference, turn, turn),
                                             reference.excluded_fields, reference.set_fields, limit=1,
@@ -524,7 +647,11 @@ class RState(RewardComponent):
                                            _ground_truth_changes(reference, 0, last),
                                            reference.excluded_fields, reference.set_fields,
                                            expected_text=_turn_text(reference, last))
-        value = _episode_state_score(episode.turns, reference, len(episode.records), final_verdict, extra_verdicts)
+        if self.turn_state == "cumulative":
+            verdicts = [ts.r_state for ts in episode.turns]
+        else:  # the turn scores hold delta verdicts: the episode keeps the cumulative ones
+            verdicts = [_R_STATE.score_turn(t, episode.records[t], reference).value for t in range(len(episode.turns))]
+        value = _episode_state_score(verdicts, reference, len(episode.records), final_verdict, extra_verdicts)
         return ComponentResult(value, {"state_diff": diff})
 
 
@@ -580,6 +707,12 @@ class PLen(RewardComponent):
 #: ``P_len`` (docs/reward.md).  ``RewardConfig.components`` come after them.
 COMPONENTS: tuple[RewardComponent, ...] = (RTraj(), RState(), ROutput(), PLen())
 _R_TRAJ, _R_STATE, _R_OUTPUT, _P_LEN = COMPONENTS
+_R_STATE_DELTA = RState("delta")
+
+
+def _r_state(cfg: RewardConfig) -> RewardComponent:
+    """The ``R_state`` component of ``cfg.turn_state``."""
+    return _R_STATE_DELTA if cfg.turn_state == "delta" else _R_STATE
 
 #: The keys of ``info["reward_components"]`` (and the headline keys of ``info["score"]``), written once:
 #: the reward, each built-in component's name, the penalty, the vacuous components' names.
@@ -660,7 +793,7 @@ def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cf
         vacuous when the ground truth left the state unchanged in that turn.
     """
     args = (turn_index, record, reference)
-    traj, state, output, length = _R_TRAJ.score_turn(*args), _R_STATE.score_turn(*args), \
+    traj, state, output, length = _R_TRAJ.score_turn(*args), _r_state(cfg).score_turn(*args), \
         _R_OUTPUT.score_turn(*args), _P_LEN.score_turn(*args)
     extra = [(c, _checked(c, c.score_turn, *args)) for c in cfg.components] if cfg.components else []
     values = [traj.value, state.value, output.value, length.value]
@@ -682,7 +815,7 @@ def turn_has_criteria(reference: TaskReference, turn: int, cfg: RewardConfig) ->
     return _ground_truth_changes(reference, turn, turn)
 
 
-def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, reached: int,
+def _episode_state_score(turn_verdicts: Sequence[float | None], reference: TaskReference, reached: int,
                          final_verdict: float | None, extra: Sequence[float] = ()) -> float | None:
     """Episode ``R_state``: the mean of the per-turn state verdicts (docs/reward.md, "R_state").
 
@@ -691,7 +824,7 @@ def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, r
     state.  So doing a later turn's writes early scores the turns in between 0.  With no per-turn
     verdict at all (turn states not recorded, e.g. scoring from an action log), the final state decides.
     """
-    verdicts = [ts.r_state for ts in turns if ts.r_state is not None]
+    verdicts = [v for v in turn_verdicts if v is not None]
     verdicts += [0.0 for t in range(reached, len(reference.turn_calls)) if _ground_truth_changes(reference, t, t)]
     verdicts += list(extra)
     if not verdicts:
@@ -717,10 +850,13 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
     A pure function of its inputs: scoring never touches a session (docs/cases.md C05).
     """
     reached = min(len(records), len(reference.turn_calls))
+    if cfg.turn_state == "delta":  # each turn starts where the one before it ended
+        records = [dataclasses.replace(r, start=records[t - 1].state) if t and r.start is None else r
+                   for t, r in enumerate(records)]
     turns = [turn_scores[t] if t < len(turn_scores) else score_turn(t, records[t], reference, cfg)
              for t in range(reached)]
     episode = EpisodeView(records, reference, final_state, turns)
-    traj, state = _R_TRAJ.score_episode(episode), _R_STATE.score_episode(episode)
+    traj, state = _R_TRAJ.score_episode(episode), _r_state(cfg).score_episode(episode)
     output, length = _R_OUTPUT.score_episode(episode), _P_LEN.score_episode(episode)
     extra = [(c, _checked(c, c.score_episode, episode)) for c in cfg.components] if cfg.components else []
     values = [traj.value, state.value, output.value, length.value]
@@ -745,3 +881,31 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
         config=cfg,
         extra={c.name: r.value for c, r in extra} if extra else {},
     )
+
+
+def reward_from_components(components: Mapping[str, Any], cfg: RewardConfig) -> float:
+    """The reward ``cfg`` gives to components already scored, without scoring again (an
+    :class:`AlphaSchedule` step applied to a played episode: docs/training.md, "α schedule").
+
+    Args:
+        components: an episode's ``EpisodeScore.to_dict()`` or ``reward_components()`` (``info["score"]``,
+            ``TokenEpisode.components``), or a turn's ``TurnScore.to_dict()`` (its ``P_len`` is
+            ``surplus + invalid``); extra components' values under their names.
+        cfg: the weights to apply.  Only weights may differ from the config that scored the components
+            (``alpha``, ``gamma``, ``penalty_cap``, ``output_weight``, ``weights``); its ``components``
+            must be the same, and ``turn_state`` changes values, not weights.
+
+    Returns:
+        ``clip(Σ w·R / Σ w − min(γ·P_len, penalty_cap), 0, 1)`` as :func:`score_episode` composes it: under
+        the config that scored them, exactly the reward they came with.
+
+    Raises:
+        KeyError: a component of ``cfg.components`` missing from ``components``.
+    """
+    p_len = components.get("p_len")
+    if p_len is None:
+        p_len = components["surplus"] + components["invalid"]
+    values = [components.get("r_traj"), components.get("r_state"), components.get("r_output"), p_len,
+              *(components[c.name] for c in cfg.components)]
+    task_score, penalty, _ = _compose(cfg, values)
+    return _clip(task_score - penalty)

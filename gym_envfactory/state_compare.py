@@ -15,7 +15,7 @@ import itertools
 import json
 import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,9 @@ __all__ = [
     "canonical_number",
     "compile_patterns",
     "root_serialises_by_field",
+    "state_changes",
+    "changes_diff",
+    "ABSENT",
 ]
 
 
@@ -187,36 +190,40 @@ def state_diff(
     skip = _compile(bookkeeping)
     sets = _compile(set_fields)
     out: list[StateDiff] = []
-
-    def walk(a: Any, e: Any, path: str) -> None:
-        if len(out) >= limit:
-            return
-        if path and any(p.match(path) for p in skip):
-            return
-        if (isinstance(a, dict) or isinstance(a, list)) and type(a) is type(e) and _identical(a, e):
-            return  # equal subtree: nothing to report, nothing to walk (in C, not node by node)
-        if isinstance(a, dict) and isinstance(e, dict):
-            for k in e:
-                walk(a.get(k, _ABSENT), e[k], f"{path}.{k}" if path else str(k))
-            for k in a:
-                if k not in e:
-                    walk(a[k], _ABSENT, f"{path}.{k}" if path else str(k))
-            return
-        if isinstance(a, list) and isinstance(e, list):
-            if any(p.match(path) for p in sets):
-                if sorted(map(_canon_key, a)) != sorted(map(_canon_key, e)):
-                    out.append(StateDiff(path, _short(e), _short(a)))
-                return
-            if len(a) != len(e):
-                out.append(StateDiff(f"{path}.length", str(len(e)), str(len(a))))
-            for i, (x, y) in enumerate(zip(a, e, strict=False)):  # a length mismatch is reported above
-                walk(x, y, f"{path}.{i}")
-            return
-        if a is _ABSENT or e is _ABSENT or not values_equal(a, e):
-            out.append(StateDiff(path or "<root>", _short(e), _short(a)))
-
-    walk(actual, expected, "")
+    _diff_walk(actual, expected, "", skip, sets, out, limit)
     return out
+
+
+def _diff_walk(a: Any, e: Any, path: str, skip: Sequence[re.Pattern[str]], sets: Sequence[re.Pattern[str]],
+               out: list[StateDiff], limit: int) -> None:
+    """Append to ``out`` (at most ``limit`` in all) the differences between ``a`` (actual) and ``e`` (expected)
+    at dotted ``path``: the walk of :func:`state_diff`, with ``skip`` (excluded paths) and ``sets`` (set
+    fields) compiled."""
+    if len(out) >= limit:
+        return
+    if path and any(p.match(path) for p in skip):
+        return
+    if (isinstance(a, dict) or isinstance(a, list)) and type(a) is type(e) and _identical(a, e):
+        return  # equal subtree: nothing to report, nothing to walk (in C, not node by node)
+    if isinstance(a, dict) and isinstance(e, dict):
+        for k in e:
+            _diff_walk(a.get(k, _ABSENT), e[k], f"{path}.{k}" if path else str(k), skip, sets, out, limit)
+        for k in a:
+            if k not in e:
+                _diff_walk(a[k], _ABSENT, f"{path}.{k}" if path else str(k), skip, sets, out, limit)
+        return
+    if isinstance(a, list) and isinstance(e, list):
+        if any(p.match(path) for p in sets):
+            if sorted(map(_canon_key, a)) != sorted(map(_canon_key, e)):
+                out.append(StateDiff(path, _short(e), _short(a)))
+            return
+        if len(a) != len(e):
+            out.append(StateDiff(f"{path}.length", str(len(e)), str(len(a))))
+        for i, (x, y) in enumerate(zip(a, e, strict=False)):  # a length mismatch is reported above
+            _diff_walk(x, y, f"{path}.{i}", skip, sets, out, limit)
+        return
+    if a is _ABSENT or e is _ABSENT or not values_equal(a, e):
+        out.append(StateDiff(path or "<root>", _short(e), _short(a)))
 
 
 def _root_ok(cls: type[BaseModel]) -> bool:
@@ -284,3 +291,88 @@ def _frozen_parts(actual: FrozenState, expected: FrozenState) -> tuple[Any, Any]
     if single:
         return pa.get(next(iter(actual.models)), {}), pe.get(next(iter(actual.models)), {})
     return pa, pe
+
+
+# ---------------------------------------------------------------------------- what a turn changed
+
+#: What :func:`state_changes` maps a removed key to (reported as ``<absent>``).
+ABSENT: Any = _ABSENT
+
+
+def state_changes(before: Any, after: Any, *, bookkeeping: Iterable[str] = (),
+                  set_fields: Iterable[str] = ()) -> dict[str, Any]:
+    """What changed from ``before`` to ``after``, as ``{dotted path: new value}`` (docs/reward.md,
+    "Turn verdicts: cumulative or delta").
+
+    Dicts are walked key by key: a key only ``after`` has maps to its whole value (added), a key only
+    ``before`` has maps to :data:`ABSENT` (removed).  Any other value that differs under the rules of
+    :func:`state_diff` (numbers by value, ``set_fields`` lists as multisets, excluded paths inside it
+    ignored) is one change at its own path, mapped to its whole new value: a list is never split into
+    elements.  Paths matching ``bookkeeping`` never appear.  Equal states give ``{}``.
+
+    Args:
+        before, after: canonical states (:meth:`Session.state` form) or frozen states; two frozen states
+            grown from one base are compared by record identity (only the parts that differ are read).
+        bookkeeping: dotted path patterns (``*`` = any key) left out.
+        set_fields: path patterns of lists compared as multisets.
+    """
+    bookkeeping, set_fields = tuple(bookkeeping), tuple(set_fields)
+    if isinstance(before, FrozenState) or isinstance(after, FrozenState):
+        parts = _frozen_parts(after, before) if type(before) is type(after) else None
+        if parts is not None:
+            after, before = parts
+        else:
+            before = before.canonical() if isinstance(before, FrozenState) else before
+            after = after.canonical() if isinstance(after, FrozenState) else after
+    skip, sets = _compile(bookkeeping), _compile(set_fields)
+    out: dict[str, Any] = {}
+
+    def walk(b: Any, a: Any, path: str) -> None:
+        if path and any(p.match(path) for p in skip):
+            return
+        if isinstance(b, dict) and isinstance(a, dict):
+            if _identical(a, b):
+                return
+            for k in b:
+                walk(b[k], a.get(k, _ABSENT), f"{path}.{k}" if path else str(k))
+            for k in a:
+                if k not in b:
+                    walk(_ABSENT, a[k], f"{path}.{k}" if path else str(k))
+            return
+        if a is _ABSENT and b is _ABSENT:
+            return
+        if a is not _ABSENT and b is not _ABSENT:
+            found: list[StateDiff] = []
+            _diff_walk(a, b, path, skip, sets, found, 1)
+            if not found:
+                return
+        out[path or "<root>"] = a
+
+    walk(before, after, "")
+    return out
+
+
+def changes_diff(actual: Mapping[str, Any], expected: Mapping[str, Any], *, bookkeeping: Iterable[str] = (),
+                 set_fields: Iterable[str] = (), limit: int = 50) -> list[StateDiff]:
+    """Differences between two change sets of :func:`state_changes` (what the agent's turn changed, what the
+    ground truth's turn changed).  Empty list ⇔ the same paths changed to equivalent values.
+
+    A path changed on one side only is reported with ``<unchanged>`` on the other; a path changed on both
+    sides to different values is compared as :func:`state_diff` compares (numbers by value, set fields,
+    excluded paths inside it ignored) and reported at the paths that differ.  At most ``limit`` entries.
+    """
+    skip, sets = _compile(tuple(bookkeeping)), _compile(tuple(set_fields))
+    out: list[StateDiff] = []
+    for path, e in expected.items():
+        if len(out) >= limit:
+            return out
+        if path not in actual:
+            out.append(StateDiff(path, _short(e), "<unchanged>"))
+        elif not (actual[path] is _ABSENT and e is _ABSENT):
+            _diff_walk(actual[path], e, path, skip, sets, out, limit)
+    for path, a in actual.items():
+        if len(out) >= limit:
+            break
+        if path not in expected:
+            out.append(StateDiff(path, "<unchanged>", _short(a)))
+    return out
