@@ -11,7 +11,7 @@ other answer falls back to reading the whole state.
 Soundness (equal digest ⇒ ``state_diff`` finds nothing) rests on :func:`prune` being *at most* the
 reward's exclusions, never more:
 
-- a dict key whose path matches an excluded pattern (the reward's own regexes, ``reward.compile_patterns``) is
+- a dict key whose path matches an excluded pattern (the reward's own regexes, ``state_compare.compile_patterns``) is
   removed: the reward ignores it whether present or absent;
 - a list element whose path matches is replaced by a constant, so the list's length still counts (the
   reward reports a length mismatch even when every element is excluded);
@@ -37,8 +37,8 @@ from typing import Any
 from gym_envfactory.environment.manifest import canonical_json
 from gym_envfactory.protocol import STATE_DIGEST_ALGORITHM
 from gym_envfactory.replay import TaskReference
-from gym_envfactory.reward import compile_patterns, root_serialises_by_field
 from gym_envfactory.session import Session
+from gym_envfactory.state_compare import compile_patterns, root_serialises_by_field
 
 __all__ = ["STATE_DIGEST_ALGORITHM", "state_digest", "session_digest", "prune", "reference_digest"]
 
@@ -113,7 +113,7 @@ _parts_lock = threading.Lock()
 def session_digest(session: Session, excluded: Sequence[str] = (), set_fields: Sequence[str] = ()) -> str:
     """:func:`state_digest` of ``session.state()``, the same value, computed without parsing and
     re-encoding the whole state when it can: for one environment whose live state model serialises field
-    by field (``reward.root_serialises_by_field``, no extra fields), the canonical pruned bytes of each root field are
+    by field (``state_compare.root_serialises_by_field``, no extra fields), the canonical pruned bytes of each root field are
     taken from a bounded cache keyed by that field's own JSON text (a large collection no call changed
     costs one serialisation and one hash).  Canonical JSON of a dict is its fields' canonical parts in
     sorted key order, so the joined parts are the bytes :func:`state_digest` hashes."""

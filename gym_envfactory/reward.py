@@ -26,11 +26,8 @@ vacuous the task score is 0.0.
 
 from __future__ import annotations
 
-import functools
-import itertools
-import json
+import dataclasses
 import math
-import operator
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,10 +35,17 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel
-
 from gym_envfactory.environment.cow import FrozenState
 from gym_envfactory.replay import ReferenceCall, TaskReference
+from gym_envfactory.state_compare import (
+    StateDiff,
+    canonical_number,
+    changes_diff,
+    state_changes,
+    state_diff,
+    state_text,
+    values_equal,
+)
 
 __all__ = [
     "RewardConfig",
@@ -67,6 +71,11 @@ __all__ = [
     "PLen",
     "COMPONENTS",
     "REWARD_COMPONENTS",
+    "TURN_STATE_MODES",
+    "AlphaSchedule",
+    "reward_from_components",
+    "state_changes",
+    "changes_diff",
 ]
 
 
@@ -80,6 +89,12 @@ def _finite(name: str, v: Any) -> None:
 class RewardConfig:
     """Reward weights.  ``alpha`` ∈ [0, 1] (paper: 0.5 best); ``gamma`` per penalised call;
     ``penalty_cap`` bounds ``γ·P_len``; ``output_weight`` ≥ 0 enables ``R_output``.
+
+    ``turn_state``: how a turn's ``R_state`` is judged (:data:`TURN_STATE_MODES`; docs/reward.md, "Turn
+    verdicts: cumulative or delta"): ``"cumulative"`` (default) compares the state at the end of the turn
+    with the ground-truth state after it; ``"delta"`` compares what the turn itself changed (from the
+    agent's own state at its start) with what the ground-truth turn changed.  It changes the turn scores
+    only: the episode's ``R_state`` is the mean of the cumulative verdicts either way.
 
     ``components``: :class:`RewardComponent` instances scored besides the built-in ones
     (:data:`COMPONENTS`); ``weights``: ``{weight_key: weight ≥ 0}`` for them (a component whose key is
@@ -97,10 +112,13 @@ class RewardConfig:
     output_weight: float = 0.0
     components: tuple[RewardComponent, ...] = ()
     weights: Mapping[str, float] | tuple[tuple[str, float], ...] = ()
+    turn_state: str = "cumulative"
 
     def __post_init__(self) -> None:
         for name in _CONFIG_WEIGHTS:
             _finite(name, getattr(self, name))
+        if self.turn_state not in TURN_STATE_MODES:
+            raise ValueError(f"turn_state must be one of {', '.join(map(repr, TURN_STATE_MODES))}, got {self.turn_state!r}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
         if self.gamma < 0 or self.penalty_cap < 0 or self.output_weight < 0:
@@ -133,6 +151,14 @@ class RewardConfig:
         pairs = self.weights.items() if isinstance(self.weights, Mapping) else self.weights
         return next((float(w) for k, w in pairs if k == key), 0.0)
 
+    def with_alpha(self, alpha: float) -> RewardConfig:
+        """This config with ``alpha`` replaced (an :class:`AlphaSchedule` step); the same config when equal.
+
+        Raises:
+            ValueError: ``alpha`` not a finite number in [0, 1].
+        """
+        return self if alpha == self.alpha else dataclasses.replace(self, alpha=alpha)
+
     @classmethod
     def coerce(cls, value: RewardConfig | Mapping[str, Any] | None) -> RewardConfig:
         """A config from ``None`` (the defaults), a config (returned as is) or a dict of its fields.
@@ -151,259 +177,44 @@ class RewardConfig:
 #: The numeric fields of :class:`RewardConfig`.
 _CONFIG_WEIGHTS = ("alpha", "gamma", "penalty_cap", "output_weight")
 
-
-# ---------------------------------------------------------------------------- state equivalence
+#: The values of ``RewardConfig.turn_state``: the default first (docs/reward.md, "Turn verdicts").
+TURN_STATE_MODES = ("cumulative", "delta")
 
 
 @dataclass(frozen=True)
-class StateDiff:
-    """One difference: dotted ``path``, and the ``expected`` / ``actual`` values (truncated JSON)."""
+class AlphaSchedule:
+    """``α`` moved linearly from ``start`` to ``end`` over ``steps`` training steps, then held there
+    (docs/training.md, "α schedule").  EnvFactory's published training code can move the trajectory weight
+    from 0.9 to 0.1 over training; the gym's default is a fixed ``α = 0.5`` (no schedule).
 
-    path: str
-    expected: str
-    actual: str
+    ``alpha_at(step)`` is ``start`` at step 0 (and before), ``end`` from ``steps`` on; ``config_at(step,
+    base)`` is ``base`` (a :class:`RewardConfig`, a dict of its fields or ``None``) with that ``α``.
 
-    def __str__(self) -> str:
-        return f"{self.path}: expected {self.expected}, got {self.actual}"
-
-
-def _compile(patterns: Iterable[str]) -> list[re.Pattern[str]]:
-    return list(_compile_cached(tuple(patterns)))
-
-
-@functools.lru_cache(maxsize=256)
-def _compile_cached(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
-    out = []
-    for p in patterns:
-        rx = "^" + r"\.".join("[^.]+" if seg == "*" else re.escape(seg) for seg in p.split(".")) + "$"
-        out.append(re.compile(rx))
-    return tuple(out)
-
-
-def _short(v: Any) -> str:
-    if v is _ABSENT:
-        return "<absent>"
-    s = json.dumps(v, ensure_ascii=False, sort_keys=True, default=str)
-    return s if len(s) <= 120 else s[:117] + "..."
-
-
-_ABSENT = object()
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _canon_key(v: Any) -> str:
-    return json.dumps(canonical_number(v), sort_keys=True, ensure_ascii=False)
-
-
-def canonical_number(v: Any) -> Any:
-    """``v`` with every number in canonical form, recursively through dicts and lists: an integral value
-    below 2**53 in magnitude becomes an ``int`` (``5.0`` → ``5``), any other number a ``float``; booleans
-    and other values are unchanged.  Equal numbers then serialise alike, which is how set-valued fields
-    are compared as multisets (docs/reward.md: numbers compare by value)."""
-    if _is_number(v):
-        f = float(v)
-        return int(f) if f.is_integer() and abs(f) < 2**53 else f
-    if isinstance(v, dict):
-        return {k: canonical_number(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [canonical_number(x) for x in v]
-    return v
-
-
-def values_equal(a: Any, b: Any) -> bool:
-    """Structural equality with numbers by value (``5 == 5.0``; ``True`` is not ``1``)."""
-    if _is_number(a) and _is_number(b):
-        return a == b
-    if type(a) is not type(b) and not (isinstance(a, dict) and isinstance(b, dict)):
-        return False
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
-
-
-def _identical(a: Any, e: Any) -> bool:
-    """True only if ``a`` and ``e`` are surely equal under :func:`values_equal` — decided in C, not node
-    by node: Python's ``==`` (numbers by value, but ``True == 1``) confirmed by equal JSON text (which
-    tells ``true`` from ``1`` and refuses NaN).  ``False`` means "walk it" (``5`` vs ``5.0``, keys in
-    another order, a bookkeeping-only difference), never "different".  Costs about one serialisation
-    of the subtree, so the reward's state comparison pays Python-level work only where states differ."""
-    if a != e:
-        return False
-    try:
-        return _DUMPS(a) == _DUMPS(e)
-    except (TypeError, ValueError):  # not JSON (NaN, foreign objects): the walk decides
-        return False
-
-
-_DUMPS = json.JSONEncoder(allow_nan=False, ensure_ascii=False, check_circular=False).encode
-
-
-def state_text(state: Any) -> str | None:
-    """``state`` as compact JSON text in its own key order (what :func:`state_diff` takes as
-    ``expected_text``), or ``None`` when it is not JSON (NaN, foreign objects)."""
-    try:
-        return _DUMPS(state)
-    except (TypeError, ValueError):
-        return None
-
-
-def state_diff(
-    actual: Any,
-    expected: Any,
-    *,
-    bookkeeping: Iterable[str] = (),
-    set_fields: Iterable[str] = (),
-    limit: int = 50,
-    expected_text: str | None = None,
-) -> list[StateDiff]:
-    """Differences between two canonical states (docs/reward.md).  Empty list ⇔ equivalent.
-
-    Work is proportional to what differs.  Two :class:`~gym_envfactory.environment.cow.FrozenState`
-    objects grown from one base (an in-process episode's and its ground truth's) are compared by record
-    identity: only the records and root fields that are not the same objects are serialised and walked,
-    so equal large states compare in microseconds; a verdict of "equal" is remembered on ``actual`` (both
-    are immutable), so the episode's final comparison after its last turn's costs nothing.  Otherwise
-    (canonical dicts, or a frozen state against a dict) equal subtrees are recognised in C (equality
-    confirmed by their JSON text) and never walked node by node.
-
-    Args:
-        actual, expected: canonical states (the form of :meth:`Session.state`) or frozen states
-            (:meth:`Session.frozen_state`); the verdict and the paths reported are the same either way.
-        bookkeeping: dotted path patterns (``*`` = any key) excluded from the comparison (docs/cases.md C07).
-        set_fields: path patterns of lists compared as multisets.
-        limit: at most this many differences are reported.
-        expected_text: ``expected`` as compact JSON (:func:`state_text`), when the caller keeps it
-            (the reward does, per ground-truth state): equal text means equal states, in one
-            serialisation of ``actual``.  Ignored when both states are frozen.
+    Raises:
+        ValueError: ``steps`` not an int ≥ 1, or ``start`` / ``end`` not finite numbers in [0, 1].
     """
-    bookkeeping, set_fields = tuple(bookkeeping), tuple(set_fields)  # any iterable, read once
-    if isinstance(actual, FrozenState) or isinstance(expected, FrozenState):
-        both = type(actual) is type(expected)
-        key = (bookkeeping, set_fields)
-        if both and actual.known_equal(expected, key):
-            return []  # compared equal before (at the end of the last turn): both are immutable
-        parts = _frozen_parts(actual, expected) if both else None
-        if parts is not None:
-            actual_parts, expected_parts = parts
-            found = (state_diff(actual_parts, expected_parts, bookkeeping=bookkeeping, set_fields=set_fields,
-                                limit=limit) if actual_parts or expected_parts else [])
-            if not found and limit > 0:  # with limit 0 nothing is reported, equal or not
-                actual.note_equal(expected, key)
-            return found
-        actual = actual.canonical() if isinstance(actual, FrozenState) else actual
-        expected = expected.canonical() if isinstance(expected, FrozenState) else expected
-    if expected_text is not None:
-        try:
-            # equal text and == together: the text tells true from 1, == tells a tuple from a list and 1 from "1"
-            if _DUMPS(actual) == expected_text and actual == expected:
-                return []
-        except (TypeError, ValueError):
-            pass
-    skip = _compile(bookkeeping)
-    sets = _compile(set_fields)
-    out: list[StateDiff] = []
 
-    def walk(a: Any, e: Any, path: str) -> None:
-        if len(out) >= limit:
-            return
-        if path and any(p.match(path) for p in skip):
-            return
-        if (isinstance(a, dict) or isinstance(a, list)) and type(a) is type(e) and _identical(a, e):
-            return  # equal subtree: nothing to report, nothing to walk (in C, not node by node)
-        if isinstance(a, dict) and isinstance(e, dict):
-            for k in e:
-                walk(a.get(k, _ABSENT), e[k], f"{path}.{k}" if path else str(k))
-            for k in a:
-                if k not in e:
-                    walk(a[k], _ABSENT, f"{path}.{k}" if path else str(k))
-            return
-        if isinstance(a, list) and isinstance(e, list):
-            if any(p.match(path) for p in sets):
-                if sorted(map(_canon_key, a)) != sorted(map(_canon_key, e)):
-                    out.append(StateDiff(path, _short(e), _short(a)))
-                return
-            if len(a) != len(e):
-                out.append(StateDiff(f"{path}.length", str(len(e)), str(len(a))))
-            for i, (x, y) in enumerate(zip(a, e, strict=False)):  # a length mismatch is reported above
-                walk(x, y, f"{path}.{i}")
-            return
-        if a is _ABSENT or e is _ABSENT or not values_equal(a, e):
-            out.append(StateDiff(path or "<root>", _short(e), _short(a)))
+    steps: int
+    start: float = 0.9
+    end: float = 0.1
 
-    walk(actual, expected, "")
-    return out
+    def __post_init__(self) -> None:
+        if not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 1:
+            raise ValueError(f"steps must be an int >= 1, got {self.steps!r}")
+        for name in ("start", "end"):
+            v = getattr(self, name)
+            _finite(name, v)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {v}")
 
+    def alpha_at(self, step: int) -> float:
+        """``α`` at training step ``step`` (0-based, e.g. a trainer's ``global_step``), clamped to the ends."""
+        frac = min(max(step, 0), self.steps) / self.steps
+        return float(self.start + (self.end - self.start) * frac)
 
-def _root_ok(cls: type[BaseModel]) -> bool:
-    """Whether ``cls`` serialises field by field, so that ``include`` picks out exactly the parts of its
-    canonical form that belong to the fields and keys included (no model serializer, no computed or
-    field serializers at the root)."""
-    hit = _ROOT_OK.get(cls)
-    if hit is None:
-        decorators = cls.__pydantic_decorators__
-        hit = _ROOT_OK[cls] = not (decorators.model_serializers or decorators.field_serializers
-                                   or cls.model_computed_fields)
-    return hit
-
-
-_ROOT_OK: dict[type[BaseModel], bool] = {}
-compile_patterns, root_serialises_by_field = _compile, _root_ok  # what gym_envfactory.digest mirrors
-
-
-def _differing_keys(a: dict[Any, Any], e: dict[Any, Any]) -> list[Any]:
-    """Keys of two dicts whose values are not the very same objects (or that only one has), found in C."""
-    if dict.keys(a) == dict.keys(e):
-        same = map(operator.is_, dict.values(a), map(dict.__getitem__, itertools.repeat(e), a))
-        return list(itertools.compress(a, map(operator.not_, same)))
-    out = [k for k in a if k not in e or dict.__getitem__(a, k) is not dict.__getitem__(e, k)]
-    return out + [k for k in e if k not in a]
-
-
-def _frozen_parts(actual: FrozenState, expected: FrozenState) -> tuple[Any, Any] | None:
-    """The parts of the canonical forms of two frozen states that may differ (root fields and dict
-    records that are not the same objects), in the canonical shape (``{env: ...}`` for several
-    environments), or ``None`` when that cannot be told this way (other environments, other model
-    classes, a root that does not serialise field by field).  Equal states give two empty dicts."""
-    if actual.models.keys() != expected.models.keys():
-        return None
-    single = len(actual.models) == 1
-    pa: dict[str, Any] = {}
-    pe: dict[str, Any] = {}
-    for name, me in expected.models.items():  # in the expected state's order, as the walk reports
-        ma = actual.models[name]
-        if ma is me:
-            continue
-        cls = type(ma)
-        if type(me) is not cls or not _root_ok(cls) or ma.__pydantic_extra__ or me.__pydantic_extra__:
-            return None
-        include: dict[str, Any] = {}
-        de = me.__dict__
-        for f, va in ma.__dict__.items():
-            ve = de.get(f, _ABSENT)
-            if va is ve:
-                continue
-            if isinstance(va, dict) and isinstance(ve, dict):
-                keys = _differing_keys(va, ve)
-                if keys:
-                    include[f] = set(keys)
-            else:
-                include[f] = True
-        if not include:
-            continue
-        ser = cls.__pydantic_serializer__
-        ja, je = ser.to_json(ma, include=include), ser.to_json(me, include=include)
-        if ja == je:
-            continue  # equal JSON text: equal parts (the common case: records copied by a scan, unchanged)
-        # parsed back from the text, exactly as FrozenState.canonical() reads a whole state (NaN -> null)
-        pa[name], pe[name] = json.loads(ja), json.loads(je)
-    if single:
-        return pa.get(next(iter(actual.models)), {}), pe.get(next(iter(actual.models)), {})
-    return pa, pe
+    def config_at(self, step: int, base: RewardConfig | Mapping[str, Any] | None = None) -> RewardConfig:
+        """``base`` (default: the default config) with ``alpha = alpha_at(step)``."""
+        return RewardConfig.coerce(base).with_alpha(self.alpha_at(step))
 
 
 # ---------------------------------------------------------------------------- trajectory matching
@@ -484,12 +295,15 @@ class TurnRecord:
 
     ``calls``: ``(name, normalised args or None, invalid)`` for every attempted call in order
     (``invalid`` = parse error / unknown tool / invalid arguments); ``text``: the assistant's replies
-    concatenated; ``state``: the canonical state at the end of the turn (``None`` if not reached).
+    concatenated; ``state``: the canonical state at the end of the turn (``None`` if not reached);
+    ``start``: the state when the turn began, read only by ``turn_state="delta"`` (``None``: the previous
+    record's ``state`` in :func:`score_episode`, and for turn 0 the reference's start state).
     """
 
     calls: list[tuple[str, dict[str, Any] | None, bool]] = field(default_factory=list)
     text: str = ""
     state: Any = None
+    start: Any = None
 
 
 @dataclass
@@ -573,7 +387,7 @@ class EpisodeScore:
             "state_diff": [{"path": d.path, "expected": d.expected, "actual": d.actual} for d in self.state_diff],
             "turns": [t.to_dict() for t in self.turns],
             "config": {"alpha": c.alpha, "gamma": c.gamma, "penalty_cap": c.penalty_cap,
-                       "output_weight": c.output_weight},
+                       "output_weight": c.output_weight, "turn_state": c.turn_state},
         }
         if c.components:
             d["config"]["components"] = [comp.name for comp in c.components]
@@ -634,6 +448,43 @@ def _ground_truth_changes(reference: TaskReference, first: int, last: int) -> bo
             reference.turn_states[last], reference.state_before(first), bookkeeping=reference.excluded_fields,
             set_fields=reference.set_fields, limit=1))
     return hit
+
+
+_UNKNOWN: Any = object()  # a delta verdict that cannot be given (a start state unknown): judge cumulatively
+
+
+def _turn_changes(reference: TaskReference, turn: int) -> dict[str, Any] | None:
+    """What the ground truth's turn ``turn`` changed (:func:`state_changes` from the state before it to the
+    state after it; memoised on the reference), or ``None`` when the state before it is unknown."""
+    key = ("turn_changes", turn)
+    if key not in reference.memo:
+        frozen, start = reference.turn_frozen, reference.start_frozen
+        if frozen is not None and (turn > 0 or start is not None):
+            before, after = (frozen[turn - 1] if turn else start), frozen[turn]
+        else:
+            before, after = reference.state_before(turn), reference.turn_states[turn]
+        reference.memo[key] = None if before is None else state_changes(
+            before, after, bookkeeping=reference.excluded_fields, set_fields=reference.set_fields)
+    return reference.memo[key]
+
+
+def _delta_verdict(turn: int, record: TurnRecord, reference: TaskReference) -> Any:
+    """``turn_state="delta"``: 1.0 when the turn changed what the ground-truth turn changed (same paths,
+    equivalent new values), 0.0 otherwise, ``None`` when neither changed anything (the no-change rule);
+    :data:`_UNKNOWN` when the turn's start state or the ground truth's state before the turn is unknown."""
+    expected = _turn_changes(reference, turn)
+    start = record.start
+    if start is None and turn == 0:  # the episode starts where the reference does
+        frozen = isinstance(record.state, FrozenState) and reference.start_frozen is not None
+        start = reference.start_frozen if frozen else reference.initial
+    if expected is None or start is None:
+        return _UNKNOWN
+    actual = state_changes(start, record.state, bookkeeping=reference.excluded_fields,
+                           set_fields=reference.set_fields)
+    if changes_diff(actual, expected, bookkeeping=reference.excluded_fields, set_fields=reference.set_fields,
+                    limit=1):
+        return 0.0
+    return 1.0 if expected else None
 
 
 # ---------------------------------------------------------------------------- components
@@ -742,19 +593,38 @@ class RState(RewardComponent):
     "R_state"): 1.0 or 0.0 per turn, vacuous when the ground truth changes nothing there and neither did
     the agent (or the state was not read); the episode's value is the mean of the turn verdicts, turns
     not reached counting 0 where their ground truth changes the state.  Episode details: ``state_diff``
-    (final state against the ground-truth final state).  Weight: ``1 − alpha``."""
+    (final state against the ground-truth final state).  Weight: ``1 − alpha``.
+
+    ``turn_state="delta"`` (``RewardConfig.turn_state``) judges each turn on what it changed instead
+    (docs/reward.md, "Turn verdicts: cumulative or delta"); the episode's value stays the mean of the
+    cumulative verdicts.
+
+    Raises:
+        ValueError: ``turn_state`` not one of :data:`TURN_STATE_MODES`.
+    """
 
     name = "r_state"
     weight_key = "alpha"
+
+    def __init__(self, turn_state: str = "cumulative") -> None:
+        if turn_state not in TURN_STATE_MODES:
+            raise ValueError(f"turn_state must be one of {TURN_STATE_MODES}, got {turn_state!r}")
+        self.turn_state = turn_state
 
     def weight(self, cfg: RewardConfig) -> float:
         """``1 − alpha``."""
         return 1.0 - cfg.alpha
 
     def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
-        """The state at the end of turn ``turn`` against the ground-truth state after it."""
+        """The state at the end of turn ``turn`` against the ground-truth state after it (cumulative), or
+        the turn's changes against the ground-truth turn's changes (delta; cumulative where the turn's
+        start state or the ground truth's state before the turn is unknown)."""
         if record.state is None:
             return ComponentResult(None)
+        if self.turn_state == "delta":
+            value = _delta_verdict(turn, record, reference)
+            if value is not _UNKNOWN:
+                return ComponentResult(value)
         return ComponentResult(_state_score(record.state, _expected(reference, turn, record.state),
                                             _ground_truth_changes(reference, turn, turn),
                                             reference.excluded_fields, reference.set_fields, limit=1,
@@ -777,7 +647,11 @@ class RState(RewardComponent):
                                            _ground_truth_changes(reference, 0, last),
                                            reference.excluded_fields, reference.set_fields,
                                            expected_text=_turn_text(reference, last))
-        value = _episode_state_score(episode.turns, reference, len(episode.records), final_verdict, extra_verdicts)
+        if self.turn_state == "cumulative":
+            verdicts = [ts.r_state for ts in episode.turns]
+        else:  # the turn scores hold delta verdicts: the episode keeps the cumulative ones
+            verdicts = [_R_STATE.score_turn(t, episode.records[t], reference).value for t in range(len(episode.turns))]
+        value = _episode_state_score(verdicts, reference, len(episode.records), final_verdict, extra_verdicts)
         return ComponentResult(value, {"state_diff": diff})
 
 
@@ -833,6 +707,12 @@ class PLen(RewardComponent):
 #: ``P_len`` (docs/reward.md).  ``RewardConfig.components`` come after them.
 COMPONENTS: tuple[RewardComponent, ...] = (RTraj(), RState(), ROutput(), PLen())
 _R_TRAJ, _R_STATE, _R_OUTPUT, _P_LEN = COMPONENTS
+_R_STATE_DELTA = RState("delta")
+
+
+def _r_state(cfg: RewardConfig) -> RewardComponent:
+    """The ``R_state`` component of ``cfg.turn_state``."""
+    return _R_STATE_DELTA if cfg.turn_state == "delta" else _R_STATE
 
 #: The keys of ``info["reward_components"]`` (and the headline keys of ``info["score"]``), written once:
 #: the reward, each built-in component's name, the penalty, the vacuous components' names.
@@ -913,7 +793,7 @@ def score_turn(turn_index: int, record: TurnRecord, reference: TaskReference, cf
         vacuous when the ground truth left the state unchanged in that turn.
     """
     args = (turn_index, record, reference)
-    traj, state, output, length = _R_TRAJ.score_turn(*args), _R_STATE.score_turn(*args), \
+    traj, state, output, length = _R_TRAJ.score_turn(*args), _r_state(cfg).score_turn(*args), \
         _R_OUTPUT.score_turn(*args), _P_LEN.score_turn(*args)
     extra = [(c, _checked(c, c.score_turn, *args)) for c in cfg.components] if cfg.components else []
     values = [traj.value, state.value, output.value, length.value]
@@ -935,7 +815,7 @@ def turn_has_criteria(reference: TaskReference, turn: int, cfg: RewardConfig) ->
     return _ground_truth_changes(reference, turn, turn)
 
 
-def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, reached: int,
+def _episode_state_score(turn_verdicts: Sequence[float | None], reference: TaskReference, reached: int,
                          final_verdict: float | None, extra: Sequence[float] = ()) -> float | None:
     """Episode ``R_state``: the mean of the per-turn state verdicts (docs/reward.md, "R_state").
 
@@ -944,7 +824,7 @@ def _episode_state_score(turns: Sequence[TurnScore], reference: TaskReference, r
     state.  So doing a later turn's writes early scores the turns in between 0.  With no per-turn
     verdict at all (turn states not recorded, e.g. scoring from an action log), the final state decides.
     """
-    verdicts = [ts.r_state for ts in turns if ts.r_state is not None]
+    verdicts = [v for v in turn_verdicts if v is not None]
     verdicts += [0.0 for t in range(reached, len(reference.turn_calls)) if _ground_truth_changes(reference, t, t)]
     verdicts += list(extra)
     if not verdicts:
@@ -970,10 +850,13 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
     A pure function of its inputs: scoring never touches a session (docs/cases.md C05).
     """
     reached = min(len(records), len(reference.turn_calls))
+    if cfg.turn_state == "delta":  # each turn starts where the one before it ended
+        records = [dataclasses.replace(r, start=records[t - 1].state) if t and r.start is None else r
+                   for t, r in enumerate(records)]
     turns = [turn_scores[t] if t < len(turn_scores) else score_turn(t, records[t], reference, cfg)
              for t in range(reached)]
     episode = EpisodeView(records, reference, final_state, turns)
-    traj, state = _R_TRAJ.score_episode(episode), _R_STATE.score_episode(episode)
+    traj, state = _R_TRAJ.score_episode(episode), _r_state(cfg).score_episode(episode)
     output, length = _R_OUTPUT.score_episode(episode), _P_LEN.score_episode(episode)
     extra = [(c, _checked(c, c.score_episode, episode)) for c in cfg.components] if cfg.components else []
     values = [traj.value, state.value, output.value, length.value]
@@ -998,3 +881,31 @@ def score_episode(records: Sequence[TurnRecord], reference: TaskReference, final
         config=cfg,
         extra={c.name: r.value for c, r in extra} if extra else {},
     )
+
+
+def reward_from_components(components: Mapping[str, Any], cfg: RewardConfig) -> float:
+    """The reward ``cfg`` gives to components already scored, without scoring again (an
+    :class:`AlphaSchedule` step applied to a played episode: docs/training.md, "α schedule").
+
+    Args:
+        components: an episode's ``EpisodeScore.to_dict()`` or ``reward_components()`` (``info["score"]``,
+            ``TokenEpisode.components``), or a turn's ``TurnScore.to_dict()`` (its ``P_len`` is
+            ``surplus + invalid``); extra components' values under their names.
+        cfg: the weights to apply.  Only weights may differ from the config that scored the components
+            (``alpha``, ``gamma``, ``penalty_cap``, ``output_weight``, ``weights``); its ``components``
+            must be the same, and ``turn_state`` changes values, not weights.
+
+    Returns:
+        ``clip(Σ w·R / Σ w − min(γ·P_len, penalty_cap), 0, 1)`` as :func:`score_episode` composes it: under
+        the config that scored them, exactly the reward they came with.
+
+    Raises:
+        KeyError: a component of ``cfg.components`` missing from ``components``.
+    """
+    p_len = components.get("p_len")
+    if p_len is None:
+        p_len = components["surplus"] + components["invalid"]
+    values = [components.get("r_traj"), components.get("r_state"), components.get("r_output"), p_len,
+              *(components[c.name] for c in cfg.components)]
+    task_score, penalty, _ = _compose(cfg, values)
+    return _clip(task_score - penalty)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gym_envfactory.reward as reward
+import gym_envfactory.state_compare as state_compare
 from gym_envfactory import get_environment
 from gym_envfactory.envs.env import EnvFactoryEnv
 from gym_envfactory.replay import task_reference
@@ -29,13 +30,13 @@ def _large_state() -> dict:
 
 def _count_leaves(fn):
     calls = {"n": 0}
-    real = reward.values_equal
+    real = state_compare.values_equal
 
     def counting(a, b):
         calls["n"] += 1
         return real(a, b)
 
-    with mock.patch.object(reward, "values_equal", counting):
+    with mock.patch.object(state_compare, "values_equal", counting):
         out = fn()
     return out, calls["n"]
 

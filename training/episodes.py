@@ -109,6 +109,13 @@ class TokenEpisode:
         reward: the episode reward in [0, 1] (paper §3.5), scored as the episode stands if it was cut.
         components: every reward component (``EpisodeScore.to_dict()``).
         truncated: the token budget or the step limit ended the episode before its last turn.
+        turn_rewards: one reward in [0, 1] per user turn played (``TurnScore.reward`` of each turn reached,
+            in order; a turn cut short scored as it stands), for turn-level credit assignment
+            (docs/training.md, "Per-turn rewards").  Judged as ``RewardConfig.turn_state`` says.
+        turn_spans: ``(begin, end)`` per entry of ``turn_rewards``: the half-open range of
+            ``completion_ids`` from the turn's first generated token to its last (the observation tokens
+            inside it, tool results, have ``completion_mask`` 0; the next user message lies after ``end``);
+            ``(n, n)`` with ``n = len(completion_ids)`` for a turn reached with nothing generated.
     """
 
     env: EnvFactoryEnv
@@ -122,6 +129,9 @@ class TokenEpisode:
     components: dict[str, Any] = field(default_factory=dict)
     truncated: bool = False
     done: bool = False
+    turn_rewards: list[float] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict, repr=False)  # turn -> span so far
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -210,9 +220,11 @@ def play_episodes(generate: Generate, tokenizer: Any, env_factory: Callable[[], 
         outs = generate([ep.prompt_ids + ep.completion_ids for ep in live], max(1, min(max_new_tokens, max(room))))
         for ep, new, left in zip(live, outs, room, strict=True):
             new = list(new)
-            if len(new) > left:  # past the episode's token budget: the cut action is kept as tokens but
-                # never stepped, so no token outside the trained sequence can earn reward
-                new = new[:max(0, left)]
+            cut = len(new) > left  # past the episode's token budget: the cut action is kept as tokens but
+            new = new[:max(0, left)] if cut else new  # never stepped, so no token outside the budget earns reward
+            turn, begin = ep.env.turn - ep.env.start_turn, len(ep.completion_ids)
+            ep.spans[turn] = (ep.spans.get(turn, (begin, begin))[0], begin + len(new))
+            if cut:
                 ep.completion_ids += new
                 ep.completion_mask += [1] * len(new)
                 ep.texts.append(tokenizer.decode(new, skip_special_tokens=True))
@@ -247,6 +259,9 @@ def _finish(ep: TokenEpisode, info: Mapping[str, Any] | None) -> None:
     score = ep.env.last_score if info is not None and ep.env.last_score is not None else ep.env.score()
     ep.reward = float(score.reward)
     ep.components = score.to_dict()
+    ep.turn_rewards = [float(t.reward) for t in score.turns]
+    n = len(ep.completion_ids)
+    ep.turn_spans = [ep.spans.get(t, (n, n)) for t in range(len(ep.turn_rewards))]
     ep.done = True
     ep.env.close()
 
@@ -286,6 +301,7 @@ def hf_generate(model: Any, tokenizer: Any, *, temperature: float = 1.0, top_p: 
 def episode_record(ep: TokenEpisode) -> dict[str, Any]:
     """A JSON-ready record of ``ep`` (messages as generated, tools, reward components, token counts)."""
     return {"options": ep.options, "reward": ep.reward, "components": ep.components, "truncated": ep.truncated,
+            "turn_rewards": ep.turn_rewards, "turn_spans": [list(s) for s in ep.turn_spans],
             "texts": ep.texts, "messages": json.loads(json.dumps(ep.messages, default=str)), "tools": ep.tools,
             "prompt_tokens": len(ep.prompt_ids), "completion_tokens": len(ep.completion_ids),
             "generated_tokens": sum(ep.completion_mask)}

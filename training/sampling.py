@@ -161,8 +161,10 @@ def dynamic_rollout_function(rows: Sequence[Mapping[str, Any]], sampler: Dynamic
 
     Returns:
         ``rollout(prompts, trainer) -> dict`` with TRL's keys (``prompt_ids``, ``completion_ids``,
-        ``logprobs`` None, ``env_mask``) plus ``envfactory_reward``, ``envfactory_components`` and
-        ``envfactory_row`` (the row index each completion played), one entry per prompt.
+        ``logprobs`` None, ``env_mask``) plus ``envfactory_reward``, ``envfactory_components``,
+        ``envfactory_turn_rewards`` and ``envfactory_turn_spans`` (per user turn played: its reward and its
+        ``[begin, end)`` in ``completion_ids``, as ``rollout_function``) and ``envfactory_row`` (the row
+        index each completion played), one entry per prompt.
 
     Raises:
         ValueError: ``sampler`` is not over ``len(rows)`` rows, or ``max_tries`` < 1 (when built); the
@@ -229,6 +231,8 @@ def dynamic_rollout_function(rows: Sequence[Mapping[str, Any]], sampler: Dynamic
                 "env_mask": [ep.completion_mask for ep in played],
                 "envfactory_reward": [ep.reward for ep in played],
                 "envfactory_components": [ep.components for ep in played],
+                "envfactory_turn_rewards": [ep.turn_rewards for ep in played],
+                "envfactory_turn_spans": [ep.turn_spans for ep in played],
                 "envfactory_row": [chosen[s] for s in range(n_slots) for _ in range(g)]}
 
     return rollout

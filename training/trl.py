@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from gym_envfactory import EnvFactoryEnv, ToolCall, get_environment
 from gym_envfactory.environment.tools import ToolSpec
+from gym_envfactory.reward import AlphaSchedule, RewardConfig, reward_from_components
 
 __all__ = ["environment_class", "EnvFactoryTRLEnvironment", "rollout_function", "environment_reward", "prompt_key"]
 
@@ -171,7 +172,8 @@ def prompt_key(messages: Any) -> str:
 
 
 def rollout_function(rows: Sequence[Mapping[str, Any]], *, max_steps: int = 8, max_new_tokens: int = 128,
-                     tools: Any = None, env_kwargs: Mapping[str, Any] | None = None) -> Any:
+                     tools: Any = None, env_kwargs: Mapping[str, Any] | None = None,
+                     alpha_schedule: AlphaSchedule | None = None) -> Any:
     """A TRL ``rollout_func`` (``GRPOTrainer(rollout_func=...)``, TRL 1.x, experimental there) that plays
     whole episodes, multi-turn tasks included, for the prompts of ``rows`` (``envfactory export rl`` rows,
     any environments).
@@ -182,7 +184,10 @@ def rollout_function(rows: Sequence[Mapping[str, Any]], *, max_steps: int = 8, m
     ``temperature``/``top_p``; ``max_completion_length`` caps each episode's completion tokens).  Returns
     ``prompt_ids``, ``completion_ids`` (generated tokens as generated, observation tokens between them),
     ``logprobs`` (None), ``env_mask`` (1 on generated tokens) and, for the reward function,
-    ``envfactory_reward`` and ``envfactory_components`` per completion.
+    ``envfactory_reward`` and ``envfactory_components`` per completion, plus ``envfactory_alpha`` (the
+    ``α`` of that reward), ``envfactory_turn_rewards`` (one reward per user turn played) and
+    ``envfactory_turn_spans`` (``[begin, end)`` of each of those turns in ``completion_ids``), for
+    turn-level credit assignment (docs/training.md, "Per-turn rewards").
 
     Args:
         rows: the training rows (their ``prompt`` and ``extra_info``).
@@ -190,6 +195,10 @@ def rollout_function(rows: Sequence[Mapping[str, Any]], *, max_steps: int = 8, m
         max_new_tokens: tokens per action.
         tools: maps OpenAI tool schemas to those put in the prompt (e.g. ``episodes.compact_tools``).
         env_kwargs: keywords of :class:`EnvFactoryEnv` (``backend``, ``url``, ``reward`` ...).
+        alpha_schedule: moves ``α`` with the trainer's ``state.global_step`` (docs/training.md, "α
+            schedule"): the episode's and its turns' rewards are recomposed from their components with
+            ``alpha_schedule.config_at(step, env_kwargs["reward"])`` (no replay).  ``None`` (default): the
+            env's own rewards, ``α`` fixed (0.5 unless ``env_kwargs["reward"]`` says otherwise).
 
     Raises:
         ValueError: two rows share a prompt but not an episode (when built); a prompt not among ``rows``
@@ -209,6 +218,7 @@ def rollout_function(rows: Sequence[Mapping[str, Any]], *, max_steps: int = 8, m
             raise ValueError(f"two rows have the same prompt but different episodes: {episodes[key]} and {entry}")
         episodes[key] = entry
     kwargs = dict(env_kwargs or {})
+    base = RewardConfig.coerce(kwargs.get("reward"))
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         found = []
@@ -231,12 +241,21 @@ def rollout_function(rows: Sequence[Mapping[str, Any]], *, max_steps: int = 8, m
                                 max_completion_tokens=args.max_completion_length or 1024, tools=tools)
             for i, ep in zip(idx, eps, strict=True):
                 played[i] = ep
+        cfg = base
+        rewards, turn_rewards = [ep.reward for ep in played], [ep.turn_rewards for ep in played]
+        if alpha_schedule is not None:
+            cfg = alpha_schedule.config_at(int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0), base)
+            rewards = [reward_from_components(ep.components, cfg) for ep in played]
+            turn_rewards = [[reward_from_components(t, cfg) for t in ep.components["turns"]] for ep in played]
         return {"prompt_ids": [ep.prompt_ids for ep in played],
                 "completion_ids": [ep.completion_ids for ep in played],
                 "logprobs": None,
                 "env_mask": [ep.completion_mask for ep in played],
-                "envfactory_reward": [ep.reward for ep in played],
-                "envfactory_components": [ep.components for ep in played]}
+                "envfactory_reward": rewards,
+                "envfactory_components": [ep.components for ep in played],
+                "envfactory_alpha": [cfg.alpha] * len(played),
+                "envfactory_turn_rewards": turn_rewards,
+                "envfactory_turn_spans": [[list(s) for s in ep.turn_spans] for ep in played]}
 
     return rollout
 

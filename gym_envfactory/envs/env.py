@@ -676,7 +676,7 @@ class EnvFactoryEnv(gym.Env):
                 user_msg = {"role": "user", "content": nxt}
                 self.messages.append(user_msg)
                 obs.append(dict(user_msg))
-                self.records.append(TurnRecord())
+                self.records.append(TurnRecord(start=self.records[-1].state))  # the turn starts where the last ended
         if not terminated and (self.steps >= self._step_limit or self.steps_in_turn >= self.max_steps_per_turn):
             truncated = True
             info["truncated_reason"] = "max_steps" if self.steps >= self._step_limit else "max_steps_per_turn"
@@ -758,7 +758,8 @@ class EnvFactoryEnv(gym.Env):
         records = self.records
         if records and records[-1].state is None and self.turn < self.end_turn:
             # scored mid-turn: judge the unfinished turn on the state as it stands (as if it ended now)
-            records = [*records[:-1], TurnRecord(calls=records[-1].calls, text=records[-1].text, state=final)]
+            last = records[-1]
+            records = [*records[:-1], TurnRecord(calls=last.calls, text=last.text, state=final, start=last.start)]
         return score_episode(records, self.reference, final, self.reward_config, turn_scores=self._turn_scores)
 
     async def areset(self, *, seed: int | None = None,
