@@ -220,8 +220,10 @@ def play_episodes(generate: Generate, tokenizer: Any, env_factory: Callable[[], 
         outs = generate([ep.prompt_ids + ep.completion_ids for ep in live], max(1, min(max_new_tokens, max(room))))
         for ep, new, left in zip(live, outs, room, strict=True):
             new = list(new)
-            cut = len(new) > left  # past the episode's token budget: the cut action is kept as tokens but
-            new = new[:max(0, left)] if cut else new  # never stepped, so no token outside the budget earns reward
+            # an action the episode's token budget cut (no EOS at the budget) is kept as tokens but never
+            # stepped: no token outside the trained sequence earns reward, and no half-written call runs
+            cut = len(new) >= left and not (len(new) == left and new and new[-1] == eos)
+            new = new[:max(0, left)] if cut else new
             turn, begin = ep.env.turn - ep.env.start_turn, len(ep.completion_ids)
             ep.spans[turn] = (ep.spans.get(turn, (begin, begin))[0], begin + len(new))
             if cut:
