@@ -269,32 +269,77 @@ def _finish(ep: TokenEpisode, info: Mapping[str, Any] | None) -> None:
 
 
 def hf_generate(model: Any, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
-                do_sample: bool = True) -> Generate:
+                do_sample: bool = True, reuse_cache: bool = False) -> Generate:
     """A :data:`Generate` over a ``transformers`` causal LM: left-pads the batch, samples (or decodes
-    greedily with ``do_sample=False``), and returns each sequence's new tokens up to and including EOS."""
+    greedily with ``do_sample=False``), and returns each sequence's new tokens up to and including EOS.
+
+    ``reuse_cache=True`` keeps the KV cache between calls: when every sequence of a call extends one of
+    the previous call's sequences by its generated tokens and then new ones (the next round of the same
+    episodes, as :func:`play_episodes` makes them; finished episodes may drop out), only the new tokens
+    are prefilled.  The new tokens of each row are laid after the previous layout with padding in
+    between (attention mask 0 there; positions follow the mask, as ``generate`` computes them), so no
+    earlier token is recomputed.  Any other call starts afresh.  The model must not change between
+    calls of one generator (make a new one after an optimiser step).
+    """
     import torch
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     eos = tokenizer.eos_token_id
+    kept: dict[str, Any] = {}  # the previous call: "rows" (real token lists), "ids"/"mask" (its layout), "cache"
 
-    def generate(sequences: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    def layout(sequences: list[list[int]]) -> tuple[Any, Any, Any]:
+        prev = kept.get("rows")
+        if reuse_cache and prev:
+            picks, j = [], 0
+            for s in sequences:
+                while j < len(prev) and not (len(s) > len(prev[j]) and s[:len(prev[j])] == prev[j]):
+                    j += 1
+                if j == len(prev):
+                    break
+                picks.append(j)
+                j += 1
+            if len(picks) == len(sequences):
+                cache = kept["cache"]
+                if len(picks) < len(prev):
+                    cache.batch_select_indices(torch.tensor(picks))
+                ext = [s[len(prev[i]):] for s, i in zip(sequences, picks, strict=True)]
+                width = max(len(e) for e in ext)
+                ids = torch.cat([kept["ids"][picks], torch.tensor([[pad] * (width - len(e)) + e for e in ext])], dim=1)
+                mask = torch.cat([kept["mask"][picks], torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in ext])],
+                                 dim=1)
+                return ids, mask, cache
         width = max(len(s) for s in sequences)
         ids = torch.tensor([[pad] * (width - len(s)) + s for s in sequences])
         mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences])
+        return ids, mask, None
+
+    def generate(sequences: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        ids, mask, cache = layout(sequences)
         kwargs: dict[str, Any] = {"do_sample": do_sample, "max_new_tokens": max_new_tokens, "pad_token_id": pad,
                                   "eos_token_id": eos}
         if do_sample:
             kwargs.update(temperature=temperature, top_p=top_p)
+        if reuse_cache:
+            from transformers import DynamicCache
+
+            kwargs.update(past_key_values=cache if cache is not None else DynamicCache(), return_dict_in_generate=True)
         was_training = model.training
         model.eval()
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
         if was_training:
             model.train()
+        seqs = out.sequences if reuse_cache else out
+        width = ids.shape[1]
         result = []
-        for row in out[:, width:].tolist():
+        for row in seqs[:, width:].tolist():
             cut = row.index(eos) + 1 if eos in row else len(row)
             result.append(row[:cut])
+        if reuse_cache:
+            grown = seqs.shape[1] - width
+            kept.update(rows=[s + r for s, r in zip(sequences, result, strict=True)], ids=seqs, cache=out.past_key_values,
+                        mask=torch.cat([mask, torch.tensor([[1] * len(r) + [0] * (grown - len(r)) for r in result],
+                                                           dtype=mask.dtype).reshape(len(result), grown)], dim=1))
         return result
 
     return generate
