@@ -19,10 +19,10 @@ from verl.workers.rollout.replica import TokenOutput
 
 from gym_envfactory.backends.subprocess import start_server_process
 from gym_envfactory.errors import BackendError
-from gym_envfactory.training.verl.prompts import PromptTooLongError, row_prompt_ids
 from gym_envfactory.training.export.rl import rl_rows
 from gym_envfactory.training.verl import AGENT_LOOP_CONFIG, AGENT_NAME, CONFIG_DIR
 from gym_envfactory.training.verl.agent_loop import REWARD_EXTRA_KEYS, EnvFactoryAgentLoop
+from gym_envfactory.training.verl.prompts import PromptTooLongError, row_prompt_ids
 from tests.training.smollm2 import smollm2_tokenizer
 
 
