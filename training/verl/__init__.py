@@ -8,6 +8,9 @@
 - :data:`CONFIG_DIR`: Hydra configs: ``envfactory_grpo.yaml`` (GRPO, ``rollout.n = 8``, async,
   multi-turn, this agent loop by default) and ``agent_loops.yaml`` (the loop's registration for
   VeRL's workers); ``run_grpo.sh`` launches it on a GPU box.
+- :mod:`.prompts`: compact tool schemas and the refusal of a prompt over ``rollout.prompt_length``;
+  :mod:`.launch`: batch sizes that fit the row count and the ``ENVFACTORY_*`` variables carried to
+  Ray workers (what ``run_grpo.sh`` adds to VeRL's command line).  Design: docs/training.md, "VeRL".
 
 Importing this package does not import VeRL; :mod:`.agent_loop` does.
 """

@@ -5,8 +5,11 @@ VeRL's ``AgentLoopWorker`` instantiates one agent loop per trajectory and awaits
 
 1. builds an :class:`~gym_envfactory.EnvFactoryEnv` (``history="raw"``) on the configured backend and
    resets it with the row's ``extra_info.reset_options`` (an ``envfactory export rl`` row);
-2. tokenises the opening messages and the episode's tool schemas with VeRL's Continuous Token builder
-   (``ct_build_initial_tokens``), so the model sees the template's own tool rendering;
+2. tokenises the opening messages and the episode's tool schemas (compact by default:
+   :func:`~gym_envfactory.training.verl.prompts.prompt_tools`) with VeRL's Continuous Token builder, so the
+   model sees the template's own tool rendering, and refuses a prompt longer than ``rollout.prompt_length``
+   (:class:`~gym_envfactory.training.verl.prompts.PromptTooLongError`, naming the row) where VeRL would
+   left-truncate it;
 3. loops: ``server_manager.generate`` → the generated ids appended as they are (``response_mask`` 1)
    → the decoded text stepped in the gym (``astep``: off the event loop) → the new tool results and the
    next scripted user message appended with ``response_mask`` 0 (``ct_merge_context_msg``), until the
@@ -17,16 +20,21 @@ VeRL's ``AgentLoopWorker`` instantiates one agent loop per trajectory and awaits
    fixed key set, as VeRL stacks them per batch).
 
 Configure it through the agent loop YAML (keys become constructor keywords): ``backend`` (inprocess,
-url, docker), ``url``, ``token``, ``user`` (``"module:function"``, a
+url, docker), ``url``, ``token``, ``token_file`` (first line: the token, kept out of VeRL's printed
+config), ``tool_schemas`` (``compact`` or ``full``), ``user`` (``"module:function"``, a
 :data:`~gym_envfactory.users.UserSource` resolved by :func:`~gym_envfactory.users.import_user`, e.g. a
 simulated user) and ``env_kwargs`` (any other
-:class:`EnvFactoryEnv` keyword: ``reward``, ``max_steps_per_turn`` ...).
+:class:`EnvFactoryEnv` keyword: ``reward``, ``max_steps_per_turn`` ...).  The shipped YAML reads backend,
+url and token file from ``ENVFACTORY_BACKEND``, ``ENVFACTORY_URL``, ``ENVFACTORY_TOKEN_FILE`` in the Ray
+worker (``run_grpo.sh`` carries them there: :mod:`~gym_envfactory.training.verl.launch`);
+``backend="url"`` without a url is refused when the loop is built, never run in-process instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
@@ -35,8 +43,10 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.utils.profiler import simple_timer
 
 from gym_envfactory import EnvFactoryEnv
+from gym_envfactory.errors import BackendError
 from gym_envfactory.reward import REWARD_COMPONENTS
 from gym_envfactory.training.verl import AGENT_NAME
+from gym_envfactory.training.verl.prompts import TOOL_SCHEMAS, check_prompt_fits, prompt_tools
 from gym_envfactory.users import import_user
 
 __all__ = ["EnvFactoryAgentLoop", "REWARD_EXTRA_KEYS"]
@@ -52,21 +62,40 @@ REWARD_EXTRA_KEYS = (*(k for k in REWARD_COMPONENTS if k not in ("reward", "vacu
 class EnvFactoryAgentLoop(AgentLoopBase):
     """A VeRL agent loop over gym_envfactory episodes (module docstring).
 
-    Args (besides VeRL's own): backend, url, token: where sessions live (``EnvFactoryEnv``'s);
-    user: ``"module:function"`` of a user source; env_kwargs: other ``EnvFactoryEnv`` keywords;
-    tools: VeRL's tool list (ignored: the environment's tools are the episode's).
+    Args (besides VeRL's own): backend, url, token: where sessions live (``EnvFactoryEnv``'s; an empty
+    string counts as unset); token_file: a file whose first line is the token (used when ``token`` is
+    unset); tool_schemas: ``"compact"`` or ``"full"`` (:func:`~.prompts.prompt_tools`); user:
+    ``"module:function"`` of a user source; env_kwargs: other ``EnvFactoryEnv`` keywords; tools: VeRL's
+    tool list (ignored: the environment's tools are the episode's).
 
-    Raises (from ``run``): KeyError when the row has no ``extra_info.reset_options`` and no ``task_id``;
-    UnknownTaskError/ValueError for a bad episode; BackendUnavailableError when a remote backend is lost.
+    Raises: BackendError (construction) when ``backend="url"`` has no url in this worker (the message
+    names the host and ``ENVFACTORY_URL``); ValueError for an unknown ``tool_schemas``.  From ``run``:
+    KeyError when the row has no ``extra_info.reset_options`` and no ``task_id``; PromptTooLongError when
+    the opening prompt with its tools exceeds ``rollout.prompt_length``; UnknownTaskError/ValueError for a
+    bad episode; BackendUnavailableError when a remote backend is lost.
     """
 
     def __init__(self, *args: Any, tools: Any = None, backend: str = "inprocess", url: str | None = None,
-                 token: str | None = None, user: str | None = None, env_kwargs: Mapping[str, Any] | None = None,
-                 **kwargs: Any) -> None:
+                 token: str | None = None, token_file: str | None = None, tool_schemas: str = "compact",
+                 user: str | None = None, env_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         multi_turn = self.rollout_config.multi_turn
         self.max_steps = int(multi_turn.get("max_assistant_turns") or 16)
         self.response_length = int(self.rollout_config.response_length)
+        self.prompt_length = int(self.rollout_config.prompt_length)
+        if tool_schemas not in TOOL_SCHEMAS:
+            raise ValueError(f"tool_schemas must be one of {TOOL_SCHEMAS}, got {tool_schemas!r}")
+        self.tool_schemas = tool_schemas
+        backend, url, token = (backend or "inprocess"), (url or None), (token or None)
+        if backend == "url" and not url:
+            raise BackendError(
+                f"the agent loop was asked for backend='url' (ENVFACTORY_BACKEND=url) but this Ray worker "
+                f"(host {socket.gethostname()}) has no server url: ENVFACTORY_URL did not reach it. Set it where "
+                f"you launch (run_grpo.sh carries ENVFACTORY_* to every worker via ray_kwargs.ray_init.runtime_env) "
+                f"or set url in the agent loop YAML; refusing to run sessions in-process instead")
+        if token is None and token_file:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.readline().strip() or None
         self.env_kwargs: dict[str, Any] = {"backend": backend, "url": url, "token": token,
                                            **dict(env_kwargs or {})}
         if user:
@@ -91,9 +120,14 @@ class EnvFactoryAgentLoop(AgentLoopBase):
         request_id = uuid4().hex
         try:
             obs, info = await env.areset(options=options)
-            tools = info["tools"]
+            tools = prompt_tools(info["tools"], self.tool_schemas)
             messages = [dict(m) for m in obs]
-            prompt_ids = await self.ct_build_initial_tokens(messages, tools=tools)
+            # built here, not with ct_build_initial_tokens, which left-truncates an overlong prompt
+            prompt_ids = await asyncio.to_thread(self.continuous_token_builder.build_initial_tokens, messages,
+                                                 tools=tools)
+            check_prompt_fits(len(prompt_ids), self.prompt_length,
+                              {"task_id": options.get("task_id"), "index": extra.get("index"),
+                               "env": env_id, "turn": options.get("start_turn")})
             response_mask: list[int] = []
             logprobs: list[float] | None = None
             steps, cut = 0, False

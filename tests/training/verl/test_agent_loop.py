@@ -11,6 +11,7 @@ import hydra
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.errors import InstantiationException
 from omegaconf import OmegaConf, open_dict
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
 from verl.utils.dataset.rl_dataset import RLHFDataset
@@ -21,6 +22,7 @@ from gym_envfactory.errors import BackendError
 from gym_envfactory.training.export.rl import rl_rows
 from gym_envfactory.training.verl import AGENT_LOOP_CONFIG, AGENT_NAME, CONFIG_DIR
 from gym_envfactory.training.verl.agent_loop import REWARD_EXTRA_KEYS, EnvFactoryAgentLoop
+from gym_envfactory.training.verl.prompts import PromptTooLongError, row_prompt_ids
 from tests.training.smollm2 import smollm2_tokenizer
 
 
@@ -193,3 +195,47 @@ def test_exported_parquet_through_verls_dataset_rebuilds_every_episode(config, t
         item = ds[i]
         out, _ = play(config, tokenizer, item, oracle_texts(row))
         assert out.reward_score == 1.0, row["extra_info"]["task_id"]
+
+
+def test_the_prompt_is_the_rows_compact_rendering_and_an_overlong_one_is_refused_naming_the_row(config, tokenizer):
+    """VeRL would left-truncate a prompt over rollout.prompt_length (the model sees a prompt starting
+    mid-schema); the loop refuses it, naming the row, before generating anything."""
+    row = rl_rows(["HotelBooking"], split="train")[3]
+    ids = row_prompt_ids(tokenizer, row)
+    out, server = play(config, tokenizer, row, oracle_texts(row))
+    assert out.prompt_ids == ids and out.reward_score == 1.0
+    cfg = config.copy()
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.rollout.prompt_length = len(ids) - 1
+    server = ScriptedServer(tokenizer, oracle_texts(row))
+    loop = make_loop(cfg, tokenizer, server)
+    with pytest.raises(PromptTooLongError, match=row["extra_info"]["task_id"]) as e:
+        asyncio.run(loop.run({}, raw_prompt=row["prompt"], extra_info=row["extra_info"], data_source=row["data_source"]))
+    assert e.value.n_tokens == len(ids) and e.value.row["index"] == row["extra_info"]["index"] and not server.calls
+    cfg.actor_rollout_ref.rollout.prompt_length = len(ids)
+    assert play(cfg, tokenizer, row, oracle_texts(row))[0].reward_score == 1.0
+
+
+def test_backend_url_without_a_url_in_the_worker_is_refused_not_run_in_process(config, tokenizer, monkeypatch):
+    """A Ray worker that got ENVFACTORY_BACKEND=url but no ENVFACTORY_URL: the YAML entry resolves url to
+    null there; building the loop fails with a message naming the variable, no session runs in-process."""
+    monkeypatch.setenv("ENVFACTORY_BACKEND", "url")
+    monkeypatch.delenv("ENVFACTORY_URL", raising=False)
+    for url in (None, ""):  # not carried at all, or carried empty
+        if url is None:
+            monkeypatch.delenv("ENVFACTORY_URL", raising=False)
+        else:
+            monkeypatch.setenv("ENVFACTORY_URL", url)
+        with pytest.raises(InstantiationException) as e:  # hydra (as in AgentLoopWorker) wraps it
+            make_loop(config, tokenizer, ScriptedServer(tokenizer, []))
+        assert isinstance(e.value.__cause__, BackendError) and "ENVFACTORY_URL did not reach it" in str(e.value)
+    monkeypatch.setenv("ENVFACTORY_URL", "http://127.0.0.1:9")
+    assert make_loop(config, tokenizer, ScriptedServer(tokenizer, [])).env_kwargs["backend"] == "url"
+
+
+def test_the_token_file_is_read_when_no_token_is_given(config, tokenizer, tmp_path):
+    path = tmp_path / "token"
+    path.write_text("s3cret\nignored\n")
+    loop = make_loop(config, tokenizer, ScriptedServer(tokenizer, []), backend="url", url="http://h:1",
+                     token_file=str(path))
+    assert loop.env_kwargs["token"] == "s3cret"
