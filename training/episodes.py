@@ -174,7 +174,8 @@ def _after_eos(tokenizer: Any) -> list[int]:
     return ids[last + 1:]
 
 
-def play_episodes(generate: Generate, tokenizer: Any, env_factory: Callable[[], EnvFactoryEnv],
+def play_episodes(generate: Generate, tokenizer: Any,
+                  env_factory: Callable[[], EnvFactoryEnv] | Sequence[Callable[[], EnvFactoryEnv]],
                   options: Sequence[Mapping[str, Any]], *, max_steps: int = 8, max_new_tokens: int = 128,
                   max_completion_tokens: int = 1024, tools: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
                   | None = None) -> list[TokenEpisode]:
@@ -185,7 +186,8 @@ def play_episodes(generate: Generate, tokenizer: Any, env_factory: Callable[[], 
     Args:
         generate: see :data:`Generate`; returns new tokens only (ending in EOS when the model stopped).
         tokenizer: a ``transformers`` tokenizer whose template renders tools (:func:`ensure_tool_template`).
-        env_factory: makes a fresh :class:`EnvFactoryEnv` (``history="raw"`` is set on it).
+        env_factory: makes a fresh :class:`EnvFactoryEnv` (``history="raw"`` is set on it); or one factory
+            per entry of ``options``, so episodes of different environments share each ``generate`` batch.
         options: reset options per episode.
         max_steps: assistant actions per episode; then it is truncated and scored as it stands.
         max_new_tokens: tokens per action.
@@ -201,8 +203,11 @@ def play_episodes(generate: Generate, tokenizer: Any, env_factory: Callable[[], 
         UnknownTaskError, ValueError: bad reset options (before anything is generated).
     """
     episodes: list[TokenEpisode] = []
-    for opt in options:
-        env = env_factory()
+    factories = list(env_factory) if isinstance(env_factory, Sequence) else [env_factory] * len(options)
+    if len(factories) != len(options):
+        raise ValueError(f"{len(factories)} environment factories for {len(options)} episodes")
+    for opt, make in zip(options, factories, strict=True):
+        env = make()
         env.history = "raw"
         env.max_steps = max_steps
         obs, info = env.reset(options=dict(opt))

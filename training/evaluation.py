@@ -2,8 +2,8 @@
 policy beats another beyond noise.
 
 :func:`evaluate_rows` plays one episode per row (``envfactory export rl`` rows) with a generator you
-supply (e.g. :func:`~gym_envfactory.training.episodes.hf_generate`, greedy), batching rows of one
-environment with similar prompt lengths, and returns the per-row rewards in the order of the rows, so
+supply (e.g. :func:`~gym_envfactory.training.episodes.hf_generate`, greedy, with ``reuse_cache``),
+batching rows of similar prompt lengths (any environments together), and returns the per-row rewards in the order of the rows, so
 two policies evaluated on the same rows give paired samples.
 
 :func:`paired_bootstrap` resamples rows with replacement (Efron & Tibshirani, *An Introduction to the
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from gym_envfactory import EnvFactoryEnv
@@ -37,8 +38,8 @@ def evaluate_rows(generate: Any, tokenizer: Any, rows: Sequence[Mapping[str, Any
         rows: ``envfactory export rl`` rows (``extra_info.env`` and ``extra_info.reset_options``).
         env_factory: ``env_factory(env_id)`` makes a fresh environment (e.g. with the recipe's system prompt).
         max_steps, max_new_tokens, max_completion_tokens, tools: as in ``episodes.play_episodes``.
-        batch: episodes generated together (rows of one environment, similar prompt lengths: padding to
-            the longest prompt of a batch is paid on every generation round).
+        batch: episodes generated together (rows sorted by prompt length: padding to the longest prompt
+            of a batch is paid in the prefill).
 
     Raises:
         UnknownTaskError, ValueError: a row names no valid episode.
@@ -48,22 +49,18 @@ def evaluate_rows(generate: Any, tokenizer: Any, rows: Sequence[Mapping[str, Any
     def env_of(i: int) -> str:
         return str(rows[i]["extra_info"]["env"])
 
-    order = sorted(range(len(rows)), key=lambda i: (env_of(i), len(json.dumps(rows[i]["prompt"]))))
+    order = sorted(range(len(rows)), key=lambda i: len(json.dumps(rows[i]["prompt"])))
     rewards: list[float] = [0.0] * len(rows)
     texts: list[list[str]] = [[] for _ in rows]
     called = 0
     for start in range(0, len(order), batch):
-        by_env: dict[str, list[int]] = {}
-        for j in order[start:start + batch]:
-            by_env.setdefault(env_of(j), []).append(j)
-        for env_id, idx in by_env.items():
-            eps = play_episodes(generate, tokenizer, lambda env_id=env_id: env_factory(env_id),
-                                [rows[j]["extra_info"]["reset_options"] for j in idx], max_steps=max_steps,
-                                max_new_tokens=max_new_tokens, max_completion_tokens=max_completion_tokens,
-                                tools=tools)
-            for j, ep in zip(idx, eps, strict=True):
-                rewards[j], texts[j] = ep.reward, ep.texts
-                called += any(invalid is False for rec in ep.env.records for *_, invalid in rec.calls)
+        idx = order[start:start + batch]
+        eps = play_episodes(generate, tokenizer, [partial(env_factory, env_of(j)) for j in idx],
+                            [rows[j]["extra_info"]["reset_options"] for j in idx], max_steps=max_steps,
+                            max_new_tokens=max_new_tokens, max_completion_tokens=max_completion_tokens, tools=tools)
+        for j, ep in zip(idx, eps, strict=True):
+            rewards[j], texts[j] = ep.reward, ep.texts
+            called += any(invalid is False for rec in ep.env.records for *_, invalid in rec.calls)
     return {"reward": sum(rewards) / max(1, len(rewards)), "episodes": len(rewards),
             "with_valid_call": called / max(1, len(rewards)), "rewards": rewards, "texts": texts}
 

@@ -181,17 +181,10 @@ def dynamic_rollout_function(rows: Sequence[Mapping[str, Any]], sampler: Dynamic
 
     def play(generate: Any, tokenizer: Any, picks: list[int], g: int, cap: int) -> list[list[Any]]:
         """``g`` episodes of each picked row, batched per environment; a list of groups."""
-        flat = [(slot, r) for slot, r in enumerate(picks) for _ in range(g)]
-        played: list[Any] = [None] * len(flat)
-        by_env: dict[str, list[int]] = {}
-        for j, (_, r) in enumerate(flat):
-            by_env.setdefault(entries[r][0], []).append(j)
-        for env_id, idx in by_env.items():
-            eps = play_episodes(generate, tokenizer, partial(EnvFactoryEnv, env_id, **kwargs),
-                                [entries[flat[j][1]][1] for j in idx], max_steps=max_steps,
-                                max_new_tokens=max_new_tokens, max_completion_tokens=cap, tools=tools)
-            for j, ep in zip(idx, eps, strict=True):
-                played[j] = ep
+        flat = [r for r in picks for _ in range(g)]
+        played = play_episodes(generate, tokenizer, [partial(EnvFactoryEnv, entries[r][0], **kwargs) for r in flat],
+                               [entries[r][1] for r in flat], max_steps=max_steps, max_new_tokens=max_new_tokens,
+                               max_completion_tokens=cap, tools=tools)
         return [played[s * g:(s + 1) * g] for s in range(len(picks))]
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -201,7 +194,6 @@ def dynamic_rollout_function(rows: Sequence[Mapping[str, Any]], sampler: Dynamic
         tokenizer = getattr(trainer.processing_class, "tokenizer", None) or trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)
         args = trainer.args
-        generate = hf_generate(model, tokenizer, temperature=args.temperature, top_p=args.top_p or 1.0)
         cap = args.max_completion_length or 1024
         n_slots = len(prompts) // g
         picks = [sampler.draw() for _ in range(n_slots)]
@@ -209,6 +201,8 @@ def dynamic_rollout_function(rows: Sequence[Mapping[str, Any]], sampler: Dynamic
         chosen = list(picks)
         pending = list(range(n_slots))
         for attempt in range(max_tries):
+            generate = hf_generate(model, tokenizer, temperature=args.temperature, top_p=args.top_p or 1.0,
+                                   reuse_cache=True)
             results = play(generate, tokenizer, [picks[s] for s in pending], g, cap)
             retry = []
             for s, group in zip(pending, results, strict=True):
