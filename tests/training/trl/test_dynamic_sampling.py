@@ -111,3 +111,51 @@ def test_a_call_cut_by_the_token_budget_is_never_stepped(tokenizer):
                            max_completion_tokens=len(ids) - 5, tools=compact_tools)
     assert cut.truncated and len(cut.completion_ids) <= len(ids) - 5
     assert not any(rec.calls for rec in cut.env.records) and cut.reward == 0.0  # the cut call changed nothing
+
+
+def test_kv_cache_reuse_changes_no_token(tokenizer):
+    """Greedy generation on a random tiny model is token-for-token the same with the KV cache kept across
+    rounds (only new tokens prefilled, padding between rounds masked, positions from the mask) as from
+    scratch: rounds extend each row by its generated tokens and observations of different lengths, and a
+    row that finished drops out (the cache follows the surviving rows)."""
+    from gym_envfactory.training.episodes import hf_generate
+    from recipes.smollm2 import tiny_model
+
+    model = tiny_model(tokenizer, seed=3)
+    reused = []
+    inner = model.generate
+
+    def spy(**kw):
+        cache = kw.get("past_key_values")
+        reused.append(cache.get_seq_length() if cache is not None else None)
+        return inner(**kw)
+
+    model.generate = spy
+    cached = hf_generate(model, tokenizer, do_sample=False, reuse_cache=True)
+    seqs = [tokenizer.encode(t) for t in ("Book a room in Lisbon for two nights", "hi", "Cancel order 17, please")]
+    for extension in ([[11, 12, 13], [14], [15, 16, 17, 18, 19]], [[20, 21], None, [22]], [[23] * 7, None]):
+        fresh = hf_generate(model, tokenizer, do_sample=False)(seqs, 6)
+        got = cached(seqs, 6)
+        assert got == fresh
+        seqs = [s + g + e for s, g, e in zip(seqs, got, extension, strict=True) if e is not None]
+    assert len(seqs) == 1  # two rows dropped out on the way
+    assert cached(seqs, 6) == hf_generate(model, tokenizer, do_sample=False)(seqs, 6)
+    with_cache = [n for n in reused if n is not None]
+    assert with_cache[0] == 0 and all(n > 0 for n in with_cache[1:]) and len(with_cache) == 4  # later rounds reuse it
+
+
+def test_one_generation_batch_mixes_environments(tokenizer):
+    rows = rl_rows(["HotelBooking"], split="test")[:2] + rl_rows(["TeamCalendar"], split="test")[:2]
+    factories = [lambda e=r["extra_info"]["env"]: EnvFactoryEnv(e) for r in rows]
+    opts = [r["extra_info"]["reset_options"] for r in rows]
+    calls = []
+
+    def generate(seqs, n):
+        calls.append(len(seqs))
+        return [tokenizer.encode("No.", add_special_tokens=False) + [tokenizer.eos_token_id] for _ in seqs]
+
+    eps = play_episodes(generate, tokenizer, factories, opts, max_steps=2, tools=compact_tools)
+    assert calls == [4]  # one batch across both environments
+    assert [e.env.environment.name for e in eps] == ["HotelBooking"] * 2 + ["TeamCalendar"] * 2
+    with pytest.raises(ValueError, match="factories"):
+        play_episodes(generate, tokenizer, factories[:2], opts, max_steps=1)
