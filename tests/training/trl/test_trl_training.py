@@ -15,7 +15,13 @@ from trl import GRPOConfig, GRPOTrainer
 
 from gym_envfactory.training.episodes import compact_tools
 from gym_envfactory.training.export.rl import rl_rows
-from gym_envfactory.training.trl import environment_class, environment_reward, prompt_key, rollout_function
+from gym_envfactory.training.trl import (
+    environment_class,
+    environment_reward,
+    prompt_key,
+    rollout_function,
+    tool_chat_template,
+)
 from recipes.smollm2 import action_text, run, tiny_model
 from tests.training.smollm2 import smollm2_tokenizer
 
@@ -128,10 +134,7 @@ def test_grpo_trainer_steps_on_whole_multi_turn_episodes(tmp_path, tokenizer):
 
 
 def test_grpo_trainer_with_the_environment_factory_adapter(tmp_path, tokenizer):
-    from trl.chat_template_utils import qwen3_chat_template
-
-    tokenizer = smollm2_tokenizer()
-    tokenizer.chat_template = qwen3_chat_template  # a template TRL can parse tool calls from (ChatML tokens)
+    tokenizer = tool_chat_template(smollm2_tokenizer())  # CHATML_TOOLS + TRL's Hermes parser (README "Train")
     rows = rl_rows(["HotelBooking"], split="train")[:1]
     cls = environment_class("HotelBooking")
     resets = []
