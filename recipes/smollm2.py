@@ -239,7 +239,7 @@ def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_pe
     test_rows = eval_rows(test_all, 2 if tiny else eval_per_env, seed)
     if tiny:
         train_rows = train_rows[:4]
-    ev = {"max_steps": max_steps, "max_new_tokens": 8 if tiny else max_new_tokens, "max_completion_tokens": 2048,
+    ev: dict[str, Any] = {"max_steps": max_steps, "max_new_tokens": 8 if tiny else max_new_tokens, "max_completion_tokens": 2048,
           "tools": signatures}
     timings: dict[str, float] = {}
     steps: list[dict[str, Any]] = []
