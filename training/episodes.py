@@ -334,13 +334,15 @@ def hf_generate(model: Any, tokenizer: Any, *, temperature: float = 1.0, top_p: 
             out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
         if was_training:
             model.train()
-        seqs = out.sequences if reuse_cache else out
+        seqs = getattr(out, "sequences", out)  # a model whose generate returns bare ids keeps no cache
         width = ids.shape[1]
         result = []
         for row in seqs[:, width:].tolist():
             cut = row.index(eos) + 1 if eos in row else len(row)
             result.append(row[:cut])
-        if reuse_cache:
+        if reuse_cache and getattr(out, "past_key_values", None) is None:
+            kept.clear()
+        elif reuse_cache:
             grown = seqs.shape[1] - width
             kept.update(rows=[s + r for s, r in zip(sequences, result, strict=True)], ids=seqs, cache=out.past_key_values,
                         mask=torch.cat([mask, torch.tensor([[1] * len(r) + [0] * (grown - len(r)) for r in result],
