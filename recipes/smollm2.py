@@ -10,18 +10,21 @@ An experiment, not library code: it lives outside the installed package, in the 
     python -m recipes.smollm2 --out docs/results            # the real run
     python -m recipes.smollm2 --tiny --out /tmp/recipe      # seconds, random tiny model
 
-Steps: (a) SFT data from the train split's ground truth, played through the gym so every example is
-the exact token sequence the policy later sees (tool results masked out of the loss; only examples
-whose episode earns reward 1.0 are kept); (b) SFT with TRL's ``SFTTrainer``; (c) GRPO with TRL's
-``GRPOTrainer`` and :func:`~gym_envfactory.training.trl.rollout_function` (whole episodes, the gym's
-reward), rows ordered from one-call turns to many-call turns (a curriculum); (d) greedy evaluation
-of base, SFT and GRPO on the test split (tasks never trained on).  Writes ``recipe-smollm2.json``
-(``{"eval": {"base", "sft", "grpo"}, "steps": [...], "config": {...}}``) and ``recipe-smollm2.png``.
+Steps, on per-turn rows of all eight environments (docs/training.md, "The recipe"): (a) SFT data from
+the train split's ground truth, played through the gym so every example is the exact token sequence
+the policy later sees (tool results masked out of the loss; only examples whose episode earns 1.0 are
+kept), shuffled; (b) SFT with TRL's ``SFTTrainer``; (c) GRPO with TRL's ``GRPOTrainer`` and
+:func:`~gym_envfactory.training.sampling.dynamic_rollout_function` (whole episodes, the gym's reward,
+dynamic sampling: rows whose group has reward variance first); (d) greedy evaluation of base, SFT and
+GRPO on the same stratified held-out rows (tasks never trained on), with per-row rewards and paired
+bootstraps.  Writes ``recipe-smollm2.json`` (``{"eval": {"base", "sft", "grpo"}, "paired":
+{"sft_vs_base", "grpo_vs_sft"}, "eval_detail": {stage: {"rewards": [...]}}, "steps": [...],
+"grpo_groups": [...], "config": {...}}``) and ``recipe-smollm2.png``.
 
-Choices that make it fit 2 cores and < 16 GB: the compact ChatML tool list (one line per tool) and a
-short system prompt: tool signatures only (~450 prompt tokens instead of ~1,700), the embeddings and the lower half of the
-layers frozen, one episode per task turn, and wall-clock budgets per phase (``--sft-minutes``,
-``--grpo-minutes``) on top of the step counts.
+Choices that make it fit 2 cores and < 16 GB: the compact ChatML tool list (signatures only, one line
+per tool) and a short system prompt, the embeddings and the lower half of the layers frozen, the KV
+cache kept across an episode's actions, mixed-environment generation batches, and wall-clock budgets
+per phase (``--sft-minutes``, ``--grpo-minutes``) on top of the step counts.
 """
 
 from __future__ import annotations
