@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 
 #: the most calls one "not recorded" summary record may stand for (a message cannot hold more blocks)
 MAX_NOT_RECORDED = 1_000_000
+#: Most entries of ``score``'s ``texts`` (one per turn; turns are tags below 10,000).
+MAX_SCORE_TEXTS = 10_000
+#: Most characters of ``score``'s ``texts`` in all.
+MAX_SCORE_TEXT_CHARS = 4 * 1024 * 1024
 READ_METHODS = frozenset({"state", "snapshot", "info", "action_log"})
 """Protocol methods whose response size :meth:`SessionManager.admit_frame` estimates before a frame runs."""
 
@@ -548,7 +552,8 @@ class SessionManager:
         Raises:
             UnknownSessionError: no live session ``session_id``.
             SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
-            BadRequestError: the session was not created from a task, or bad ``reward``/``texts``.
+            BadRequestError: the session was not created from a task, or bad ``reward``/``texts`` (more
+                than :data:`MAX_SCORE_TEXTS` texts or :data:`MAX_SCORE_TEXT_CHARS` characters in all).
         """
         ms = self.get(session_id, client)
         if ms.task_id is None:
@@ -559,6 +564,10 @@ class SessionManager:
             raise BadRequestError(f"bad reward config: {exc}") from None
         if texts is not None and (not isinstance(texts, list) or not all(isinstance(x, str) for x in texts)):
             raise BadRequestError("texts must be a list of strings (the assistant's replies per turn)")
+        if texts is not None and len(texts) > MAX_SCORE_TEXTS:
+            raise BadRequestError(f"texts has {len(texts)} entries; at most {MAX_SCORE_TEXTS} texts (one per turn)")
+        if texts is not None and (chars := sum(len(x) for x in texts)) > MAX_SCORE_TEXT_CHARS:
+            raise BadRequestError(f"texts hold {chars} characters; at most {MAX_SCORE_TEXT_CHARS} in all")
         reference = task_reference(self.spec(ms.envs[0]), ms.task_id)
         records: list[TurnRecord] = [TurnRecord()]
         for rec in ms.session.action_records():
@@ -570,8 +579,9 @@ class SessionManager:
             if res.error_code == "calls_not_recorded" and isinstance(rec.raw_arguments, dict):
                 # the env's summary record (only record_invalid(not_recorded=N) makes one, never a model's
                 # call) stands for every call it did not record: each counts in P_len
-                hidden = min(int(rec.raw_arguments.get("not_recorded", 1)), MAX_NOT_RECORDED)
-                records[turn].calls.extend([("invalid_tool_call", None, True)] * (hidden - 1))
+                hidden = rec.raw_arguments.get("not_recorded", 1)
+                hidden = min(hidden, MAX_NOT_RECORDED) if isinstance(hidden, int) and not isinstance(hidden, bool) else 1
+                records[turn].not_recorded += max(0, hidden - 1)  # a count, never a list (issue 25, item 2)
         for i, text in enumerate(texts or []):
             while len(records) <= i:
                 records.append(TurnRecord())
