@@ -25,7 +25,10 @@ Errors (codes in :mod:`gym_envfactory.protocol`, re-exported here as ``ERR_*``) 
 session belongs to another client, -32006 over the memory budget (``data``: ``{"scope": "memory",
 "limit": budget, "estimate", "used", "headroom"}`` in bytes; a frame whose reads would not fit gets it
 for every request, and none of them runs; a frame whose answers outgrow the budget while it runs gets
-it for the requests not yet run, checked each :data:`RESPONSE_CHECK_BYTES` of answers).
+it for the requests not yet run, checked each :data:`RESPONSE_CHECK_BYTES` of answers; a ``call`` or
+``record_invalid`` past its session's action-log cap or the budget gets it alone and does not run, where
+``limit`` is the log's cap and ``used`` the log's bytes for the former:
+:meth:`~gym_envfactory.server.manager.SessionManager.admit_call`).
 
 Dispatch never holds the event loop: :func:`dispatch_frame_async` parses, runs and encodes a frame on
 the manager's worker thread (:mod:`.worker`) in slices of at most :data:`SLICE_REQUESTS` requests or
