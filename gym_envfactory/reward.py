@@ -297,13 +297,16 @@ class TurnRecord:
     (``invalid`` = parse error / unknown tool / invalid arguments); ``text``: the assistant's replies
     concatenated; ``state``: the canonical state at the end of the turn (``None`` if not reached);
     ``start``: the state when the turn began, read only by ``turn_state="delta"`` (``None``: the previous
-    record's ``state`` in :func:`score_episode`, and for turn 0 the reference's start state).
+    record's ``state`` in :func:`score_episode`, and for turn 0 the reference's start state);
+    ``not_recorded``: invalid calls of the turn not listed in ``calls`` (an env's summary record stands
+    for them), each counted in ``P_len`` as an invalid call: a count, never expanded into ``calls``.
     """
 
     calls: list[tuple[str, dict[str, Any] | None, bool]] = field(default_factory=list)
     text: str = ""
     state: Any = None
     start: Any = None
+    not_recorded: int = 0
 
 
 @dataclass
@@ -688,8 +691,9 @@ class PLen(RewardComponent):
 
     def score_turn(self, turn: int, record: TurnRecord, reference: TaskReference) -> ComponentResult:
         """Surplus and invalid calls of turn ``turn``."""
-        invalid = sum(1 for _, _, bad in record.calls if bad)
-        surplus = max(0, len(record.calls) - invalid - len(reference.turn_calls[turn]))
+        bad = sum(1 for _, _, b in record.calls if b)
+        surplus = max(0, len(record.calls) - bad - len(reference.turn_calls[turn]))
+        invalid = bad + record.not_recorded
         return ComponentResult(surplus + invalid, {"surplus": surplus, "invalid": invalid})
 
     def score_episode(self, episode: EpisodeView) -> ComponentResult:
@@ -699,7 +703,7 @@ class PLen(RewardComponent):
         for rec in episode.extra_records:
             bad = sum(1 for _, _, b in rec.calls if b)
             surplus += len(rec.calls) - bad
-            invalid += bad
+            invalid += bad + rec.not_recorded
         return ComponentResult(surplus + invalid, {"surplus": surplus, "invalid": invalid})
 
 

@@ -203,8 +203,24 @@ def _fingerprint(content: Any) -> str:
         return repr(content)
 
 
+#: Characters of a call's name, of arguments that did not validate (their JSON) and (x2) of a
+#: ``record_invalid`` message that the action log keeps: the reward needs that the call was invalid,
+#: never its payload (issue 25, item 1: 3.9 MB of nested empty lists were kept whole, ~80 MB a call).
+MAX_LOGGED_RAW = 2000
+
+
 def _loggable(raw: Any) -> Any:
-    """What the action log keeps of arguments that did not validate: JSON data, else a safe string."""
+    """What the action log keeps of arguments that did not validate: JSON data whose encoding takes at
+    most :data:`MAX_LOGGED_RAW` characters, else a safe string of at most that many (the encoding's head)."""
+    if isinstance(raw, (str, bytes)) and len(raw) > MAX_LOGGED_RAW:
+        return raw_text(raw[:MAX_LOGGED_RAW] if isinstance(raw, str) else raw[:MAX_LOGGED_RAW].decode("utf-8", "replace"))
+    if not isinstance(raw, (str, bytes)):
+        try:
+            text = json.dumps(raw, ensure_ascii=False, default=safe_repr)
+        except Exception:  # noqa: BLE001 - RecursionError, ValueError, a hostile object's own error
+            return raw_text(raw)
+        if len(text) > MAX_LOGGED_RAW:
+            return scrub(text[:MAX_LOGGED_RAW])
     try:
         return decode_arguments(raw)
     except ValueError:
@@ -520,7 +536,7 @@ class Session:
         n = not_recorded if isinstance(not_recorded, int) and not isinstance(not_recorded, bool) else 0
         kind: ErrorType = "unknown_tool" if error_type == "unknown_tool" and n == 0 else "parse_error"
         code = "calls_not_recorded" if n > 0 else kind
-        result = ToolResult(name=scrub(name), ok=False, error_type=kind, error=scrub(message),
+        result = ToolResult(name=scrub(str(name)[:200]), ok=False, error_type=kind, error=scrub(str(message)[:2 * MAX_LOGGED_RAW]),
                             error_code=code, call_id=call_id)
         self._log.append(ActionRecord(len(self._log), result.name, {"not_recorded": n} if n > 0 else _loggable(raw),
                                       result, tag))
@@ -530,7 +546,7 @@ class Session:
         tool = self.tools.get(name) if isinstance(name, str) else None
         if tool is None:
             known = ", ".join(self.tools)
-            name = scrub(name) if isinstance(name, str) else safe_repr(name, 200)
+            name = scrub(name[:200]) if isinstance(name, str) else safe_repr(name, 200)
             return ToolResult(name=name, ok=False, error_type="unknown_tool", error_code="unknown_tool",
                               error=f"unknown tool {name!r}; available tools: {known}", call_id=call_id)
         if isinstance(arguments, bytes):

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import inspect
 import json
+import keyword
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
 from gym_envfactory import EnvFactoryEnv, ToolCall, get_environment
 from gym_envfactory.environment.tools import ToolSpec
+from gym_envfactory.errors import SpecError
 from gym_envfactory.reward import AlphaSchedule, RewardConfig, reward_from_components
 
 __all__ = ["environment_class", "EnvFactoryTRLEnvironment", "rollout_function", "environment_reward", "prompt_key",
@@ -152,6 +154,28 @@ class EnvFactoryTRLEnvironment:
         return float(score.reward)
 
 
+#: Names a tool method may not take: the instance attributes :meth:`EnvFactoryTRLEnvironment.__init__` sets.
+_INSTANCE_MEMBERS = frozenset({"env", "last_info"})
+
+
+def _check_tool_name(env: str, name: str) -> None:
+    """Refuse a tool name that cannot be a method of the generated class or would replace one of its
+    members (issue 25, item 8).
+
+    Raises:
+        SpecError: the reason, with the tool named.
+    """
+    shown = json.dumps(name, ensure_ascii=True)[:200]
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise SpecError(f"{env}: tool {shown} is not a Python identifier, so the TRL adapter cannot make it a method; "
+                        f"rename the tool")
+    if name.startswith("_"):
+        raise SpecError(f"{env}: tool {shown} starts with an underscore, which the TRL adapter keeps for its own "
+                        f"members; rename the tool")
+    if name in _INSTANCE_MEMBERS or hasattr(EnvFactoryTRLEnvironment, name):
+        raise SpecError(f"{env}: tool {shown} would replace the TRL adapter's member of that name; rename the tool")
+
+
 def environment_class(env_id: str, *, compact: bool = False, **env_kwargs: Any) -> type[EnvFactoryTRLEnvironment]:
     """A TRL environment class for ``env_id`` (gym id or name): pass it as
     ``GRPOTrainer(environment_factory=environment_class("envfactory/HotelBooking-v0"), ...)``.
@@ -167,12 +191,14 @@ def environment_class(env_id: str, *, compact: bool = False, **env_kwargs: Any) 
 
     Raises:
         UnknownEnvironmentError: no such environment.
+        SpecError: a tool's name is not a Python identifier, is a keyword, starts with an underscore, or
+            names a member of the class (``reset``, ``get_reward``, ``env``, ``last_info``, ``env_id``,
+            ``env_kwargs``, any attribute of :class:`EnvFactoryTRLEnvironment`); the message names the tool.
     """
     spec = get_environment(env_id)
+    for tool in spec.tools.values():
+        _check_tool_name(spec.name, tool.name)
     methods: dict[str, Any] = {tool.name: _method(tool, compact) for tool in spec.tools.values()}
-    clash = set(methods) & {"reset", "get_reward", "env", "last_info"}
-    if clash:
-        raise ValueError(f"{spec.name} has tools named like the adapter's own members: {sorted(clash)}")
     attrs = {"env_id": spec.name, "env_kwargs": dict(env_kwargs), "__doc__": f"{spec.name}: {spec.description}",
              "__module__": __name__, **methods}
     return type(f"{spec.name}TRLEnvironment", (EnvFactoryTRLEnvironment,), attrs)

@@ -356,7 +356,7 @@ def serve_cmd(
     max_sessions: Annotated[int, typer.Option(help="most live sessions")] = 10_000,
     max_sessions_per_client: Annotated[int | None, typer.Option(min=1, help="most live sessions one client (X-Envfactory-Client) may hold (default: half of --max-sessions)")] = None,
     close_on_disconnect: Annotated[bool, typer.Option(help="close the sessions a WebSocket connection created when it drops (a connection may ask either way: ?close_on_disconnect=1|0)")] = False,
-    memory_budget: Annotated[str | None, typer.Option(envvar="ENVFACTORY_MEMORY_BUDGET", help="memory budget: 512M, 2G or 50% (of physical memory); caps the container's cgroup limit, which is the default (else 60% of physical memory); creates, forks, restores and read frames that would not fit are refused (-32006)")] = None,
+    memory_budget: Annotated[str | None, typer.Option(envvar="ENVFACTORY_MEMORY_BUDGET", help="memory budget: 512M, 2G or 50% (of physical memory); caps the container's cgroup limit, which is the default (else 60% of physical memory); creates, forks, restores, read frames, calls and scores that would not fit are refused (-32006)")] = None,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
     transport: Annotated[str, typer.Option(help="http (every route below) or stdio (MCP for one environment over stdin/stdout)")] = "http",
     uds: Annotated[Path | None, typer.Option(help="listen on this Unix domain socket path instead of --host/--port (mode 0600)")] = None,

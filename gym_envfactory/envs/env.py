@@ -759,7 +759,8 @@ class EnvFactoryEnv(gym.Env):
         if records and records[-1].state is None and self.turn < self.end_turn:
             # scored mid-turn: judge the unfinished turn on the state as it stands (as if it ended now)
             last = records[-1]
-            records = [*records[:-1], TurnRecord(calls=last.calls, text=last.text, state=final, start=last.start)]
+            records = [*records[:-1], TurnRecord(calls=last.calls, text=last.text, state=final, start=last.start,
+                                                  not_recorded=last.not_recorded)]
         return score_episode(records, self.reference, final, self.reward_config, turn_scores=self._turn_scores)
 
     async def areset(self, *, seed: int | None = None,

@@ -25,7 +25,10 @@ Errors (codes in :mod:`gym_envfactory.protocol`, re-exported here as ``ERR_*``) 
 session belongs to another client, -32006 over the memory budget (``data``: ``{"scope": "memory",
 "limit": budget, "estimate", "used", "headroom"}`` in bytes; a frame whose reads would not fit gets it
 for every request, and none of them runs; a frame whose answers outgrow the budget while it runs gets
-it for the requests not yet run, checked each :data:`RESPONSE_CHECK_BYTES` of answers).
+it for the requests not yet run, checked each :data:`RESPONSE_CHECK_BYTES` of answers; a ``call`` or
+``record_invalid`` past its session's action-log cap or the budget gets it alone and does not run, where
+``limit`` is the log's cap and ``used`` the log's bytes for the former:
+:meth:`~gym_envfactory.server.manager.SessionManager.admit_call`).
 
 Dispatch never holds the event loop: :func:`dispatch_frame_async` parses, runs and encodes a frame on
 the manager's worker thread (:mod:`.worker`) in slices of at most :data:`SLICE_REQUESTS` requests or
@@ -62,6 +65,7 @@ from gym_envfactory.protocol import (  # the codes live in the protocol module; 
     ERR_UNKNOWN_SESSION,
 )
 from gym_envfactory.server.manager import SessionManager
+from gym_envfactory.session import INVALID_CALL_ERRORS, MAX_LOGGED_RAW
 
 #: Most requests one frame (a JSON-RPC batch) may carry, and most bytes one response frame may hold.
 MAX_BATCH = 4096
@@ -206,6 +210,16 @@ def _call(m: SessionManager, req: dict[str, Any], id_: Any, observe: Observe | N
     return {"jsonrpc": "2.0", "id": id_, "result": result}
 
 
+def _logged_share(r: dict[str, Any], per_request: int) -> int:
+    """Bytes of a ``call``/``record_invalid`` request the action log keeps: the request's share of its
+    frame, or at most twice :data:`~gym_envfactory.session.MAX_LOGGED_RAW` for an invalid call (its log
+    keeps a bounded rendering of the arguments)."""
+    res = r.get("result")
+    if isinstance(res, dict) and res.get("error_type") in INVALID_CALL_ERRORS:
+        return min(per_request, 2 * MAX_LOGGED_RAW + 1024)
+    return per_request
+
+
 def _encode(obj: Any) -> str:
     # ASCII escapes: a lone surrogate a client sent (in an id, a tag) can never break the response
     return json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str)
@@ -314,12 +328,21 @@ class FrameJob:
             self._requests[self._pos] = None  # let each request's arguments go once answered
             self._pos += 1
             with lock:  # the call and the encoding of its result (a live state) see no other thread
+                logged = isinstance(req, dict) and req.get("method") in _LOGGED and isinstance(req.get("params"), dict)
+                if logged:  # a call is admitted like any other request: its log's cap, the memory budget
+                    try:
+                        m.admit_call(req["params"].get("session_id"), self._per_request)
+                    except MemoryBudgetError as exc:
+                        if "id" in req:
+                            rid = req["id"] if _valid_id(req.get("id")) else None
+                            self._add(rid, _encode(_memory_error(rid, exc)))
+                        continue
                 r = _one(m, req, self.observe, self.caller)
                 if r is not None:
                     part = self._encoded(r)
                     self._add(r.get("id"), part)
-                    if isinstance(req, dict) and req.get("method") in _LOGGED and isinstance(req.get("params"), dict):
-                        m.note_log_growth(req["params"].get("session_id"), self._per_request + len(part))
+                    if logged:
+                        m.note_log_growth(req["params"].get("session_id"), _logged_share(r, self._per_request) + len(part))
                     if self._size >= self._next_check:  # room to join and send what the answers hold?
                         self._next_check = self._size + RESPONSE_CHECK_BYTES
                         try:

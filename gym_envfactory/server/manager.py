@@ -51,7 +51,7 @@ from gym_envfactory.protocol import (
 )
 from gym_envfactory.replay import task_reference
 from gym_envfactory.reward import RewardConfig, TurnRecord, score_episode
-from gym_envfactory.server.admission import Admission, MemoryBudget, detect_budget, tools_bytes
+from gym_envfactory.server.admission import DICT_FACTOR, Admission, MemoryBudget, detect_budget, tools_bytes
 from gym_envfactory.server.worker import Worker
 from gym_envfactory.session import Session
 
@@ -63,6 +63,15 @@ log = logging.getLogger(__name__)
 
 #: the most calls one "not recorded" summary record may stand for (a message cannot hold more blocks)
 MAX_NOT_RECORDED = 1_000_000
+#: Most entries of ``score``'s ``texts`` (one per turn; turns are tags below 10,000).
+MAX_SCORE_TEXTS = 10_000
+#: Most characters of ``score``'s ``texts`` in all.
+MAX_SCORE_TEXT_CHARS = 4 * 1024 * 1024
+#: Default most bytes one session's action log may grow by (``SessionManager(max_log_bytes=...)``).
+MAX_LOG_BYTES = 32 * 1024 * 1024
+#: Bytes a call may need for a moment per byte of its request (the parsed arguments' copy and their
+#: validation: a JSON ``[]`` of 2-3 bytes is a 56-byte list plus a pointer).
+CALL_FACTOR = 24
 READ_METHODS = frozenset({"state", "snapshot", "info", "action_log"})
 """Protocol methods whose response size :meth:`SessionManager.admit_frame` estimates before a frame runs."""
 
@@ -116,6 +125,9 @@ class ManagedSession:
     #: (each call's share of its request frame plus its encoded answer): what ``snapshot`` and
     #: ``action_log`` answers add to :attr:`nbytes` (:meth:`SessionManager.admit_frame`).
     log_bytes: int = 0
+    #: bytes the action log has grown by since the session was created, reset or restored (a snapshot
+    #: leaves it): capped by :attr:`SessionManager.max_log_bytes`, and reserved in the memory budget.
+    log_held: int = 0
     #: :attr:`nbytes` when the session was made: what ``reset`` returns it to.
     initial_nbytes: int = 0
 
@@ -134,6 +146,8 @@ class SessionManager:
         memory_budget: the memory budget (:mod:`.admission`): a size (bytes, ``"512M"``, ``"50%"``)
             capping the cgroup limit, a :class:`MemoryBudget`, or an :class:`Admission` (tests); default:
             the cgroup limit, else ``$ENVFACTORY_MEMORY_BUDGET``, else a share of physical memory.
+        max_log_bytes: most bytes one session's action log may grow by (:attr:`ManagedSession.log_held`)
+            until a ``reset`` or ``restore``; a call past it is refused (:meth:`admit_call`).
 
     Raises:
         UnknownEnvironmentError, SpecError: a name in ``envs`` that does not load.
@@ -142,7 +156,8 @@ class SessionManager:
 
     def __init__(self, envs: Sequence[str] | None = None, *, ttl_s: float = 900.0, max_sessions: int = 10_000,
                  max_sessions_per_client: int | None = None, clock: Callable[[], float] = time.monotonic,
-                 memory_budget: int | str | MemoryBudget | Admission | None = None) -> None:
+                 memory_budget: int | str | MemoryBudget | Admission | None = None,
+                 max_log_bytes: int = MAX_LOG_BYTES) -> None:
         names = list(envs) if envs else list_environments()
         self.specs: dict[str, EnvironmentSpec] = {}
         #: Catalog packages left out because they do not load (name → error), when serving the whole catalog.
@@ -182,6 +197,10 @@ class SessionManager:
         #: Memory-aware admission: the budget, reservations and checks (:mod:`.admission`).
         self.admission = memory_budget if isinstance(memory_budget, Admission) else Admission(
             memory_budget if isinstance(memory_budget, MemoryBudget) else detect_budget(memory_budget))
+        if max_log_bytes < 1:
+            raise BadRequestError("max_log_bytes must be at least 1")
+        #: Most bytes one session's action log may grow by (:meth:`admit_call`).
+        self.max_log_bytes = max_log_bytes
 
     # ------------------------------------------------------------------ helpers
     def spec(self, name: str) -> EnvironmentSpec:
@@ -344,7 +363,7 @@ class SessionManager:
         forks = [self._register(s, list(src.envs), src.task_id, owner, src.shared, src.nbytes, cost)
                  for s in src.session.fork_many(k)]
         for f in forks:
-            f.log_bytes = src.log_bytes  # a fork carries the source's action log
+            f.log_bytes, f.log_held = src.log_bytes, src.log_held  # a fork carries the source's action log
         return forks
 
     @_locked
@@ -491,7 +510,7 @@ class SessionManager:
         except EnvFactoryError as exc:
             raise BadRequestError(str(exc)) from None
         self.admission.release(ms.reserved)
-        ms.nbytes, ms.reserved, ms.log_bytes = len(raw), cost, 0
+        ms.nbytes, ms.reserved, ms.log_bytes, ms.log_held = len(raw), cost, 0, 0  # the log is in len(raw)
         self.admission.reserve(cost)
 
     @_locked
@@ -507,7 +526,7 @@ class SessionManager:
         nbytes = ms.initial_nbytes  # the state it was made with again (measured then: no serialisation here)
         cost = self.admission.session_cost(ms.session.envs.values(), nbytes)
         self.admission.release(ms.reserved)  # a large restore's reservation does not outlive it
-        ms.nbytes, ms.reserved, ms.log_bytes = nbytes, cost, 0
+        ms.nbytes, ms.reserved, ms.log_bytes, ms.log_held = nbytes, cost, 0, 0
         self.admission.reserve(cost)
 
     @_locked
@@ -548,7 +567,8 @@ class SessionManager:
         Raises:
             UnknownSessionError: no live session ``session_id``.
             SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
-            BadRequestError: the session was not created from a task, or bad ``reward``/``texts``.
+            BadRequestError: the session was not created from a task, or bad ``reward``/``texts`` (more
+                than :data:`MAX_SCORE_TEXTS` texts or :data:`MAX_SCORE_TEXT_CHARS` characters in all).
         """
         ms = self.get(session_id, client)
         if ms.task_id is None:
@@ -559,6 +579,10 @@ class SessionManager:
             raise BadRequestError(f"bad reward config: {exc}") from None
         if texts is not None and (not isinstance(texts, list) or not all(isinstance(x, str) for x in texts)):
             raise BadRequestError("texts must be a list of strings (the assistant's replies per turn)")
+        if texts is not None and len(texts) > MAX_SCORE_TEXTS:
+            raise BadRequestError(f"texts has {len(texts)} entries; at most {MAX_SCORE_TEXTS} texts (one per turn)")
+        if texts is not None and (chars := sum(len(x) for x in texts)) > MAX_SCORE_TEXT_CHARS:
+            raise BadRequestError(f"texts hold {chars} characters; at most {MAX_SCORE_TEXT_CHARS} in all")
         reference = task_reference(self.spec(ms.envs[0]), ms.task_id)
         records: list[TurnRecord] = [TurnRecord()]
         for rec in ms.session.action_records():
@@ -570,8 +594,9 @@ class SessionManager:
             if res.error_code == "calls_not_recorded" and isinstance(rec.raw_arguments, dict):
                 # the env's summary record (only record_invalid(not_recorded=N) makes one, never a model's
                 # call) stands for every call it did not record: each counts in P_len
-                hidden = min(int(rec.raw_arguments.get("not_recorded", 1)), MAX_NOT_RECORDED)
-                records[turn].calls.extend([("invalid_tool_call", None, True)] * (hidden - 1))
+                hidden = rec.raw_arguments.get("not_recorded", 1)
+                hidden = min(hidden, MAX_NOT_RECORDED) if isinstance(hidden, int) and not isinstance(hidden, bool) else 1
+                records[turn].not_recorded += max(0, hidden - 1)  # a count, never a list (issue 25, item 2)
         for i, text in enumerate(texts or []):
             while len(records) <= i:
                 records.append(TurnRecord())
@@ -593,13 +618,17 @@ class SessionManager:
             MemoryBudgetError: the frame's responses would not fit; nothing of the frame may run.
         """
         sizes: list[int] = []
+        score = 0
         for req in requests:
-            if not isinstance(req, dict) or req.get("method") not in READ_METHODS:
+            if not isinstance(req, dict) or req.get("method") not in READ_METHODS | {"score"}:
                 continue
             params = req.get("params")
             sid = params.get("session_id") if isinstance(params, dict) else None
             ms = self.sessions.get(sid) if isinstance(sid, str) else None
             if ms is None:
+                continue
+            if req["method"] == "score":  # one at a time: the state's dict, the reference's, the log's records
+                score = max(score, int(2 * DICT_FACTOR * ms.nbytes) + ms.log_held + ms.log_bytes)
                 continue
             if req["method"] == "info":
                 sizes.append(sum(tools_bytes(s) for s in ms.session.envs.values()))
@@ -607,9 +636,36 @@ class SessionManager:
                 sizes.append(ms.nbytes)
             else:  # snapshot, action_log: the log as it has grown since it was last measured
                 sizes.append(ms.nbytes + ms.log_bytes)
-        if sizes:
-            self.admission.check(f"a frame of {len(sizes)} state/snapshot/info read(s) of {sum(sizes)} bytes of "
-                                 f"state in all", self.admission.response_estimate(sizes), transient=True)
+        if sizes or score:
+            what = (f"a frame of {len(sizes)} state/snapshot/info read(s) of {sum(sizes)} bytes of state in all"
+                    + (" and score(s)" if score else ""))
+            self.admission.check(what, self.admission.response_estimate(sizes) + score, transient=True)
+
+    @_locked
+    def admit_call(self, session_id: Any, nbytes: int) -> None:
+        """Check, before a ``call`` or ``record_invalid`` runs, that ``session_id``'s action log may grow
+        by a request of ``nbytes`` (its share of the frame) and that the call fits in the memory budget
+        (:data:`CALL_FACTOR` x ``nbytes`` for a moment; measured whenever the session's log crosses
+        another MiB, so small calls rarely read the resident size).  Unknown sessions are left for
+        dispatch to answer.
+
+        Raises:
+            MemoryBudgetError: the session's log would pass :attr:`max_log_bytes` (``budget`` is that cap,
+                ``used`` the log's bytes), or the call would not fit in the budget; it must not run.
+        """
+        ms = self.sessions.get(session_id) if isinstance(session_id, str) else None
+        if ms is None:
+            return
+        if ms.log_held + nbytes > self.max_log_bytes:
+            self.admission.refused += 1
+            raise MemoryBudgetError(
+                f"refused a call of {nbytes} bytes on session {session_id}: its action log has grown by "
+                f"{ms.log_held} bytes and may grow by at most {self.max_log_bytes}; reset it (which empties the "
+                f"log), or snapshot it and restore the snapshot into a fresh session",
+                estimate=nbytes, used=ms.log_held, budget=self.max_log_bytes, headroom=0)
+        crossing = (ms.log_held + nbytes) >> 20 != ms.log_held >> 20
+        self.admission.check(f"a call of {nbytes} bytes on session {session_id}", CALL_FACTOR * nbytes,
+                             transient=not crossing)
 
     def note_log_growth(self, session_id: Any, nbytes: int) -> None:
         """Count ``nbytes`` more of action log for ``session_id`` (called by the frame runner, under the
@@ -617,6 +673,9 @@ class SessionManager:
         ms = self.sessions.get(session_id) if isinstance(session_id, str) else None
         if ms is not None:
             ms.log_bytes += nbytes
+            ms.log_held += nbytes
+            ms.reserved += nbytes  # held until the session is closed, reset or restored
+            self.admission.reserve(nbytes)
 
     @_locked
     def admit_response(self, nbytes: int) -> None:

@@ -109,3 +109,57 @@ def test_make_group_of_200_on_a_large_calendar_task_is_refused_not_killed(docker
         group.close()
     finally:
         env.close()
+
+
+def test_call_and_score_attacks_on_a_512mb_container_are_refused_or_bounded(small_container, docker_client,
+                                                                            monkeypatch):
+    """Issue 25, items 1 and 2, on the engine: unknown-tool calls of 3.9 MB of nested empty lists (three
+    OOM-killed a 512 MB container), a session's log grown past its cap, and ``score`` over 150 summary
+    records of 10**6 (OOM-killed in 0.9 s).  Now: bounded log records, a typed refusal (-32006) at the
+    log's cap with nothing run, a score computed from counts, the container alive, a bystander served."""
+    from gym_envfactory import get_environment
+
+    url, stop, token = small_container
+    monkeypatch.setenv("ENVFACTORY_CLIENT", "bystander")
+    bystander = SessionClient(url, token=token, timeout=120)
+    monkeypatch.setenv("ENVFACTORY_CLIENT", "attacker")
+    attacker = SessionClient(url, token=token, timeout=120)
+    try:
+        mine = bystander.request("create", env=ENV)["session_id"]
+        assert bystander.request("call", session_id=mine, name="find_person", arguments={"query": "Omar"})["ok"]
+        sid = attacker.request("create", env=ENV, task_id=get_environment(ENV).tasks.ids()[0])["session_id"]
+
+        junk = {"x": [[] for _ in range(970_000)]}  # ~3.9 MB of JSON (", " between items), ~60 MB once parsed
+        ran = 0  # (the image's code before the fix: OOM-killed at the 6th)
+        for _ in range(12):
+            try:
+                assert attacker.request("call", session_id=sid, name="no_such_tool", arguments=junk)["ok"] is False
+                ran += 1
+            except MemoryBudgetError:
+                pass  # refused while the server was busy: typed, nothing logged
+        assert all(len(str(r["raw_arguments"])) <= 4096 for r in attacker.request("action_log", session_id=sid))
+
+        answers = attacker.batch([("record_invalid", {"session_id": sid, "name": "invalid_tool_call", "raw": None,
+                                                      "message": "m", "tag": 0, "not_recorded": 10**6})] * 150)
+        assert not any(isinstance(a, Exception) for a in answers)
+        assert attacker.request("score", session_id=sid)["invalid"] >= 150 * 10**6
+
+        # The log's cap (32 MiB a session): calls of 400 KB are refused once it is reached, none lost.
+        refused, done = None, 0
+        for _ in range(200):
+            try:
+                attacker.request("call", session_id=sid, name="find_person", arguments={"query": "x" * 400_000})
+                done += 1
+            except MemoryBudgetError as exc:
+                refused = exc
+                break
+        assert refused is not None and "action log" in str(refused)
+        assert attacker.request("info", session_id=sid)["calls"] == ran + done  # the refused call did not run
+
+        c = docker_client.containers.get(stop.id)
+        c.reload()
+        assert c.attrs["State"]["OOMKilled"] is False and c.attrs["State"]["Running"] is True
+        assert bystander.request("call", session_id=mine, name="find_person", arguments={"query": "Omar"})["ok"]
+    finally:
+        attacker.close()
+        bystander.close()

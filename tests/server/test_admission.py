@@ -392,3 +392,76 @@ def test_serve_refuses_a_bad_budget_in_one_line():
 
     res = CliRunner().invoke(app, ["serve", ENV, "--port", "0", "--memory-budget", "lots"])
     assert res.exit_code == 1 and "memory budget" in res.output
+
+
+# ------------------------------------------------------------------ calls and score (issue 25, items 1 and 2)
+def call_frame(sid: str, name: str, arguments: Any, id_: Any = 1) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": id_, "method": "call",
+                       "params": {"session_id": sid, "name": name, "arguments": arguments}})
+
+
+def nested_lists_frame(sid: str, nbytes: int, name: str = "no_such_tool") -> str:
+    """The reviewer's frame: an unknown-tool call whose arguments are ``nbytes`` of empty lists (each
+    ``[]`` is 2 bytes of JSON and a 56-byte list once parsed)."""
+    lists = ",".join(["[]"] * (nbytes // 3))
+    return ('{"jsonrpc":"2.0","id":1,"method":"call","params":{"session_id":"' + sid + '","name":"' + name
+            + '","arguments":{"x":[' + lists + ']}}}')
+
+
+def test_an_invalid_call_keeps_a_bounded_rendering_of_its_arguments_in_the_log():
+    """Item 1: an unknown-tool call with ~3.9 MB of nested empty lists was kept whole in the action log
+    (~80 MB once parsed, per call).  The log keeps a bounded rendering; the reward still counts the call."""
+    m = manager(64 * 1024 * MiB)
+    tid = get_environment(ENV).tasks.ids()[0]
+    sid = m.create(ENV, task_id=tid).session_id
+    frame = nested_lists_frame(sid, 3_900_000)
+    for name in ("no_such_tool", "find_person"):  # unknown tool; known tool, invalid arguments
+        out = json.loads(fastproto.dispatch_frame(m, frame.replace('"no_such_tool"', json.dumps(name))))
+        assert out["result"]["ok"] is False
+    log = m.action_log(sid)
+    assert len(log) == 2 and all(r["result"]["error_type"] in ("unknown_tool", "invalid_arguments") for r in log)
+    assert all(len(json.dumps(r["raw_arguments"])) <= 4096 for r in log)
+    assert m.score(sid)["invalid"] == 2
+
+
+def test_a_session_log_is_capped_and_a_call_over_it_is_refused_with_nothing_changed():
+    """Item 1: each session's log is capped; a call that would take it over is refused (-32006) and does
+    not run, the session keeps its log and state; another session is unaffected."""
+    m = manager(64 * 1024 * MiB, max_log_bytes=2 * MiB)
+    sid, other = m.create(ENV).session_id, m.create(ENV).session_id
+    big = {"query": "x" * 400_000}
+    answers = [json.loads(fastproto.dispatch_frame(m, call_frame(sid, "find_person", big, i))) for i in range(8)]
+    done = [a for a in answers if "result" in a]
+    refused = [a for a in answers if "error" in a]
+    assert 2 <= len(done) < 8 and refused
+    assert all(a["error"]["code"] == fastproto.ERR_MEMORY for a in refused)
+    assert "action log" in refused[0]["error"]["message"]
+    assert len(m.action_log(sid)) == len(done) and m.sessions[sid].calls == len(done)
+    ok = json.loads(fastproto.dispatch_frame(m, call_frame(other, "find_person", {"query": "Omar"})))
+    assert "result" in ok
+    m.reset(sid)  # a reset empties the log: calls run again
+    assert "result" in json.loads(fastproto.dispatch_frame(m, call_frame(sid, "find_person", {"query": "Omar"})))
+
+
+def test_a_call_is_admitted_against_the_memory_budget():
+    """Item 1: a large call is checked against the budget like any other request: refused (-32006) when
+    the server is full, nothing logged, the session unchanged."""
+    m = manager(RSS + 16 * MiB)
+    sid = m.create(ENV).session_id
+    out = json.loads(fastproto.dispatch_frame(m, nested_lists_frame(sid, 3_000_000)))
+    assert out["error"]["code"] == fastproto.ERR_MEMORY and out["id"] == 1
+    assert "refused a call" in out["error"]["message"]
+    assert m.action_log(sid) == [] and m.sessions[sid].calls == 0
+
+
+def test_score_is_admitted_against_the_memory_budget():
+    """Item 2: ``score`` is among the admitted requests: its estimate counts the session's state and log."""
+    m = manager(RSS + 16 * MiB)
+    tid = get_environment(ENV).tasks.ids()[0]
+    sid = m.create(ENV, task_id=tid).session_id
+    m.sessions[sid].log_bytes = 64 * MiB  # as if its log had grown that much
+    req = {"jsonrpc": "2.0", "id": "s", "method": "score", "params": {"session_id": sid}}
+    out = json.loads(fastproto.dispatch_frame(m, json.dumps(req)))
+    assert out["error"]["code"] == fastproto.ERR_MEMORY and "score" in out["error"]["message"]
+    m.sessions[sid].log_bytes = 0
+    assert "result" in json.loads(fastproto.dispatch_frame(m, json.dumps(req)))

@@ -137,3 +137,36 @@ def test_server_score_reads_the_action_log_without_deep_copying_it(monkeypatch):
     score = m.score(ms.session_id)
     assert score["surplus"] >= 196 and not any(c is list for c in copies)
 
+
+
+def test_score_counts_summaries_as_counts_without_expanding_them():
+    """Issue 25, item 2: summary records' ``not_recorded`` counts were expanded into lists (150 records of
+    10**6: 1.2 GB).  They are carried as counts: the score still counts every call, in bounded memory."""
+    import tracemalloc
+
+    m = SessionManager([ENV])
+    tid = get_environment(ENV).tasks.ids()[0]
+    sid = m.create(ENV, task_id=tid).session_id
+    for t in range(20):
+        m.record_invalid(sid, "invalid_tool_call", None, "not recorded", tag=t % 2, not_recorded=10**6)
+    m.record_invalid(sid, "nope", "junk", "malformed", tag=1)
+    m.score(sid)  # warm up: imports, the task reference
+    tracemalloc.start()
+    try:
+        out = m.score(sid)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out["p_len"] == 20 * 10**6 + 1 and out["invalid"] == 20 * 10**6 + 1
+    assert peak < 16 * 1024 * 1024  # expanded, 20 x 10**6 list entries were 160 MB
+
+
+def test_score_bounds_the_texts_a_client_sends():
+    m = SessionManager([ENV])
+    tid = get_environment(ENV).tasks.ids()[0]
+    sid = m.create(ENV, task_id=tid).session_id
+    with pytest.raises(BadRequestError, match="at most 10000 texts"):
+        m.score(sid, texts=[""] * 10_001)
+    with pytest.raises(BadRequestError, match="characters"):
+        m.score(sid, texts=["x" * (4 * 1024 * 1024 + 1)])
+    assert m.score(sid, texts=["hello"] * 3)["reward"] >= 0

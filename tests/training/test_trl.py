@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 
 import pytest
 
@@ -62,3 +63,27 @@ def test_instances_are_isolated_and_bad_calls_are_observations():
     assert a.env.session.state() == b.env.session.state()
     assert 0.0 <= a.get_reward() < 1.0
     assert json.loads(a.get_hotel_details(hotel_id="H-101"))["error"]["type"] == "episode_over"
+
+
+@pytest.mark.parametrize("bad", ["__init__", "_call", "env_id", "env_kwargs", "reset", "get_reward", "env",
+                                 "last_info", "__class__", "not-an-identifier", "class", "1tool"])
+def test_a_tool_named_like_a_member_or_not_an_identifier_is_refused_by_name(monkeypatch, bad):
+    """Issue 25, item 8: a tool name that would replace a member of the generated class (``__init__``,
+    ``_call``, ``env_id``, any attribute of the base class), start with an underscore or not be a Python
+    identifier is refused when the class is built, with the tool named, as a typed error."""
+    import dataclasses
+
+    from gym_envfactory.errors import SpecError
+    from gym_envfactory.training import trl
+
+    real = get_environment("HotelBooking")
+    first = next(iter(real.tools.values()))
+    renamed = dataclasses.replace(first, name=bad)
+
+    class Fake:
+        name, description = real.name, real.description
+        tools = {**real.tools, bad: renamed}
+
+    monkeypatch.setattr(trl, "get_environment", lambda env_id: Fake)
+    with pytest.raises(SpecError, match=re.escape(f"tool {json.dumps(bad)}")):
+        environment_class("HotelBooking")
