@@ -95,8 +95,10 @@ class DynamicSampler:
         explore = self.explore_every > 0 and now % self.explore_every == self.explore_every - 1
         choice = None if explore else lru([i for i in signal if now - self.stats[i].last_draw > self.reuse_gap])
         if choice is None:
-            fresh = [i for i in self._unplayed if i not in banned and self.stats[i].groups == 0]
-            choice = fresh[0] if fresh else None
+            # never-played rows in their seeded order; one drawn but not yet recorded (in flight, or its play
+            # failed) goes behind the others, so one step's slots get different rows and none is lost
+            fresh = [i for i in self._unplayed if i not in banned]
+            choice = min(fresh, key=lambda i: self.stats[i].last_draw) if fresh else None
         if choice is None:
             choice = lru([i for i, s in enumerate(self.stats)
                           if s.groups and not s.has_signal and now - s.last_draw > self.recheck_after])
@@ -105,13 +107,13 @@ class DynamicSampler:
         if choice is None:
             choice = lru(list(range(len(self.stats)))) or 0
         self.stats[choice].last_draw = now
-        if choice in self._unplayed:
-            self._unplayed.remove(choice)
         return choice
 
     def record(self, row: int, rewards: Sequence[float]) -> bool:
         """Store the rewards of a group played on ``row``; returns whether it had signal."""
         s = self.stats[row]
+        if row in self._unplayed:  # leaves the unplayed list only once played (a drawn row whose play failed stays)
+            self._unplayed.remove(row)
         s.rewards = [float(r) for r in rewards]
         s.groups += 1
         self.history.append({"draw": s.last_draw, "row": row, "mean": s.pass_rate, "signal": s.has_signal})

@@ -338,6 +338,8 @@ class FrameJob:
                             self._add(rid, _encode(_memory_error(rid, exc)))
                         continue
                 r = _one(m, req, self.observe, self.caller)
+                if r is None and logged:  # a notification's call is logged too: count it at its full share
+                    m.note_log_growth(req["params"].get("session_id"), self._per_request)
                 if r is not None:
                     part = self._encoded(r)
                     self._add(r.get("id"), part)

@@ -132,6 +132,21 @@ class ManagedSession:
     initial_nbytes: int = 0
 
 
+#: Longest ``tag`` / ``call_id`` string a call may carry (both are kept whole in the action log).
+MAX_TAG_CHARS = 256
+
+
+def _check_label(name: str, value: Any) -> None:
+    """``tag`` and ``call_id`` are kept whole in the action log, outside the bounded rendering of a
+    call's arguments, so they must be small scalars (None, a bool, an int, a float, or a string of at
+    most :data:`MAX_TAG_CHARS` characters).  Raises :class:`BadRequestError` otherwise."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return
+    if isinstance(value, str) and len(value) <= MAX_TAG_CHARS:
+        return
+    raise BadRequestError(f"{name} must be null, a number, or a string of at most {MAX_TAG_CHARS} characters")
+
+
 class SessionManager:
     """Create, look up, fork, snapshot and expire sessions.
 
@@ -413,8 +428,11 @@ class SessionManager:
 
         Raises:
             UnknownSessionError, SessionOwnershipError: see :meth:`get`.
+            BadRequestError: ``tag`` or ``call_id`` is not a small scalar (:data:`MAX_TAG_CHARS`).
         """
         ms = self.get(session_id, client)
+        _check_label("tag", tag)
+        _check_label("call_id", call_id)
         res = ms.session.call(name, arguments, call_id=call_id, tag=tag)
         ms.calls += 1
         self.counters["calls"] += 1
@@ -432,8 +450,11 @@ class SessionManager:
         Raises:
             UnknownSessionError: no live session ``session_id``.
             SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
+            BadRequestError: ``tag`` or ``call_id`` is not a small scalar (:data:`MAX_TAG_CHARS`).
         """
         ms = self.get(session_id, client)
+        _check_label("tag", tag)
+        _check_label("call_id", call_id)
         self.counters["errors"] += 1
         n = not_recorded if isinstance(not_recorded, int) and not isinstance(not_recorded, bool) else 0
         if not 0 <= n <= MAX_NOT_RECORDED:

@@ -465,3 +465,36 @@ def test_score_is_admitted_against_the_memory_budget():
     assert out["error"]["code"] == fastproto.ERR_MEMORY and "score" in out["error"]["message"]
     m.sessions[sid].log_bytes = 0
     assert "result" in json.loads(fastproto.dispatch_frame(m, json.dumps(req)))
+
+
+def test_calls_sent_as_notifications_count_toward_the_log_cap():
+    """Review finding: a ``call`` without an ``id`` (a JSON-RPC notification) ran and was logged but never
+    counted, so the log cap and the memory reservation did not see it.  Counted now: calls over the cap
+    are refused (silently: notifications get no answer) and the log stops growing."""
+    m = manager(64 * 1024 * MiB, max_log_bytes=2 * MiB)
+    sid = m.create(ENV).session_id
+    big = {"query": "x" * 400_000}
+    for _ in range(12):
+        req = {"jsonrpc": "2.0", "method": "call", "params": {"session_id": sid, "name": "find_person", "arguments": big}}
+        assert fastproto.dispatch_frame(m, json.dumps(req)) in ("", None)
+    assert m.sessions[sid].log_held > 0
+    assert 2 <= len(m.action_log(sid)) < 12  # the cap stopped the log
+
+
+@pytest.mark.parametrize("field,value", [("tag", [[]] * 100_000), ("tag", {"a": 1}), ("tag", "t" * 257),
+                                         ("call_id", "c" * 10_000)])
+def test_a_call_label_that_is_not_a_small_scalar_is_refused_and_logs_nothing(field, value):
+    """Review finding: ``tag`` (and ``call_id``) were kept whole in the log, outside the bounded rendering
+    of the arguments: 3 unknown-tool calls with a 3.9 MB tag held 238 MiB.  Refused now (bad request)."""
+    m = manager(64 * 1024 * MiB)
+    sid = m.create(ENV).session_id
+    for method in ("call", "record_invalid"):
+        params = {"session_id": sid, "name": "find_person", "arguments": {"query": "Omar"}, "raw": "x", "message": "m",
+                  field: value}
+        out = json.loads(fastproto.dispatch_frame(m, json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
+                                                                  "params": params})))
+        assert out["error"]["code"] == fastproto.ERR_BAD_REQUEST and field in out["error"]["message"]
+    assert m.action_log(sid) == [] and m.sessions[sid].calls == 0
+    ok = {"session_id": sid, "name": "find_person", "arguments": {"query": "Omar"}, "tag": 3, "call_id": "c1"}
+    assert "result" in json.loads(fastproto.dispatch_frame(m, json.dumps({"jsonrpc": "2.0", "id": 2, "method": "call",
+                                                                          "params": ok})))

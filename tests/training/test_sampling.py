@@ -35,7 +35,12 @@ def test_sampler_spreads_over_signal_rows_and_keeps_exploring():
     a, b = s.draw(), s.draw()  # draw 1 is an exploring draw; with nothing played yet both explore anyway
     s.record(a, [0.0, 1.0])
     s.record(b, [0.0, 0.0])
-    picks = [s.draw() for _ in range(8)]
+    picks = []
+    for _ in range(8):
+        x = s.draw()
+        if x not in (a, b):
+            s.record(x, [0.0, 0.0])  # every newly explored row comes back flat
+        picks.append(x)
     assert picks[0] == a  # an exploiting draw: the row with signal
     assert len(set(picks) - {a, b}) == 3  # every exploring draw reaches a new row...
     assert b in picks  # ...and, once none is left, the flat row is re-checked after its cool-down
@@ -71,3 +76,13 @@ def test_paired_bootstrap_refuses_unpaired_input():
         paired_bootstrap([], [])
     with pytest.raises(ValueError, match="resamples"):
         paired_bootstrap([1.0], [0.0], resamples=0)
+
+
+def test_a_row_drawn_but_never_recorded_is_not_lost_and_one_steps_slots_differ():
+    """Review finding: a row drawn and then not recorded (its play raised) left the unplayed list for good."""
+    s = DynamicSampler(3, recheck_after=100, reuse_gap=0, explore_every=0, seed=0)
+    a, b, c = s.draw(), s.draw(), s.draw()
+    assert len({a, b, c}) == 3  # slots of one step, none recorded yet: three different rows
+    s.record(b, [0.0, 0.0])
+    s.record(c, [1.0, 1.0])
+    assert s.draw() == a  # a's play failed: it is still offered as unplayed

@@ -116,10 +116,17 @@ def write_ray_env(workdir: str | Path, env: Mapping[str, str]) -> list[str]:
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "carried.yaml"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        yaml.safe_dump({"env_vars": {k: str(v) for k, v in env.items()}}, f)
-    os.chmod(path, 0o600)
+    # a fresh file (O_EXCL: never through a link planted at a temporary name), mode 0600 from its creation,
+    # then renamed over the target: a symlink at carried.yaml is replaced, never followed
+    tmp = folder / f".carried.{os.getpid()}.{os.urandom(4).hex()}.yaml"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yaml.safe_dump({"env_vars": {k: str(v) for k, v in env.items()}}, f)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return ["--config-dir", str(Path(workdir).resolve()), f"+{RAY_ENV_GROUP}@ray_kwargs.ray_init.runtime_env=carried"]
 
 
