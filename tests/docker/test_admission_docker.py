@@ -27,6 +27,22 @@ LARGE_TASK = "cal-031"  # a task on the large initial state
 MAX_FILL = 400  # large sessions the filler tries at most (a 512 MB server holds far fewer of them)
 
 
+def _clients(url, token, monkeypatch, other):
+    """A bystander's client and another client (``other``) of the same server, as two client ids."""
+    clients = []
+    for name in ("bystander", other):
+        monkeypatch.setenv("ENVFACTORY_CLIENT", name)
+        clients.append(SessionClient(url, token=token, timeout=120))
+    return clients
+
+
+def _bystander_session(bystander):
+    """A session of the bystander's with one call made: what must survive the other client's attack."""
+    mine = bystander.request("create", env=ENV)["session_id"]
+    assert bystander.request("call", session_id=mine, name="find_person", arguments={"query": "Omar"})["ok"]
+    return mine
+
+
 @pytest.fixture
 def small_container(docker_images):
     url, stop, token = start_container([ENV], mem_limit="512m", timeout=120)
@@ -36,13 +52,9 @@ def small_container(docker_images):
 
 def test_a_full_512mb_container_refuses_instead_of_dying(small_container, docker_client, monkeypatch):
     url, stop, token = small_container
-    monkeypatch.setenv("ENVFACTORY_CLIENT", "bystander")
-    bystander = SessionClient(url, token=token, timeout=120)
-    monkeypatch.setenv("ENVFACTORY_CLIENT", "filler")
-    filler = SessionClient(url, token=token, timeout=120)
+    bystander, filler = _clients(url, token, monkeypatch, "filler")
     try:
-        mine = bystander.request("create", env=ENV)["session_id"]
-        assert bystander.request("call", session_id=mine, name="find_person", arguments={"query": "Omar"})["ok"]
+        mine = _bystander_session(bystander)
         memory = filler.request("stats")["memory"]
         assert memory["budget"] == 512 * MiB and "cgroup" in memory["source"], memory
 
@@ -120,13 +132,9 @@ def test_call_and_score_attacks_on_a_512mb_container_are_refused_or_bounded(smal
     from gym_envfactory import get_environment
 
     url, stop, token = small_container
-    monkeypatch.setenv("ENVFACTORY_CLIENT", "bystander")
-    bystander = SessionClient(url, token=token, timeout=120)
-    monkeypatch.setenv("ENVFACTORY_CLIENT", "attacker")
-    attacker = SessionClient(url, token=token, timeout=120)
+    bystander, attacker = _clients(url, token, monkeypatch, "attacker")
     try:
-        mine = bystander.request("create", env=ENV)["session_id"]
-        assert bystander.request("call", session_id=mine, name="find_person", arguments={"query": "Omar"})["ok"]
+        mine = _bystander_session(bystander)
         sid = attacker.request("create", env=ENV, task_id=get_environment(ENV).tasks.ids()[0])["session_id"]
 
         junk = {"x": [[] for _ in range(970_000)]}  # ~3.9 MB of JSON (", " between items), ~60 MB once parsed
