@@ -27,7 +27,8 @@ from typing import Any
 
 from gym_envfactory import EnvFactoryEnv
 
-__all__ = ["CHATML_TOOLS", "TokenEpisode", "compact_tools", "ensure_tool_template", "hf_generate", "play_episodes"]
+__all__ = ["CHATML_TOOLS", "TokenEpisode", "compact_tools", "ensure_tool_template", "hf_generate", "play_episodes",
+           "rollout_output"]
 
 #: ChatML with tools in the system message and Hermes tool calls (``<tool_call>`` JSON blocks); tool
 #: results are ``tool`` messages.  The tool list is compact: one line per tool (name, parameters with
@@ -350,6 +351,21 @@ def hf_generate(model: Any, tokenizer: Any, *, temperature: float = 1.0, top_p: 
         return result
 
     return generate
+
+
+def rollout_output(episodes: Sequence[TokenEpisode]) -> dict[str, Any]:
+    """What a TRL ``rollout_func`` returns for played ``episodes`` (one entry per episode, in order):
+    TRL's keys ``prompt_ids``, ``completion_ids``, ``logprobs`` (None: TRL recomputes them) and
+    ``env_mask`` (1 on generated tokens), plus the gym's ``envfactory_reward``, ``envfactory_components``,
+    ``envfactory_turn_rewards`` and ``envfactory_turn_spans`` (``[begin, end)`` in ``completion_ids``)."""
+    return {"prompt_ids": [ep.prompt_ids for ep in episodes],
+            "completion_ids": [ep.completion_ids for ep in episodes],
+            "logprobs": None,
+            "env_mask": [ep.completion_mask for ep in episodes],
+            "envfactory_reward": [ep.reward for ep in episodes],
+            "envfactory_components": [ep.components for ep in episodes],
+            "envfactory_turn_rewards": [ep.turn_rewards for ep in episodes],
+            "envfactory_turn_spans": [[list(sp) for sp in ep.turn_spans] for ep in episodes]}
 
 
 def episode_record(ep: TokenEpisode) -> dict[str, Any]:

@@ -172,7 +172,7 @@ def dynamic_rollout_function(rows: Sequence[Mapping[str, Any]], sampler: Dynamic
         ValueError: ``sampler`` is not over ``len(rows)`` rows, or ``max_tries`` < 1 (when built); the
             number of prompts is not a multiple of the trainer's ``num_generations`` (when called).
     """
-    from gym_envfactory.training.episodes import hf_generate, play_episodes
+    from gym_envfactory.training.episodes import hf_generate, play_episodes, rollout_output
 
     if len(sampler.stats) != len(rows):
         raise ValueError(f"the sampler covers {len(sampler.stats)} rows, not the {len(rows)} given")
@@ -221,14 +221,6 @@ def dynamic_rollout_function(rows: Sequence[Mapping[str, Any]], sampler: Dynamic
             for s in pending:
                 picks[s] = sampler.draw(exclude=chosen)
         played = [ep for group in groups for ep in group]
-        return {"prompt_ids": [ep.prompt_ids for ep in played],
-                "completion_ids": [ep.completion_ids for ep in played],
-                "logprobs": None,
-                "env_mask": [ep.completion_mask for ep in played],
-                "envfactory_reward": [ep.reward for ep in played],
-                "envfactory_components": [ep.components for ep in played],
-                "envfactory_turn_rewards": [ep.turn_rewards for ep in played],
-                "envfactory_turn_spans": [ep.turn_spans for ep in played],
-                "envfactory_row": [chosen[s] for s in range(n_slots) for _ in range(g)]}
+        return {**rollout_output(played), "envfactory_row": [chosen[s] for s in range(n_slots) for _ in range(g)]}
 
     return rollout

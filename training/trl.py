@@ -250,7 +250,7 @@ def rollout_function(rows: Sequence[Mapping[str, Any]], *, max_steps: int = 8, m
         ValueError: two rows share a prompt but not an episode (when built); a prompt not among ``rows``
             (when called).
     """
-    from gym_envfactory.training.episodes import hf_generate, play_episodes
+    from gym_envfactory.training.episodes import hf_generate, play_episodes, rollout_output
 
     episodes: dict[str, tuple[str, dict[str, Any]]] = {}
     for row in rows:
@@ -277,31 +277,17 @@ def rollout_function(rows: Sequence[Mapping[str, Any]], *, max_steps: int = 8, m
         model = trainer.accelerator.unwrap_model(trainer.model)
         args = trainer.args
         generate = hf_generate(model, tokenizer, temperature=args.temperature, top_p=args.top_p or 1.0)
-        played: list[Any] = [None] * len(found)
-        by_env: dict[str, list[int]] = {}
-        for i, (env_id, _) in enumerate(found):
-            by_env.setdefault(env_id, []).append(i)
-        for env_id, idx in by_env.items():
-            eps = play_episodes(generate, tokenizer, partial(EnvFactoryEnv, env_id, **kwargs),
-                                [found[i][1] for i in idx], max_steps=max_steps, max_new_tokens=max_new_tokens,
-                                max_completion_tokens=args.max_completion_length or 1024, tools=tools)
-            for i, ep in zip(idx, eps, strict=True):
-                played[i] = ep
+        played = play_episodes(generate, tokenizer, [partial(EnvFactoryEnv, env_id, **kwargs) for env_id, _ in found],
+                               [options for _, options in found], max_steps=max_steps, max_new_tokens=max_new_tokens,
+                               max_completion_tokens=args.max_completion_length or 1024, tools=tools)
         cfg = base
         rewards, turn_rewards = [ep.reward for ep in played], [ep.turn_rewards for ep in played]
         if alpha_schedule is not None:
             cfg = alpha_schedule.config_at(int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0), base)
             rewards = [reward_from_components(ep.components, cfg) for ep in played]
             turn_rewards = [[reward_from_components(t, cfg) for t in ep.components["turns"]] for ep in played]
-        return {"prompt_ids": [ep.prompt_ids for ep in played],
-                "completion_ids": [ep.completion_ids for ep in played],
-                "logprobs": None,
-                "env_mask": [ep.completion_mask for ep in played],
-                "envfactory_reward": rewards,
-                "envfactory_components": [ep.components for ep in played],
-                "envfactory_alpha": [cfg.alpha] * len(played),
-                "envfactory_turn_rewards": turn_rewards,
-                "envfactory_turn_spans": [[list(s) for s in ep.turn_spans] for ep in played]}
+        return {**rollout_output(played), "envfactory_reward": rewards, "envfactory_alpha": [cfg.alpha] * len(played),
+                "envfactory_turn_rewards": turn_rewards}
 
     return rollout
 
