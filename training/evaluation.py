@@ -27,7 +27,8 @@ __all__ = ["evaluate_rows", "paired_bootstrap"]
 def evaluate_rows(generate: Any, tokenizer: Any, rows: Sequence[Mapping[str, Any]],
                   env_factory: Callable[[str], EnvFactoryEnv], *, max_steps: int, max_new_tokens: int,
                   max_completion_tokens: int = 2048, batch: int = 16,
-                  tools: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+                  tools: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+                  stop_on_repeat: bool = True) -> dict[str, Any]:
     """One episode per row; returns ``{"reward": mean, "episodes": n, "with_valid_call": share of
     episodes with at least one valid tool call, "rewards": [per row, in row order], "texts": [the
     generated actions per row]}``.
@@ -37,7 +38,9 @@ def evaluate_rows(generate: Any, tokenizer: Any, rows: Sequence[Mapping[str, Any
         tokenizer: the policy's tokenizer (its template renders tools).
         rows: ``envfactory export rl`` rows (``extra_info.env`` and ``extra_info.reset_options``).
         env_factory: ``env_factory(env_id)`` makes a fresh environment (e.g. with the recipe's system prompt).
-        max_steps, max_new_tokens, max_completion_tokens, tools: as in ``episodes.play_episodes``.
+        max_steps, max_new_tokens, max_completion_tokens, tools, stop_on_repeat: as in
+            ``episodes.play_episodes`` (``stop_on_repeat`` on by default here: a greedy policy that repeats
+            an action of the turn would repeat it until ``max_steps``).
         batch: episodes generated together (rows sorted by prompt length: padding to the longest prompt
             of a batch is paid in the prefill).
 
@@ -57,7 +60,8 @@ def evaluate_rows(generate: Any, tokenizer: Any, rows: Sequence[Mapping[str, Any
         idx = order[start:start + batch]
         eps = play_episodes(generate, tokenizer, [partial(env_factory, env_of(j)) for j in idx],
                             [rows[j]["extra_info"]["reset_options"] for j in idx], max_steps=max_steps,
-                            max_new_tokens=max_new_tokens, max_completion_tokens=max_completion_tokens, tools=tools)
+                            max_new_tokens=max_new_tokens, max_completion_tokens=max_completion_tokens, tools=tools,
+                            stop_on_repeat=stop_on_repeat)
         for j, ep in zip(idx, eps, strict=True):
             rewards[j], texts[j] = ep.reward, ep.texts
             called += any(invalid is False for rec in ep.env.records for *_, invalid in rec.calls)
