@@ -430,6 +430,19 @@ class Session:
             return json.loads(self._state_json(next(iter(self.envs))))
         return {n: json.loads(self._state_json(n)) for n in self.envs}
 
+    def state_json(self) -> bytes:
+        """:meth:`state` as JSON bytes, serialised once from the live models (not canonical: field order
+        as the models dump; :meth:`state_bytes` sorts keys).  What a server sends for a ``state`` read,
+        with no parse and re-encode in between.
+
+        Raises:
+            SpecError: as :meth:`state`.
+        """
+        self._check_open()
+        if len(self.envs) == 1:
+            return self._state_json(next(iter(self.envs)))
+        return b"{" + b",".join(json.dumps(n).encode() + b":" + self._state_json(n) for n in self.envs) + b"}"
+
     def frozen_state(self) -> cow.FrozenState:
         """The current states as a :class:`~gym_envfactory.environment.cow.FrozenState`: what the reward
         compares by record identity (docs/reward.md, "Cost").  No serialisation: an untouched state

@@ -108,7 +108,7 @@ class AsyncSessionClient:
         headers = bearer_authorization(self.token) if self.token else {}
         headers[CLIENT_HEADER] = process_client_id()
         settings: dict[str, Any] = dict(additional_headers=headers, max_size=self.max_size, open_timeout=self.timeout,
-                                        ping_interval=20, ping_timeout=20)
+                                        ping_interval=20, ping_timeout=20, compression=None)
         if self.url.startswith("unix:"):  # a server on a Unix domain socket (the isolated backend's)
             opening = websockets.unix_connect(self.url[5:], uri=f"ws://localhost{WS_PATH}", **settings)
         else:

@@ -73,7 +73,10 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     else:
         sock = listening_socket(host, port)
         where = f"http://{host}:{sock.getsockname()[1]}"
+    # no permessage-deflate (issue 24, part 4): compressing a large answer runs on the event loop and
+    # holds every other client's frames behind it; the sessions' answers travel as they are
     ucfg = uvicorn.Config(app, log_level=log_level, ws_max_size=config.max_body_bytes, lifespan="on",
+                          ws_per_message_deflate=False,
                           timeout_graceful_shutdown=5)
     server = uvicorn.Server(ucfg)
 

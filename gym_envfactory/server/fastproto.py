@@ -127,7 +127,7 @@ METHODS: dict[str, Callable[[SessionManager, dict[str, Any], Caller], Any]] = {
                                                        call_id=p.get("call_id"), tag=p.get("tag"), client=c.client,
                                                        not_recorded=p.get("not_recorded", 0),
                                                        error_type=p.get("error_type", "parse_error")),
-    "state": lambda m, p, c: m.state(p["session_id"], client=c.client),
+    "state": lambda m, p, c: RawJSON(m.state_json(p["session_id"], client=c.client).decode()),
     "digest": lambda m, p, c: m.digest(p["session_id"], excluded=p.get("excluded", ()), set_fields=p.get("set_fields", ()),
                                        client=c.client),
     "snapshot": lambda m, p, c: m.snapshot(p["session_id"], client=c.client),
@@ -220,6 +220,11 @@ def _logged_share(r: dict[str, Any], per_request: int) -> int:
     return per_request
 
 
+class RawJSON(str):
+    """A result that is JSON text already (a session's state as it serialised it): spliced into the
+    answer as it is, never parsed and encoded again (issue 24, part 4: a ``state`` answer is serialised once)."""
+
+
 def _encode(obj: Any) -> str:
     # ASCII escapes: a lone surrogate a client sent (in an id, a tag) can never break the response
     return json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str)
@@ -308,6 +313,9 @@ class FrameJob:
         self._pos = len(self._requests)
 
     def _encoded(self, r: dict[str, Any]) -> str:
+        raw = r.get("result")
+        if type(raw) is RawJSON:
+            return '{"jsonrpc":"2.0","id":' + _encode(r.get("id")) + ',"result":' + raw + "}"
         try:
             return _encode(r)
         except (RecursionError, ValueError) as exc:  # a result that cannot be encoded (nesting, NaN)
