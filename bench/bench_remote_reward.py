@@ -86,6 +86,14 @@ def _no_state_read(self: EnvFactoryEnv, turn: int | None = None) -> Any:
     return None
 
 
+_plan = EnvFactoryEnv.plan_requests
+
+
+def _no_digest_plan(self: EnvFactoryEnv, action: Any) -> Any:
+    plan = _plan(self, action)
+    return None if plan is None else (plan[0], None)
+
+
 def measure(env: EnvFactoryEnv, task_ids: list[str], scored: bool, min_s: float) -> float:
     """Episodes per second over repeated passes of at least ``min_s`` seconds.  Unscored: the reward is
     replaced by constants and the turn-end state read skipped (what the reward costs, all of it)."""
@@ -93,7 +101,8 @@ def measure(env: EnvFactoryEnv, task_ids: list[str], scored: bool, min_s: float)
     total, eps = 0.0, 0
     patches: list[Any] = [] if scored else [mock.patch("gym_envfactory.envs.env.score_turn", _no_turn_score),
                                  mock.patch("gym_envfactory.envs.env.score_episode", _no_episode_score),
-                                 mock.patch.object(EnvFactoryEnv, "_read_state", _no_state_read)]
+                                 mock.patch.object(EnvFactoryEnv, "_read_state", _no_state_read),
+                                 mock.patch.object(EnvFactoryEnv, "plan_requests", _no_digest_plan)]
     for p in patches:
         p.start()
     try:

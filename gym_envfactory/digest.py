@@ -34,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from gym_envfactory.environment.cow import CowDict
 from gym_envfactory.environment.manifest import canonical_json
 from gym_envfactory.protocol import STATE_DIGEST_ALGORITHM
 from gym_envfactory.replay import TaskReference
@@ -126,11 +127,29 @@ def session_digest(session: Session, excluded: Sequence[str] = (), set_fields: S
     return state_digest(session.state(), excluded, set_fields)
 
 
+#: Parts of root collections a view holds exactly as its base does (``CowDict.pristine``), keyed by the
+#: identity of the base's dict (kept alive here, so the identity cannot be reused) and the exclusions:
+#: a collection no call touched costs no serialisation at all.
+_pristine: OrderedDict[tuple[int, str, bytes], tuple[Any, tuple[str, bytes]]] = OrderedDict()
+PRISTINE_ENTRIES = 64  # each keeps a base collection alive: few, so memory stays bounded
+
+
 def _model_digest(model: Any, excluded: tuple[str, ...], set_fields: tuple[str, ...]) -> str:
     global _parts_bytes
     salt = repr((excluded, set_fields)).encode()
     parts: list[tuple[str, bytes]] = []
     for name in type(model).model_fields:
+        value = model.__dict__.get(name)
+        origin = value.pristine() if type(value) is CowDict else None
+        if origin is not None:
+            ident = (id(origin), name, salt)
+            with _parts_lock:
+                kept = _pristine.get(ident)
+                if kept is not None and kept[0] is origin:
+                    _pristine.move_to_end(ident)
+                    if kept[1][1]:
+                        parts.append(kept[1])
+                    continue
         raw = model.model_dump_json(include={name}).encode()
         key = hashlib.sha256(raw + b"\0" + salt).digest()
         with _parts_lock:
@@ -146,6 +165,11 @@ def _model_digest(model: Any, excluded: tuple[str, ...], set_fields: tuple[str, 
                 _parts_bytes += len(hit[1])
                 while _parts_bytes > PART_CACHE_BYTES and _parts:
                     _parts_bytes -= len(_parts.popitem(last=False)[1][1])
+        if origin is not None:
+            with _parts_lock:
+                _pristine[(id(origin), name, salt)] = (origin, hit)
+                while len(_pristine) > PRISTINE_ENTRIES:
+                    _pristine.popitem(last=False)
         if hit[1]:
             parts.append(hit)
     parts.sort(key=lambda kv: kv[0])

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import json
 import threading
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -203,6 +204,20 @@ class AsyncSessionClient:
         (resp,) = await self._send([{"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}])
         return self._result(resp)
 
+    async def notify(self, method: str, **params: Any) -> None:
+        """A JSON-RPC 2.0 notification (no ``id``): sent, never answered, so nothing waits for the
+        server.  The server handles a connection's frames in order, so any later request sees its effect.
+
+        Raises:
+            BackendUnavailableError: not connected, or the connection is lost.
+        """
+        if self._ws is None or self._closed_reason is not None:
+            raise BackendUnavailableError(f"{self.url}: {self._closed_reason or 'not connected'}")
+        try:
+            await self._ws.send(json.dumps({"jsonrpc": "2.0", "method": method, "params": params}, ensure_ascii=True))
+        except Exception as exc:
+            raise BackendUnavailableError(f"{self.url}: {type(exc).__name__}: {exc}") from None
+
     async def batch(self, requests: Sequence[tuple[str, dict[str, Any]]]) -> list[Any]:
         """Many requests in one frame; results in order.  A failed request's slot holds its
         :class:`RemoteError` (not raised), so one bad call does not lose the others."""
@@ -231,6 +246,10 @@ class AsyncSessionClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _request_key(method: str, params: dict[str, Any]) -> tuple[Any, ...]:
+    return (method, json.dumps(params, sort_keys=True, default=repr))
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -342,6 +361,14 @@ class SessionClient:
         """
         return self._run(self._client.request(method, **params))
 
+    def notify(self, method: str, **params: Any) -> None:
+        """A notification (:meth:`AsyncSessionClient.notify`): blocks until it is sent, not answered.
+
+        Raises:
+            BackendUnavailableError: the connection is lost or closed.
+        """
+        self._run(self._client.notify(method, **params))
+
     def batch(self, requests: Sequence[tuple[str, dict[str, Any]]]) -> list[Any]:
         """Many ``(method, params)`` requests in one frame (a JSON-RPC 2.0 batch), blocking; results in
         order, a failed request's slot holding its :class:`RemoteError` or :class:`CapacityError` (see
@@ -381,6 +408,8 @@ class RemoteSession:
         self.envs = {e.name: e for e in envs}
         self.tools: dict[str, ToolSpec] = {n: t for e in envs for n, t in e.tools.items()}
         self._closed = False
+        #: Answers already fetched for the requests this session makes next, in order (:meth:`prefetched`).
+        self._ahead: deque[tuple[tuple[Any, ...], Any]] = deque()
 
     @classmethod
     def create(cls, client: SessionClient, envs: Sequence[EnvironmentSpec], *, task_id: str | None = None,
@@ -402,11 +431,52 @@ class RemoteSession:
                 raise RemoteError(ERR_BAD_REQUEST, f"server serves {e.name} v{remote_v}, this client has v{e.version}")
         return cls(client, res["session_id"], envs)
 
+    def prefetch_requests(self, calls: Sequence[tuple[str, Any, str | None, Any]],
+                          digest: tuple[Sequence[str], Sequence[str]] | None) -> list[tuple[str, dict[str, Any]]]:
+        """The JSON-RPC requests for ``calls`` (``(name, arguments, call_id, tag)``, in order) and then,
+        if given, a ``digest`` with ``(excluded, set_fields)``: what a caller batches with other
+        sessions' requests into one frame and hands back with :meth:`prefetched`."""
+        reqs: list[tuple[str, dict[str, Any]]] = [
+            ("call", {"session_id": self.session_id, "name": n, "arguments": a, "call_id": c, "tag": t})
+            for n, a, c, t in calls]
+        if digest is not None and not getattr(self.client, "no_digest", False):
+            reqs.append(("digest", {"session_id": self.session_id, "excluded": list(digest[0]),
+                                    "set_fields": list(digest[1])}))
+        return reqs
+
+    def prefetched(self, requests: Sequence[tuple[str, dict[str, Any]]], answers: Sequence[Any]) -> None:
+        """Keep the ``answers`` (results, or the :class:`RemoteError` a request got) of ``requests`` made
+        by :meth:`prefetch_requests`: the session's next :meth:`call` / :meth:`digest` with the same
+        parameters, in the same order, take them instead of asking the server (the calls have run there
+        already).  A kept ``digest`` nobody asks for is dropped (see :meth:`_take`)."""
+        for (method, params), answer in zip(requests, answers, strict=True):
+            self._ahead.append((_request_key(method, params), answer))
+
+    def _take(self, method: str, params: dict[str, Any]) -> tuple[bool, Any]:
+        """The kept answer for this request, if it is the next one kept.  A kept ``digest`` nobody asked
+        for (it changes nothing) is dropped; a kept ``call`` that is not the one asked for means the
+        calls already run on the server differ from what the env is about to record: raised, never
+        sent again."""
+        key = _request_key(method, params)
+        while self._ahead:
+            kept, answer = self._ahead.popleft()
+            if kept == key:
+                if isinstance(answer, Exception):
+                    raise answer
+                return True, answer
+            if kept[0] == "digest":
+                continue
+            self._ahead.clear()
+            raise RuntimeError(f"session {self.session_id}: a prefetched tool call ran on the server but the env "
+                               f"asked for another request ({method}); the episode's log no longer matches")
+        return False, None
+
     def call(self, name: str, arguments: Any = None, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
         """Validate and run one tool call on the server (see :meth:`Session.call`); a bad call is a typed
-        result, never an exception."""
-        return _tool_result(self.client.request("call", session_id=self.session_id, name=name, arguments=arguments,
-                                                call_id=call_id, tag=tag))
+        result, never an exception.  An answer :meth:`prefetched` for this very call is taken instead."""
+        params = {"session_id": self.session_id, "name": name, "arguments": arguments, "call_id": call_id, "tag": tag}
+        hit, answer = self._take("call", params)
+        return _tool_result(answer if hit else self.client.request("call", **params))
 
     def call_many(self, calls: Sequence[tuple[str, Any, str | None, Any]]) -> list[ToolResult]:
         """Several calls of this session in one frame (executed in order on the server)."""
@@ -446,9 +516,11 @@ class RemoteSession:
         """
         if getattr(self.client, "no_digest", False):
             return None
+        params = {"session_id": self.session_id, "excluded": list(excluded), "set_fields": list(set_fields)}
         try:
-            got = self.client.request("digest", session_id=self.session_id, excluded=list(excluded),
-                                      set_fields=list(set_fields))
+            hit, got = self._take("digest", params)
+            if not hit:
+                got = self.client.request("digest", **params)
         except RemoteError as exc:
             if exc.code != ERR_METHOD:
                 raise
@@ -485,6 +557,7 @@ class RemoteSession:
     def restore(self, data: bytes) -> None:
         """Replace states and log with a :meth:`snapshot`; the server's :class:`SnapshotError` arrives as a
         :class:`RemoteError` and leaves the session unchanged."""
+        self._ahead.clear()
         self.client.request("restore", session_id=self.session_id, snapshot=data.decode())
 
     def reset(self, initial_state: Any = None) -> None:
@@ -495,6 +568,7 @@ class RemoteSession:
         """
         if initial_state is not None:
             raise NotImplementedError("a remote reset returns to the session's creation state; create a new session instead")
+        self._ahead.clear()
         self.client.request("reset", session_id=self.session_id)
 
     def fork(self) -> RemoteSession:
@@ -512,11 +586,18 @@ class RemoteSession:
         return self._closed
 
     def close(self) -> None:
-        """Close the session on the server (idempotent; a server that is gone is ignored)."""
+        """Close the session on the server (idempotent; a server that is gone is ignored).  Sent as a
+        notification: nothing waits for the server's answer (a later request on the same connection sees
+        the session closed)."""
         if not self._closed:
             self._closed = True
+            self._ahead.clear()
+            notify = getattr(self.client, "notify", None)
             try:
-                self.client.request("close", session_id=self.session_id)
+                if notify is not None:
+                    notify("close", session_id=self.session_id)
+                else:
+                    self.client.request("close", session_id=self.session_id)
             except EnvFactoryError:
                 pass  # the server is gone: nothing left to close
 

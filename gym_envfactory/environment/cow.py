@@ -221,6 +221,12 @@ class CowDict(dict):
     """
 
     _owned: set[Any] | None = None
+    #: A key was removed (``pop``, ``del``, ``clear``): with ``_owned`` still ``None``, the dict is not
+    #: what it was made from any more.
+    _touched: bool = False
+    #: The base's dict a root collection of a view was made from (:func:`make_view`), or ``None``.  While
+    #: :meth:`pristine`, the view holds exactly its items: a digest may reuse what it computed for it.
+    _origin: dict[Any, Any] | None = None
     #: A one-item list shared by the root collections of one view (:func:`share_cell`): while its item
     #: is ``True`` (a shared-reads tool runs), reads hand out the stored values as they are, shared with
     #: the base, instead of copying them (docs/performance.md, "Shared reads").
@@ -267,8 +273,14 @@ class CowDict(dict):
             return value
         return self._own(key, value)
 
+    def pristine(self) -> dict[Any, Any] | None:
+        """The base dict this root collection was made from, while it still holds exactly that dict's
+        items and has handed none out (nothing read, written or removed); else ``None``."""
+        return self._origin if self._owned is None and not self._touched else None
+
     def _disown(self, key: Any) -> bool:
         """Forget ``key`` (removed); whether its value was owned."""
+        self._touched = True
         owned = self._owned
         if owned is not None and key in owned:
             owned.discard(key)
@@ -372,6 +384,7 @@ class CowDict(dict):
         """``view.clear()``."""
         dict.clear(self)
         self._owned = None
+        self._touched = True
 
 
 def _eager_fields(cls: type[BaseModel]) -> bool:
@@ -394,6 +407,8 @@ def make_view(base: M) -> M:
             d[k] = deep_copy_value(v)
         else:
             d[k] = copy_value(v)  # a dict of records: a CowDict over the base's values
+            if t is dict and type(d[k]) is CowDict:
+                d[k]._origin = v
     return _model_like(base, d, copy_value, copy_value)
 
 

@@ -606,7 +606,7 @@ class EnvFactoryEnv(gym.Env):
                 res = self.session.record_invalid(name, raw, f"more than {self.max_calls_per_step} parallel calls in one message; this call was not executed", call_id=call_id, tag=self.turn)
             elif isinstance(item, ParseError):
                 res = self.session.record_invalid(item.name or "invalid_tool_call", item.raw, item.message, call_id=call_id, tag=self.turn)
-            elif self._tool_sets is not None and item.name not in self._available:
+            elif not self._runs(item, k):
                 res = self._unavailable_call(item, call_id)  # refused here: never reaches a backend
             else:
                 res = self.session.call(item.name, item.arguments, call_id=call_id, tag=self.turn)
@@ -693,6 +693,35 @@ class EnvFactoryEnv(gym.Env):
             info["state_diff"] = [str(d) for d in score.state_diff]
             self.done = True
         return obs, float(reward), terminated, truncated, info
+
+    def _runs(self, item: Any, k: int) -> bool:
+        """Whether item ``k`` of a parsed action runs as a tool call on the session (what :meth:`step`
+        does with it; the one predicate :meth:`plan_requests` shares)."""
+        return (isinstance(item, ToolCall) and k < self.max_calls_per_step
+                and (self._tool_sets is None or item.name in self._available))
+
+    def plan_requests(self, action: Any) -> tuple[list[tuple[str, Any, str, Any]], tuple[tuple[str, ...], tuple[str, ...]] | None] | None:
+        """What ``step(action)`` will ask of its session, in order, when that is known in advance: the tool
+        calls ``[(name, arguments, call_id, tag)]`` and, when the step ends a turn whose state the reward
+        reads by digest (docs/reward.md, "Scoring on the server"), the digest's ``(excluded, set_fields)``
+        (else ``None``).  ``None`` when the action holds anything else (a malformed or surplus call, a
+        tool the turn does not offer), or the episode is over.  :class:`~gym_envfactory.envs.groups.RolloutGroup`
+        sends a group's plans in one frame (issue 24, part 3); the step then takes the answers in order."""
+        if self.done or self.session is None or self.task is None:
+            return None
+        parsed = parse_action(action)
+        step_no = self.steps + 1
+        calls = []
+        for k, item in enumerate(parsed.items):
+            if not self._runs(item, k):
+                return None
+            calls.append((item.name, item.arguments, item.id or f"call_{step_no}_{k}", self.turn))
+        ends_turn = (not parsed.attempted_calls or self.steps + 1 >= self._step_limit
+                     or self.steps_in_turn + 1 >= self.max_steps_per_turn)
+        ref = self.reference
+        digest = ((tuple(ref.excluded_fields), tuple(ref.set_fields)) if ends_turn and ref is not None and ref.n_turns
+                  and getattr(self.session, "digest", None) is not None else None)
+        return calls, digest
 
     def _end_turn(self, info: dict[str, Any]) -> float:
         assert self.session is not None and self.task is not None and self.reference is not None

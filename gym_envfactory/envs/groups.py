@@ -8,6 +8,7 @@ from typing import Any, cast, overload
 import gymnasium as gym
 
 from gym_envfactory.envs.env import EnvFactoryEnv
+from gym_envfactory.errors import EnvFactoryError, RequestTooLargeError
 
 
 class RolloutGroup:
@@ -45,19 +46,74 @@ class RolloutGroup:
         return iter(self.envs)
 
     def step(self, actions: Sequence[Any]) -> list[tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]] | None]:
-        """Step member ``i`` with ``actions[i]`` (``None`` for finished members)."""
+        """Step member ``i`` with ``actions[i]`` (``None`` for finished members); returns each member's
+        ``env.step`` result (``None`` for finished ones), in member order.
+
+        Members on one remote connection (subprocess, isolated, url, docker backends) get what their
+        steps will ask of the server in one frame first (:meth:`_prefetch`), so a group step costs one
+        round trip instead of one per call (issue 24, part 3); each member's episode is its own either
+        way.  If a member raises, the others' steps still happen and count, and the first error (in
+        member order) is raised after them.
+
+        Raises:
+            ValueError: ``len(actions)`` is not the group's size.
+            ResetNeeded, BackendUnavailableError: as ``EnvFactoryEnv.step``.
+        """
         if len(actions) != len(self.envs):
             raise ValueError(f"expected {len(self.envs)} actions, got {len(actions)}")
-        out: list[Any] = []
-        for i, (env, a) in enumerate(zip(self.envs, actions, strict=True)):
-            if self.finished[i]:
-                out.append(None)
-                continue
-            res = env.step(a)
+        live = [i for i in range(len(self.envs)) if not self.finished[i]]
+        if len(live) > 1:
+            self._prefetch(live, actions)
+        results: dict[int, Any] = {}
+        errors: dict[int, BaseException] = {}
+        for i in live:
+            try:
+                results[i] = self.envs[i].step(actions[i])
+            except Exception as exc:  # the others' steps still happen and count
+                errors[i] = exc
+        out: list[Any] = [None] * len(self.envs)
+        for i, res in results.items():
             self.rewards[i] += res[1]
             self.finished[i] = res[2] or res[3]
-            out.append(res)
+            out[i] = res
+        if errors:
+            raise errors[min(errors)]
         return out
+
+    def _prefetch(self, live: list[int], actions: Sequence[Any]) -> None:
+        """Send what the live members' steps will ask of one shared remote connection in one frame (their
+        tool calls, and the digest of a turn they end; ``EnvFactoryEnv.plan_requests``) and hand each
+        member's session its answers, so the steps that follow make no round trip (issue 24, part 3).
+        Members whose requests cannot be known in advance, or on another connection, step as usual.  A
+        lost connection leaves nothing kept (the steps then meet the error themselves)."""
+        client = None
+        batch: list[tuple[str, dict[str, Any]]] = []
+        owners: list[tuple[Any, int, int]] = []
+        for i in live:
+            env = self.envs[i]
+            session = env.session
+            if not hasattr(session, "prefetch_requests"):
+                continue
+            if client is None:
+                client = session.client
+            elif session.client is not client:
+                continue
+            plan = env.plan_requests(actions[i])
+            if plan is None:
+                continue
+            reqs = session.prefetch_requests(*plan)
+            owners.append((session, len(batch), len(reqs)))
+            batch += reqs
+        if client is None or len(owners) < 2:
+            return
+        try:
+            answers = client.batch(batch)
+        except RequestTooLargeError:  # refused before sending: nothing ran, the steps ask one by one
+            return
+        except EnvFactoryError as exc:  # lost, or no answer in time: every step meets the error, none resends
+            answers = [exc] * len(batch)
+        for session, start, n in owners:
+            session.prefetched(batch[start:start + n], answers[start:start + n])
 
     @property
     def done(self) -> bool:

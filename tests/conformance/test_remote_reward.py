@@ -101,3 +101,44 @@ def test_prune_is_at_most_the_rewards_exclusions():
         state_digest({"tags": [{"note": "b"}]}, ["tags.*.note"], ["tags"])
     # numbers keep their type in the bytes: 5 and 5.0 only cost the full comparison
     assert state_digest({"n": 5}) != state_digest({"n": 5.0})
+
+
+@pytest.mark.parametrize("mutate", ["none", "read", "write", "pop", "del", "clear", "popitem", "update"])
+def test_session_digest_reuses_untouched_collections_and_stays_the_states_digest(mutate):
+    """``session_digest`` reuses the parts of root collections a view still holds exactly as its base does
+    (``CowDict.pristine``): any read, write or removal must end the reuse, so the digest is always the
+    one of the session's state as it stands, and forks of one base share the work."""
+    from gym_envfactory.digest import session_digest
+    from gym_envfactory.session import Session
+
+    env = EnvFactoryEnv("HotelBooking")
+    env.reset(options={"task_id": env.spec_.tasks.ids()[0]} if hasattr(env, "spec_") else None)
+    base = env.session
+    excluded = ("bookings.*.updated_at",)
+    first = session_digest(base, excluded)
+    assert first == state_digest(base.state(), excluded)
+    for fork in [base.fork() for _ in range(2)]:
+        assert isinstance(fork, Session)
+        assert session_digest(fork, excluded) == state_digest(fork.state(), excluded)
+        model = fork.state_model()
+        hotels = model.__dict__["hotels"]
+        key = next(iter(dict.keys(hotels)))
+        if mutate == "read":
+            _ = hotels[key]
+            hotels[key].name = "changed through a read"  # a handed-out record may be mutated later
+        elif mutate == "write":
+            hotels["H-NEW"] = hotels[key]
+        elif mutate == "pop":
+            hotels.pop(key)
+        elif mutate == "del":
+            del hotels[key]
+        elif mutate == "clear":
+            hotels.clear()
+        elif mutate == "popitem":
+            hotels.popitem()
+        elif mutate == "update":
+            hotels.update({key: hotels[key]})
+        got = session_digest(fork, excluded)
+        assert got == state_digest(fork.state(), excluded)
+        assert (got == first) == (mutate in ("none", "update"))  # update wrote the same record back
+    env.close()

@@ -78,3 +78,92 @@ def test_closing_a_url_group_normally(catalog_server, monkeypatch):
     assert len(set(sids)) == 4 and all(e.session is None for e in g)
     assert not [u for u in unraisable if "never awaited" in u], unraisable
 
+
+
+# -- a group step on one remote connection costs one round trip (issue 24, part 3) --------------------------
+
+def _oracle_group_run(g):
+    from gym_envfactory.rollout.policies import OraclePolicy
+
+    policies = [OraclePolicy() for _ in g]
+    for p, e in zip(policies, g, strict=True):
+        p.begin(e)
+    steps = 0
+    while not g.done:
+        g.step([None if g.finished[i] else policies[i].act(e) for i, e in enumerate(g)])
+        steps += 1
+    return steps
+
+
+def _counting(client, monkeypatch):
+    sent: list[str] = []
+    real_request, real_batch = client.request, client.batch
+    monkeypatch.setattr(client, "request", lambda method, **p: sent.append(method) or real_request(method, **p))
+    monkeypatch.setattr(client, "batch", lambda reqs: sent.append(f"batch of {len(reqs)}") or real_batch(reqs))
+    return sent
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_a_remote_group_step_sends_one_frame_and_scores_as_in_process(catalog_server, monkeypatch, noisy):
+    from gym_envfactory import get_environment
+
+    tasks = [t.task_id for t in get_environment("HotelBooking").tasks if len(t.envs) == 1][:3]
+    for task_id in tasks:
+        local = make_group("envfactory/HotelBooking-v0", k=4, options={"task_id": task_id})
+        remote = make_group("envfactory/HotelBooking-v0", k=4, options={"task_id": task_id}, backend="url",
+                            url=catalog_server, token=TOKEN)
+        try:
+            if noisy:  # members 1-3 take a wrong, a malformed and an unknown-tool first action: plans differ
+                for g in (local, remote):
+                    g.step([_noise(i) or "Let me check." for i in range(4)])
+            sent = _counting(remote[0].session.client, monkeypatch)
+            steps = _oracle_group_run(remote)
+            _oracle_group_run(local)
+            assert remote.rewards == local.rewards
+            assert [e.last_score.to_dict() for e in remote] == [e.last_score.to_dict() for e in local]
+            assert not [m for m in sent if m in ("call", "digest")]  # every call and digest rode in a batch
+            assert len([m for m in sent if m.startswith("batch")]) <= steps
+        finally:
+            monkeypatch.undo()
+            remote.close()
+            local.close()
+
+
+def _noise(i):
+    if i == 1:
+        return '<tool_call>{"name": "get_hotel_details", "arguments": {"hotel_id": "H-9999"}}</tool_call>'
+    if i == 2:
+        return "<tool_call>{not json</tool_call>"
+    if i == 3:
+        return '<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>'
+    return None
+
+
+def test_a_prefetched_call_that_is_not_asked_for_is_raised_never_resent(catalog_server):
+    g = make_group("envfactory/HotelBooking-v0", k=2, backend="url", url=catalog_server, token=TOKEN)
+    try:
+        s = g[1].session
+        reqs = s.prefetch_requests([("get_hotel_details", {"hotel_id": "H-0001"}, "c1", 0)], ((), ()))
+        s.prefetched(reqs, s.client.batch(reqs))
+        with pytest.raises(RuntimeError, match="prefetched tool call"):
+            s.call("get_hotel_details", {"hotel_id": "H-0002"}, call_id="c1", tag=0)
+        assert [r.raw_arguments for r in s.action_log] == [{"hotel_id": "H-0001"}]  # ran once, not again
+        # a kept digest nobody asks for changes nothing and is dropped
+        reqs = s.prefetch_requests([], (("a",), ()))
+        s.prefetched(reqs, s.client.batch(reqs))
+        res = s.call("get_hotel_details", {"hotel_id": "H-0003"}, call_id="c2", tag=0)
+        assert res.name == "get_hotel_details" and len(s.action_log) == 2
+    finally:
+        g.close()
+
+
+def test_a_closed_remote_session_is_gone_for_the_next_request(catalog_server):
+    g = make_group("envfactory/HotelBooking-v0", k=3, backend="url", url=catalog_server, token=TOKEN)
+    client = g[0].session.client
+    sid = g[2].session.session_id
+    g[2].session.close()  # a notification: nothing waits for the server
+    from gym_envfactory.errors import EnvFactoryError
+
+    with pytest.raises(EnvFactoryError):
+        client.request("info", session_id=sid)
+    g.close()

@@ -233,8 +233,8 @@ def test_a_frame_of_large_reads_is_refused_before_any_is_built(monkeypatch):
     m = manager(RSS + cost + 64 * MiB)
     sid = m.create(ENV, initial_state="large").session_id
     built = []
-    real_state = m.state
-    monkeypatch.setattr(m, "state", lambda *a, **k: built.append(1) or real_state(*a, **k))
+    real_state = m.state_json
+    monkeypatch.setattr(m, "state_json", lambda *a, **k: built.append(1) or real_state(*a, **k))
     frame = state_frame([sid] * 1000)
     assert len(frame) < 120_000  # the reviewer's frame: ~112 KB of requests, ~500 MB of answers
     out = json.loads(fastproto.dispatch_frame(m, frame))
