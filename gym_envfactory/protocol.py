@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 __all__ = [
     "HEALTH_PATH", "READY_PATH", "METRICS_PATH", "WS_PATH", "RPC_PATH", "MCP_PATH", "mcp_path",
-    "CLIENT_HEADER", "SESSION_HEADER", "CLOSE_ON_DISCONNECT_HEADER", "AUTHORIZATION_HEADER",
+    "CLIENT_HEADER", "SESSION_HEADER", "CLOSE_ON_DISCONNECT_HEADER", "SPLIT_HEADER", "AUTHORIZATION_HEADER",
     "CLIENT_QUERY", "CLOSE_ON_DISCONNECT_QUERY", "bearer_authorization", "bearer_token_matches",
     "ERR_PARSE", "ERR_INVALID_REQUEST", "ERR_METHOD", "ERR_PARAMS", "ERR_INTERNAL", "ERR_UNKNOWN_SESSION",
     "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED", "ERR_OWNERSHIP", "ERR_MEMORY", "ERROR_CODES",
@@ -62,6 +62,11 @@ SESSION_HEADER = "X-Envfactory-Session"
 CLOSE_ON_DISCONNECT_HEADER = "X-Envfactory-Close-On-Disconnect"
 """WebSocket handshake header, ``1``/``true``/``yes`` or ``0``/``false``/``no``: close the connection's
 sessions when it drops (default: the server's ``close_on_disconnect``)."""
+SPLIT_HEADER = "X-Envfactory-Split-Answers"
+"""WebSocket handshake header, ``1``: this client takes a large batch's answers (over
+``fastproto.SPLIT_BYTES``) in several frames, each a JSON array of responses it matches by id, so that one
+large answer never holds the server's event loop (docs/architecture.md, "Backends").  Without it a batch is
+answered in one frame, as JSON-RPC 2.0 §6 says."""
 AUTHORIZATION_HEADER = "Authorization"
 """Carries ``Bearer <token>`` (RFC 6750 §2.1) on every route but :data:`HEALTH_PATH` of a server with a token."""
 CLIENT_QUERY = "client"

@@ -42,6 +42,7 @@ from gym_envfactory.protocol import (
     ERR_INVALID_REQUEST,
     ERR_MEMORY,
     ERR_METHOD,
+    SPLIT_HEADER,
     STATE_DIGEST_ALGORITHM,
     WS_PATH,
     bearer_authorization,
@@ -108,6 +109,7 @@ class AsyncSessionClient:
 
         headers = bearer_authorization(self.token) if self.token else {}
         headers[CLIENT_HEADER] = process_client_id()
+        headers[SPLIT_HEADER] = "1"  # a large batch's answers may come in several frames: matched by id
         settings: dict[str, Any] = dict(additional_headers=headers, max_size=self.max_size, open_timeout=self.timeout,
                                         ping_interval=20, ping_timeout=20, compression=None)
         if self.url.startswith("unix:"):  # a server on a Unix domain socket (the isolated backend's)

@@ -60,9 +60,10 @@ from gym_envfactory.protocol import (
     METRICS_PATH,
     READY_PATH,
     RPC_PATH,
+    SPLIT_HEADER,
     WS_PATH,
 )
-from gym_envfactory.server.fastproto import Caller, dispatch_frame_async
+from gym_envfactory.server.fastproto import Caller, dispatch_frame_async, dispatch_frame_split
 from gym_envfactory.server.manager import SessionManager, client_from_header
 from gym_envfactory.server.middleware import (
     LOOPBACK,
@@ -149,7 +150,7 @@ def _flag(value: str | None, default: bool) -> bool:
         return True
     if v in ("0", "false", "no"):
         return False
-    raise BadRequestError(f"{CLOSE_ON_DISCONNECT_HEADER} must be 1 or 0, not {value[:40]!r}")
+    raise BadRequestError(f"a flag header (e.g. {CLOSE_ON_DISCONNECT_HEADER}) must be 1 or 0, not {value[:40]!r}")
 
 
 class ServerState:
@@ -169,6 +170,14 @@ class ServerState:
         out = await dispatch_frame_async(self.manager, frame, self.metrics.observe, caller)
         self.metrics.latency.labels(transport).observe(time.perf_counter() - t0)
         return out
+
+    async def dispatch_split(self, frame: str | bytes, transport: str, caller: Caller) -> Any:
+        """:meth:`dispatch` for a client that takes a large batch's answers in several frames
+        (:data:`~gym_envfactory.protocol.SPLIT_HEADER`): the finished ``FrameJob``."""
+        t0 = time.perf_counter()
+        job = await dispatch_frame_split(self.manager, frame, self.metrics.observe, caller)
+        self.metrics.latency.labels(transport).observe(time.perf_counter() - t0)
+        return job
 
 
 def _state(conn: Request | WebSocket) -> ServerState:
@@ -238,6 +247,7 @@ async def session_socket(websocket: WebSocket) -> None:
         client = client_from_header(websocket.headers.get(CLIENT_HEADER) or query.get(CLIENT_QUERY))
         close_on_disconnect = _flag(websocket.headers.get(CLOSE_ON_DISCONNECT_HEADER)
                                     or query.get(CLOSE_ON_DISCONNECT_QUERY), config.close_on_disconnect)
+        split = _flag(websocket.headers.get(SPLIT_HEADER), False)
     except BadRequestError as exc:
         await websocket.close(code=4400, reason=str(exc)[:120])
         return
@@ -261,9 +271,19 @@ async def session_socket(websocket: WebSocket) -> None:
                 await websocket.send_text(json.dumps({"jsonrpc": "2.0", "id": None, "error": {
                     "code": ERR_INVALID_REQUEST, "message": f"frame over {config.max_body_bytes} bytes"}}))
                 continue
-            out = await state.dispatch(frame, "ws", caller)
-            if out is not None:
-                await websocket.send_text(out)
+            if not split:
+                out = await state.dispatch(frame, "ws", caller)
+                if out is not None:
+                    await websocket.send_text(out)
+                continue
+            job = await state.dispatch_split(frame, "ws", caller)
+            if job.frames is None:
+                if job.text is not None:
+                    await websocket.send_text(job.text)
+                continue
+            for group in job.frames:  # one group at a time, other connections served in between
+                await websocket.send_text("[" + ",".join(group) + "]")
+                await asyncio.sleep(0)
     except WebSocketDisconnect:
         pass
     finally:

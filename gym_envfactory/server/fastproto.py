@@ -75,6 +75,9 @@ SLICE_REQUESTS = 256
 SLICE_SECONDS = 0.005
 #: Bytes of answers a frame builds between two checks of the memory budget (:meth:`SessionManager.admit_response`).
 RESPONSE_CHECK_BYTES = 1024 * 1024
+#: A batch's answers larger than this go out as several frames to a client that asked for it
+#: (:data:`~gym_envfactory.protocol.SPLIT_HEADER`), each a JSON array of at most about this many bytes.
+SPLIT_BYTES = 1024 * 1024
 
 __all__ = ["dispatch_frame", "dispatch_frame_async", "FrameJob", "Caller", "METHODS", "ERR_UNKNOWN_SESSION",
            "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED", "ERR_OWNERSHIP", "ERR_MEMORY", "SLICE_REQUESTS",
@@ -236,13 +239,16 @@ class FrameJob:
     Never raises: malformed, too deeply nested or oversized input gets a JSON-RPC error."""
 
     def __init__(self, manager: SessionManager, frame: str | bytes, observe: Observe | None = None,
-                 caller: Caller | None = None) -> None:
+                 caller: Caller | None = None, split: bool = False) -> None:
         self.manager = manager
         self.frame: str | bytes | None = frame
         self.observe = observe
         self.caller = caller or Caller()
         #: The response frame (``None``: nothing to answer, e.g. only notifications), once done.
         self.text: str | None = None
+        #: With ``split``: a large batch's answers as several JSON arrays, in order (``text`` is ``None``).
+        self.frames: list[list[str]] | None = None
+        self.split = split
         self.done = False
         self._requests: list[Any] = []
         self._batch = False
@@ -368,6 +374,18 @@ class FrameJob:
             self._shrink_to_cap()
         if not self._parts:
             return self._finish(None)
+        if self.split and self._batch and self._size > SPLIT_BYTES:
+            # no one large string built here: the sender joins and sends one group at a time
+            groups: list[list[str]] = [[]]
+            size = 0
+            for part in self._parts:
+                if groups[-1] and size + len(part) > SPLIT_BYTES:
+                    groups.append([])
+                    size = 0
+                groups[-1].append(part)
+                size += len(part) + 1
+            self.frames = groups
+            return self._finish(None)
         return self._finish("[" + ",".join(self._parts) + "]" if self._batch else self._parts[0])
 
 
@@ -379,6 +397,16 @@ def dispatch_frame(manager: SessionManager, frame: str | bytes, observe: Observe
     while not job.step(MAX_BATCH, float("inf")):
         pass
     return job.text
+
+
+async def dispatch_frame_split(manager: SessionManager, frame: str | bytes, observe: Observe | None = None,
+                               caller: Caller | None = None) -> FrameJob:
+    """:func:`dispatch_frame_async` for a client that takes a batch's answers in several frames: the
+    finished job, whose ``frames`` (groups of encoded answers, each sent as one JSON array) are set when
+    the answers pass :data:`SPLIT_BYTES`, else whose ``text`` is the one response frame."""
+    job = FrameJob(manager, frame, observe, caller, split=True)
+    await manager.worker.run_steps(job.step)
+    return job
 
 
 async def dispatch_frame_async(manager: SessionManager, frame: str | bytes, observe: Observe | None = None,

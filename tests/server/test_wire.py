@@ -85,3 +85,64 @@ def test_a_state_answer_is_the_sessions_json_spliced_once():
     assert m.sessions[sid].session.state_json().decode() in out  # spliced as serialised, not re-encoded
     one = json.loads(dispatch_frame(m, json.dumps(frame[0])))  # a lone request: the same splice
     assert one["result"] == first["result"]
+
+
+def _rpc(conn, payload):
+    conn.send(json.dumps(payload))
+    return json.loads(conn.recv(timeout=60))
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_large_batch_comes_in_one_frame_unless_the_client_takes_split_answers(split):
+    from gym_envfactory.protocol import SPLIT_HEADER
+    from gym_envfactory.server import fastproto
+
+    p, url = _serve()
+    headers = {"Authorization": "Bearer wire-test", **({SPLIT_HEADER: "1"} if split else {})}
+    try:
+        with websockets_sync.connect(url.replace("http", "ws", 1) + "/v1/ws", additional_headers=headers,
+                                     open_timeout=30, max_size=None) as conn:
+            sid = _rpc(conn, {"jsonrpc": "2.0", "id": 0, "method": "create",
+                              "params": {"env": "HotelBooking", "initial_state": "large"}})["result"]["session_id"]
+            n = 12  # ~280 KB each: well over SPLIT_BYTES in all
+            conn.send(json.dumps([{"jsonrpc": "2.0", "id": i, "method": "state", "params": {"session_id": sid}}
+                                  for i in range(n)]))
+            frames = []
+            got: list = []
+            while len(got) < n:
+                frame = json.loads(conn.recv(timeout=60))
+                assert isinstance(frame, list)  # every frame of a batch's answers is an array
+                frames.append(len(json.dumps(frame)))
+                got += frame
+            assert [r["id"] for r in got] == list(range(n)) and all("result" in r for r in got)
+            if split:
+                assert len(frames) > 1 and max(frames) <= fastproto.SPLIT_BYTES + 400_000
+            else:
+                assert len(frames) == 1
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+        for f in (p.stdout, p.stderr):
+            if f is not None:
+                f.close()
+
+
+def test_the_remote_client_assembles_a_split_answer_by_id():
+    from gym_envfactory.backends.remote import SessionClient
+
+    p, url = _serve()
+    try:
+        c = SessionClient(url, token="wire-test", timeout=60)
+        try:
+            sid = c.request("create", env="HotelBooking", initial_state="large")["session_id"]
+            states = c.batch([("state", {"session_id": sid})] * 12 + [("info", {"session_id": "nope"})])
+            assert all(s == states[0] for s in states[:12]) and len(states[0]["hotels"]) > 100
+            assert getattr(states[12], "code", None) == -32001  # the failed one keeps its slot
+        finally:
+            c.close()
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+        for f in (p.stdout, p.stderr):
+            if f is not None:
+                f.close()
