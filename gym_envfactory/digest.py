@@ -134,6 +134,72 @@ _pristine: OrderedDict[tuple[int, str, bytes], tuple[Any, tuple[str, bytes]]] = 
 PRISTINE_ENTRIES = 64  # each keeps a base collection alive: few, so memory stays bounded
 
 
+#: Canonical pruned bytes of the records of root collections that a view shares with its base (not
+#: owned by it: base records are never mutated), keyed by the record's identity (kept alive here), its
+#: field, its key and the exclusions: ``None`` for a record the exclusions remove.
+_records: OrderedDict[tuple[int, str, str, bytes], tuple[Any, bytes | None]] = OrderedDict()
+_records_bytes = 0
+RECORD_CACHE_BYTES = 32 * 1024 * 1024
+#: JSON name (alias) of a root field, per model class.
+_json_names: dict[tuple[type, str], str] = {}
+
+
+def _collection_part(model: Any, name: str, value: CowDict, excluded: tuple[str, ...], set_fields: tuple[str, ...],
+                     salt: bytes) -> tuple[str, bytes] | None:
+    """The canonical pruned part (``'"field":{...}'``) of a root collection of a copy-on-write view,
+    serialising only the records the view owns (copied, written) or that were never seen: the others
+    are its base's records, whose bytes are cached by identity.  The records are serialised by the root
+    model's own serializer with a nested ``include`` (what ``state_compare`` does to compare frozen
+    states), so every byte is the one :func:`state_digest` hashes.  ``None``: not a plain collection of
+    string keys (the caller serialises the whole field)."""
+    global _records_bytes
+    owned = value._owned or ()
+    got: dict[str, bytes | None] = {}
+    need: list[str] = []
+    with _parts_lock:
+        for k, rec in dict.items(value):
+            if type(k) is not str:
+                return None
+            if k in owned:
+                need.append(k)
+                continue
+            hit = _records.get((id(rec), name, k, salt))
+            if hit is not None and hit[0] is rec:
+                got[k] = hit[1]
+            else:
+                need.append(k)
+    cls = type(model)
+    json_name = _json_names.get((cls, name))
+    if need or json_name is None:
+        if not need and not got:
+            return None  # an empty collection: the whole field costs nothing
+        probe = need or [next(iter(got))]
+        one = json.loads(cls.__pydantic_serializer__.to_json(model, include={name: set(probe)}))
+        if len(one) != 1:
+            return None
+        json_name = _json_names[(cls, name)] = next(iter(one))
+        kept = prune(one, excluded, set_fields)
+        if json_name not in kept or not isinstance(kept[json_name], dict):
+            return None  # the whole field is excluded, or not an object: the caller's path
+        inner = kept[json_name]
+        fresh = []
+        for k in need:
+            b = canonical_json(inner[k]) if k in inner else None
+            got[k] = b
+            if k not in owned:
+                fresh.append((k, b))
+        with _parts_lock:
+            for k, b in fresh:
+                rec = dict.__getitem__(value, k)
+                _records[(id(rec), name, k, salt)] = (rec, b)
+                _records_bytes += len(b or b"") + 64
+            while _records_bytes > RECORD_CACHE_BYTES and _records:
+                _records_bytes -= len(_records.popitem(last=False)[1][1] or b"") + 64
+    body = b",".join(json.dumps(k, ensure_ascii=False).encode() + b":" + b  # type: ignore[operator]
+                     for k, b in sorted(got.items()) if b is not None)
+    return json_name, json.dumps(json_name, ensure_ascii=False).encode() + b":{" + body + b"}"
+
+
 def _model_digest(model: Any, excluded: tuple[str, ...], set_fields: tuple[str, ...]) -> str:
     global _parts_bytes
     salt = repr((excluded, set_fields)).encode()
@@ -150,6 +216,16 @@ def _model_digest(model: Any, excluded: tuple[str, ...], set_fields: tuple[str, 
                     if kept[1][1]:
                         parts.append(kept[1])
                     continue
+        if type(value) is CowDict:
+            part = _collection_part(model, name, value, excluded, set_fields, salt)
+            if part is not None:
+                if origin is not None:
+                    with _parts_lock:
+                        _pristine[(id(origin), name, salt)] = (origin, part)
+                        while len(_pristine) > PRISTINE_ENTRIES:
+                            _pristine.popitem(last=False)
+                parts.append(part)
+                continue
         raw = model.model_dump_json(include={name}).encode()
         key = hashlib.sha256(raw + b"\0" + salt).digest()
         with _parts_lock:

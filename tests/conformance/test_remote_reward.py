@@ -112,7 +112,7 @@ def test_session_digest_reuses_untouched_collections_and_stays_the_states_digest
     from gym_envfactory.session import Session
 
     env = EnvFactoryEnv("HotelBooking")
-    env.reset(options={"task_id": env.spec_.tasks.ids()[0]} if hasattr(env, "spec_") else None)
+    env.reset(options={"task_id": _single_env_task()})
     base = env.session
     excluded = ("bookings.*.updated_at",)
     first = session_digest(base, excluded)
@@ -142,3 +142,43 @@ def test_session_digest_reuses_untouched_collections_and_stays_the_states_digest
         assert got == state_digest(fork.state(), excluded)
         assert (got == first) == (mutate in ("none", "update"))  # update wrote the same record back
     env.close()
+
+
+def test_session_digest_of_records_follows_the_exclusions_and_the_owned_records():
+    """Record by record (the records a view shares with its base cached by identity, the ones it owns
+    serialised afresh): an excluded field or record changes nothing, anything else changes the digest,
+    and the digest is always the state's own."""
+    from gym_envfactory.digest import session_digest
+
+    env = EnvFactoryEnv("HotelBooking")
+    env.reset(options={"task_id": _single_env_task()})
+    base = env.session
+    guest = next(iter(base.state()["guests"]))
+    excluded = ("hotels.*.name", f"guests.{guest}")
+    first = session_digest(base, excluded)
+    for change, same in (("name", True), ("guest", True), ("city", False), ("new", False), ("drop", False)):
+        fork = base.fork()
+        model = fork.state_model()
+        hotels = model.__dict__["hotels"]
+        key = sorted(dict.keys(hotels))[3]
+        if change == "name":
+            hotels[key].name = "excluded"
+        elif change == "guest":
+            model.__dict__["guests"][guest] = model.__dict__["guests"][guest].model_copy(update={"name": "x"})
+        elif change == "city":
+            hotels[key].neighborhood = "Elsewhere"
+        elif change == "new":
+            hotels["H-ZZZZ"] = hotels[key].model_copy()
+        else:
+            del hotels[key]
+        for _ in range(2):  # the second time from the caches
+            got = session_digest(fork, excluded)
+            assert got == state_digest(fork.state(), excluded), change
+            assert (got == first) == same, change
+    env.close()
+
+
+def _single_env_task() -> str:
+    from gym_envfactory import get_environment
+
+    return next(t.task_id for t in get_environment("HotelBooking").tasks if len(t.envs) == 1)
