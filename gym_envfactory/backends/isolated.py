@@ -4,7 +4,7 @@ in fresh PID, network, IPC and mount namespaces where the host allows (:mod:`gym
 listening on a Unix domain socket in a private folder (mode 0700) since it has no network to listen on.
 
 In its mount namespace the parent's home folders (``$HOME`` and the user's home in the password
-database) are covered by an empty ``tmpfs`` (the paths the child needs to run, such as the Python
+database) and the shared temporary folders (:data:`SHARED_TMP_DIRS`) are covered by an empty ``tmpfs`` (the paths the child needs to run, such as the Python
 installation or the package, are mounted back), and the packages it serves are mounted read-only.
 Where ``unshare`` is not available the child still gets the scrubbed environment and the limits, but
 no namespaces: it can then reach the network and read the home folder, and a warning says so.
@@ -58,6 +58,13 @@ def _real(path: str | os.PathLike[str]) -> str:
     return os.path.realpath(os.fspath(path))
 
 
+#: Folders every process of the host shares for temporary files: covered in the isolated server by a
+#: private, empty tmpfs of their own (what it writes there stays there and goes with it), so it reads
+#: nothing the trainer or other users left in them.
+SHARED_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+TMP_MOUNT_OPTIONS = "size=64m,mode=1777"
+
+
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -69,6 +76,20 @@ def _mount_script(private: str, hides: Sequence[str], keeps: Sequence[str], read
     q = shlex.quote
     lines = ["set -e"]
     for i, hide in enumerate(hides):
+        if hide in SHARED_TMP_DIRS:
+            # the private folder (and its stash) may lie inside: keep the covered folder open as the
+            # shell's working directory instead, and mount what is kept back from it by relative path
+            # (--no-canonicalize, so the path is resolved there, not in the new tmpfs)
+            lines += [f"cd {q(hide)}", f"mount -t tmpfs -o {TMP_MOUNT_OPTIONS} envfactory-hidden {q(hide)}"]
+            for keep in keeps:
+                if _inside(keep, hide) and keep != hide:
+                    rel = os.path.relpath(keep, hide)
+                    target = os.path.join(hide, rel)
+                    make = f"mkdir -p {q(target)}" if os.path.isdir(keep) else \
+                        f"mkdir -p {q(os.path.dirname(target))} && touch {q(target)}"
+                    lines += [make, f"mount --no-canonicalize --rbind {q('./' + rel)} {q(target)}"]
+            lines.append("cd /")
+            continue
         stash = os.path.join(private, f"stash{i}")
         os.mkdir(stash, 0o700)
         lines += [f"mount --rbind {q(hide)} {q(stash)}",
@@ -135,6 +156,11 @@ def isolated_launch(serve_args: Sequence[str], extra_env: Mapping[str, str], pyt
             log.warning("the isolated backend cannot hide %s: it holds a path the server needs", folder)
             continue
         hides.append(folder)
+    tmp_hides = [folder for folder in SHARED_TMP_DIRS
+                 if os.path.isdir(folder) and not os.path.islink(folder) and _real(folder) == folder
+                 and folder not in hides and not any(_inside(folder, keep) for keep in keeps)]
+    # homes inside a shared temporary folder go with it (a home under /tmp, as in tests); the others after
+    hides = [h for h in hides if not any(_inside(h, t) for t in tmp_hides)] + tmp_hides
     read_only = sorted({_real(d) for d in package_dirs})
     argv = [*prefix, "sh", "-c", _mount_script(private, hides, keeps, read_only), "envfactory-isolated", *command]
     return IsolatedLaunch(argv, env, home, private, f"unix:{sock}", True)

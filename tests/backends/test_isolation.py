@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import tempfile
 import threading
 from pathlib import Path
 
@@ -155,8 +156,11 @@ def call(env, name: str, **arguments) -> str:
 
 def probes(env, secret_file: Path, port: int) -> dict[str, str]:
     env.reset(options={"task_id": "probe-001"})
-    return {"env": call(env, "read_secret"), "home": call(env, "read_home_file", path=str(secret_file)),
-            "net": call(env, "open_socket", port=port)}
+    with tempfile.NamedTemporaryFile("w", dir="/tmp", prefix="envfactory-probe-", suffix=".txt") as tmp:
+        tmp.write("s3cr3t-tmp")
+        tmp.flush()
+        return {"env": call(env, "read_secret"), "home": call(env, "read_home_file", path=str(secret_file)),
+                "net": call(env, "open_socket", port=port), "tmp": call(env, "read_home_file", path=tmp.name)}
 
 
 def test_the_trust_rule_follows_provenance(probe_env):
@@ -181,6 +185,7 @@ def test_an_untrusted_package_made_with_no_options_cannot_reach_env_home_or_netw
         pytest.skip(f"this host has no unshare namespaces: only the scrubbed environment was checked ({seen})")
     assert seen["home"].startswith("denied:"), seen
     assert seen["net"].startswith("denied:"), seen
+    assert seen["tmp"].startswith("denied:"), seen  # /tmp is its own: nothing the trainer left there
 
 
 def test_trust_true_runs_it_in_process_where_every_probe_succeeds(probe_env, listener):
@@ -191,7 +196,7 @@ def test_trust_true_runs_it_in_process_where_every_probe_succeeds(probe_env, lis
     finally:
         env.close()
     # the probes can fail: in this process they reach all three
-    assert seen == {"env": "s3cr3t-env", "home": "read:s3cr3t-file", "net": "connected:hello"}
+    assert seen == {"env": "s3cr3t-env", "home": "read:s3cr3t-file", "net": "connected:hello", "tmp": "read:s3cr3t-tmp"}
 
 
 def test_inprocess_without_trust_is_refused_with_the_opt_in(probe_env):
