@@ -156,7 +156,7 @@ def call(env, name: str, **arguments) -> str:
 
 def probes(env, secret_file: Path, port: int) -> dict[str, str]:
     env.reset(options={"task_id": "probe-001"})
-    with tempfile.NamedTemporaryFile("w", dir="/tmp", prefix="envfactory-probe-", suffix=".txt") as tmp:
+    with tempfile.NamedTemporaryFile("w", dir="/tmp", prefix="isolation-probe-", suffix=".txt") as tmp:
         tmp.write("s3cr3t-tmp")
         tmp.flush()
         return {"env": call(env, "read_secret"), "home": call(env, "read_home_file", path=str(secret_file)),
