@@ -283,8 +283,9 @@ class SessionManager:
         if ms is None:
             raise UnknownSessionError(f"no live session {session_id!r} (closed, expired, or from another server)")
         if client is not None and ms.owner is not None and client != ms.owner and not ms.shared:
-            raise SessionOwnershipError(f"session {session_id} belongs to another client (this request is from "
-                                        f"{client!r}; send its creator's {CLIENT_HEADER}, or have it shared)")
+            # never how to claim the owner's identity: only that the session is not this client's
+            raise SessionOwnershipError(f"session {session_id} belongs to another client and is not shared (this "
+                                        f"request counts as client {client!r}); its owner may share it")
         ms.last_used = self.clock()
         return ms
 
