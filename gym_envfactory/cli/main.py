@@ -427,6 +427,29 @@ def serve_cmd(
         raise typer.Exit(1) from None
 
 
+@app.command("client-key")
+def client_key_cmd(
+    ctx: typer.Context,
+    client: Annotated[str, typer.Argument(help="the client name (X-Envfactory-Client; a trainer's $ENVFACTORY_CLIENT)")],
+    token: Annotated[str | None, typer.Option(envvar="ENVFACTORY_TOKEN", help="the server's bearer token (visible in `ps` when given here: prefer --token-file or $ENVFACTORY_TOKEN)")] = None,
+    token_file: Annotated[Path | None, typer.Option(envvar="ENVFACTORY_TOKEN_FILE", help="read the server's bearer token from this file")] = None,
+) -> None:
+    """Print CLIENT's credential on a server with this token: HMAC-SHA256 of the token over the name
+    (docs/architecture.md, "Backends").  Give it to that client as its token (with $ENVFACTORY_CLIENT set
+    to CLIENT): the server lets it in as CLIENT and no other client, and it cannot make another's."""
+    from gym_envfactory.protocol import CLIENT_ID_RULE, client_key, is_valid_client_id
+
+    if token_file is not None:
+        if token and _from_command_line(ctx, "token"):
+            raise typer.BadParameter("give --token or --token-file, not both")
+        token = read_token_file(token_file)
+    if not token:
+        raise typer.BadParameter("give the server's token: --token-file PATH or $ENVFACTORY_TOKEN")
+    if not is_valid_client_id(client):
+        raise typer.BadParameter(f"the client name must be {CLIENT_ID_RULE}")
+    print(client_key(token, client))
+
+
 def _print_results(gym_id: str, policy: str, results: list[EpisodeResult]) -> None:
     table = Table(title=f"{gym_id} · policy={policy} · {len(results)} episodes")
     columns: tuple[tuple[str, JustifyMethod], ...] = (

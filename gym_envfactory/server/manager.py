@@ -9,7 +9,9 @@ first (:mod:`.admission`) and refused with :class:`MemoryBudgetError` (a :class:
 would not fit; a refused request changes nothing.
 
 Ownership: a session created with ``client=`` belongs to that client (the ``X-Envfactory-Client``
-header, :func:`client_from_header`; every client without the header is :data:`ANONYMOUS_CLIENT`); another
+header, :func:`client_from_header`; every client without the header is :data:`ANONYMOUS_CLIENT`, and on a
+server with a token so is every client whose header comes without its credential:
+:func:`authenticated_client`); another
 client's request on it raises :class:`SessionOwnershipError` unless it was created ``shared`` or the
 owner shared it (:meth:`SessionManager.share`).  ``client=None`` (in-process callers, MCP-owned
 sessions) is never checked.
@@ -47,6 +49,8 @@ from gym_envfactory.protocol import (
     CLIENT_HEADER,
     CLIENT_ID_RULE,
     STATE_DIGEST_ALGORITHM,
+    bearer_credentials,
+    client_key_matches,
     is_valid_client_id,
 )
 from gym_envfactory.replay import task_reference
@@ -57,7 +61,7 @@ from gym_envfactory.session import Session
 
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "MemoryBudgetError",
            "BadRequestError", "SessionOwnershipError", "CLIENT_HEADER", "ANONYMOUS_CLIENT", "client_from_header",
-           "READ_METHODS"]
+           "authenticated_client", "READ_METHODS"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,29 @@ def client_from_header(value: str | None) -> str:
     if not is_valid_client_id(value):
         raise BadRequestError(f"{CLIENT_HEADER} must be {CLIENT_ID_RULE}")
     return value
+
+
+def authenticated_client(claimed: str | None, *, token: str | None, key: str | None = None,
+                         authorization: str | None = None) -> str:
+    """The client a request counts as (the owner of what it creates, the holder of its quota).
+
+    On a server without a ``token`` (loopback development) nothing can be proved: the
+    :data:`~gym_envfactory.protocol.CLIENT_HEADER` name ``claimed`` is taken as it is
+    (:func:`client_from_header`), a label, not a security boundary.  On a server with a token, ``claimed``
+    counts only with its credential (:func:`gym_envfactory.protocol.client_key` of the token and the
+    name), sent as ``key`` (:data:`~gym_envfactory.protocol.CLIENT_KEY_HEADER`) or as the bearer token in
+    ``authorization``; a name without it is :data:`ANONYMOUS_CLIENT`, never the client it names, so a
+    request cannot take another client's sessions or spend its quota by naming it.
+
+    Raises:
+        BadRequestError: ``claimed`` is not 1..128 printable ASCII characters without spaces.
+    """
+    client = client_from_header(claimed)
+    if not token or claimed is None:
+        return client
+    if client_key_matches(token, client, key) or client_key_matches(token, client, bearer_credentials(authorization)):
+        return client
+    return ANONYMOUS_CLIENT
 
 
 def _locked(method: F) -> F:

@@ -30,7 +30,9 @@ convention FastMCP uses); the text content is always the plain ``ToolResult.to_t
 ``tools/call`` goes through :meth:`SessionManager.call` on the manager's worker thread (never on the
 event loop): a typed error (unknown tool, invalid arguments, tool error, internal error) comes back as
 ``isError: true`` with the error JSON as text.  A bound session belongs to the client that created it:
-send the same ``X-Envfactory-Client`` header as the ``create`` request (or none on both).
+the MCP requests must count as the same client as the ``create`` request (the same ``X-Envfactory-Client``
+header, proved on a server with a token by ``X-Envfactory-Client-Key`` or the client's credential as the
+bearer token: :func:`~.manager.authenticated_client`; or none on both).
 
 Fast path (:class:`_FastCalls`): once the SDK has accepted a handshake-era session's first ``tools/call``,
 that session's later plain ``tools/call`` POSTs are answered without the SDK's per-request machinery, with
@@ -81,7 +83,9 @@ from gym_envfactory.errors import (
     UnknownSessionError,
 )
 from gym_envfactory.protocol import (
+    AUTHORIZATION_HEADER,
     CLIENT_HEADER,
+    CLIENT_KEY_HEADER,
     ERR_CAPACITY,
     ERR_MEMORY,
     ERR_OWNERSHIP,
@@ -90,7 +94,7 @@ from gym_envfactory.protocol import (
     SESSION_HEADER,
     mcp_path,
 )
-from gym_envfactory.server.manager import ManagedSession, SessionManager, client_from_header
+from gym_envfactory.server.manager import ManagedSession, SessionManager, authenticated_client
 from gym_envfactory.server.middleware import BearerAuthMiddleware, is_loopback
 from gym_envfactory.session import ToolResult
 
@@ -128,10 +132,14 @@ class EnvMCPServer:
         env: the environment this endpoint serves (must be one of ``manager.specs``).
         single: one client for the process's lifetime (stdio): one owned session, closed by :meth:`close`.
         http: served over streamable HTTP (sessionless 2026-07-28 discovery only for bound clients).
+        token: the server's bearer token: with one, a request's client name counts only with its
+            credential (:meth:`client_of`).
     """
 
-    def __init__(self, manager: SessionManager, env: str, *, single: bool = False, http: bool = True) -> None:
+    def __init__(self, manager: SessionManager, env: str, *, single: bool = False, http: bool = True,
+                 token: str | None = None) -> None:
         self.manager = manager
+        self.token = token
         self.spec = manager.spec(env)
         self.env = self.spec.name
         self.single = single
@@ -173,11 +181,20 @@ class EnvMCPServer:
         value = headers.get(SESSION_HEADER)
         return value.strip() if value else None
 
-    @staticmethod
-    def _client(ctx: Any) -> str:
-        headers = getattr(getattr(ctx, "request", None), "headers", None)
+    def client_of(self, headers: Any) -> str:
+        """The client a request with ``headers`` counts as (:func:`~.manager.authenticated_client`).
+
+        Raises:
+            BadRequestError: a client name that breaks the rule.
+        """
+        if headers is None:
+            return authenticated_client(None, token=self.token)
+        return authenticated_client(headers.get(CLIENT_HEADER), token=self.token, key=headers.get(CLIENT_KEY_HEADER),
+                                    authorization=headers.get(AUTHORIZATION_HEADER))
+
+    def _client(self, ctx: Any) -> str:
         try:
-            return client_from_header(headers.get(CLIENT_HEADER) if headers is not None else None)
+            return self.client_of(getattr(getattr(ctx, "request", None), "headers", None))
         except BadRequestError as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
 
@@ -293,14 +310,15 @@ class EnvMCPServer:
             conn.exit_stack.callback(self.fast.pop, msid, None)
         entry.owned = conn.state.get(_STATE_KEY)
 
-    def fast_call(self, entry: _FastEntry, bound: str | None, client: str | None, name: str,
+    def fast_call(self, entry: _FastEntry, bound: str | None, headers: Any, name: str,
                   arguments: dict[str, Any] | None) -> dict[str, Any] | None:
         """Run one ``tools/call`` for :class:`_FastCalls` (on the worker thread) and return its
         ``CallToolResult`` as a wire dict, the same JSON the SDK path answers; ``None`` when the request
-        has no usable session (the SDK path then answers it, with its error)."""
+        has no usable session (the SDK path then answers it, with its error).  ``headers``: the request's,
+        for the client it counts as (:meth:`client_of`)."""
         try:
             if bound is not None:
-                ms = self._lookup(bound.strip(), bound=True, client=client_from_header(client))
+                ms = self._lookup(bound.strip(), bound=True, client=self.client_of(headers))
             elif entry.owned is not None:
                 ms = self._lookup(entry.owned, bound=False)
             else:
@@ -516,8 +534,8 @@ class _FastCalls:
             return
         id_, name, arguments = call
         srv = self.srv
-        result = await srv.manager.worker.run(srv.fast_call, entry, headers.get(SESSION_HEADER),
-                                              headers.get(CLIENT_HEADER), name, arguments)
+        result = await srv.manager.worker.run(srv.fast_call, entry, headers.get(SESSION_HEADER), headers, name,
+                                              arguments)
         if result is None:
             await self._to_sdk(scope, _replay(seen, receive), send, msid)
             return
@@ -593,7 +611,7 @@ def mcp_routes(manager: SessionManager, config: Any) -> tuple[list[Route], Calla
     managers: list[StreamableHTTPSessionManager] = []
     fasts: list[_FastCalls] = []
     for name in manager.specs:
-        srv = EnvMCPServer(manager, name, http=True)
+        srv = EnvMCPServer(manager, name, http=True, token=getattr(config, "token", None))
         sm = StreamableHTTPSessionManager(
             app=srv.server,
             json_response=True,
