@@ -34,6 +34,11 @@ the MCP requests must count as the same client as the ``create`` request (the sa
 header, proved on a server with a token by ``X-Envfactory-Client-Key`` or the client's credential as the
 bearer token: :func:`~.manager.authenticated_client`; or none on both).
 
+Admission: a request that may open an MCP session (no ``Mcp-Session-Id``; a handshake-era or no
+``MCP-Protocol-Version``) is admitted before the SDK sees it (:meth:`SessionManager.admit_mcp_session`:
+a per-client and a server-wide cap and :data:`~.admission.MCP_SESSION_BYTES` of the memory budget, held
+until the session ends); a refusal is a JSON-RPC error (-32002, HTTP 429; -32006, HTTP 503) and opens nothing.
+
 Fast path (:class:`_FastCalls`): once the SDK has accepted a handshake-era session's first ``tools/call``,
 that session's later plain ``tools/call`` POSTs are answered without the SDK's per-request machinery, with
 the same JSON, the same checks (Host/Origin, Content-Type, Accept, body cap, session liveness) and the same
@@ -90,6 +95,7 @@ from gym_envfactory.protocol import (
     ERR_MEMORY,
     ERR_OWNERSHIP,
     ERR_UNKNOWN_SESSION,
+    HTTP_STATUS,
     MCP_PATH,
     SESSION_HEADER,
     mcp_path,
@@ -365,10 +371,12 @@ _FAST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 @dataclasses.dataclass
 class _LiveSession:
     """An MCP session of the SDK's, seen from the requests that pass :class:`_FastCalls`: the requests of it
-    being served (an open GET stream included) and when the last one ended (``time.monotonic()`` seconds)."""
+    being served (an open GET stream included), when the last one ended (``time.monotonic()`` seconds),
+    and the client it counts against (:meth:`SessionManager.admit_mcp_session`; ``None``: none)."""
 
     last: float
     in_flight: int = 0
+    client: str | None = None
 
 
 class _FastCalls:
@@ -410,13 +418,56 @@ class _FastCalls:
         self.live: dict[str, _LiveSession] = {}
 
     def _forget(self, msid: str) -> None:
-        self.live.pop(msid, None)
+        live = self.live.pop(msid, None)
         self.srv.fast.pop(msid, None)
+        if live is not None and live.client is not None:
+            # bookkeeping only (a counter and a reservation), done here so that a cancelled request still
+            # gives the room back
+            self.srv.manager.release_mcp_session(live.client)
+
+    async def _admit(self, scope: Scope, send: Send, headers: Headers) -> str | None:
+        """Admit the MCP session a request without ``Mcp-Session-Id`` may open (the SDK opens one for every
+        such request of the handshake era, and drops it when the request fails): the client it counts
+        against (:meth:`SessionManager.admit_mcp_session`), or ``None`` once refused, answered with a
+        JSON-RPC error (-32002 capacity, HTTP 429, ``data``: ``{"scope", "limit"}``; -32006 memory, HTTP
+        503; a bad client name: -32602, HTTP 400)."""
+        manager = self.srv.manager
+        try:
+            client = self.srv.client_of(headers)
+            await manager.worker.run(manager.admit_mcp_session, client)
+        except BadRequestError as exc:
+            error: dict[str, Any] = {"code": INVALID_PARAMS, "message": str(exc)}
+            status = 400
+        except MemoryBudgetError as exc:
+            error = {"code": ERR_MEMORY, "message": str(exc), "data": {
+                "scope": exc.scope, "limit": exc.limit, "estimate": exc.estimate, "used": exc.used,
+                "headroom": exc.headroom}}
+            status = HTTP_STATUS[ERR_MEMORY]
+        except CapacityError as exc:
+            error = {"code": ERR_CAPACITY, "message": str(exc), "data": {"scope": exc.scope, "limit": exc.limit}}
+            status = HTTP_STATUS[ERR_CAPACITY]
+        else:
+            return client
+        data = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+        return None
 
     async def _to_sdk(self, scope: Scope, receive: Receive, send: Send, msid: str | None) -> None:
-        """Hand a request to the SDK and update :attr:`live` from its answer."""
+        """Hand a request to the SDK and update :attr:`live` from its answer.  A request that may open an MCP
+        session (no ``Mcp-Session-Id``, a handshake-era or no ``MCP-Protocol-Version``) is admitted first
+        (:meth:`_admit`): the session it opens counts against its client until it ends."""
         live = self.live.get(msid) if msid else None
         answer: dict[str, Any] = {}
+        opener: str | None = None
+        if msid is None and scope["type"] == "http":
+            headers = Headers(scope=scope)
+            version = headers.get(_MCP_PROTOCOL_VERSION)
+            if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+                opener = await self._admit(scope, send, headers)
+                if opener is None:
+                    return
 
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -436,8 +487,11 @@ class _FastCalls:
                 live.in_flight -= 1
                 live.last = time.monotonic()
             if msid is None:
-                if answer.get("msid") and status < 400:
-                    self.live.setdefault(answer["msid"], _LiveSession(time.monotonic()))
+                opened = answer.get("msid") if status < 400 else None
+                if opened and opened not in self.live:
+                    self.live[opened] = _LiveSession(time.monotonic(), client=opener)
+                elif opener is not None:  # no session opened: give its room back
+                    self.srv.manager.release_mcp_session(opener)
             elif status == 404 or (scope["method"] == "DELETE" and 200 <= status < 300):
                 self._forget(msid)
 
