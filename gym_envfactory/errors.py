@@ -203,7 +203,8 @@ class MemoryBudgetError(CapacityError):
 
 
 class SessionOwnershipError(EnvFactoryError, PermissionError):
-    """The session belongs to another client (``X-Envfactory-Client``) and is not shared."""
+    """The session belongs to another client (``X-Envfactory-Client``, proved on a server with a token by the
+    client's credential) and is not shared."""
 
 
 class BadRequestError(EnvFactoryError, ValueError):

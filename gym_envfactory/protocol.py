@@ -4,11 +4,13 @@ every client (:mod:`gym_envfactory.backends.remote`, :mod:`gym_envfactory.backen
 
 - HTTP paths: :data:`HEALTH_PATH`, :data:`READY_PATH`, :data:`METRICS_PATH`, :data:`WS_PATH` (the fast
   session protocol), :data:`RPC_PATH` (the same methods over ``POST``), :data:`MCP_PATH` (:func:`mcp_path`).
-- Headers: :data:`CLIENT_HEADER`, :data:`SESSION_HEADER`, :data:`CLOSE_ON_DISCONNECT_HEADER`, and the
-  bearer token of RFC 6750 §2.1 (:func:`bearer_authorization`, checked by :func:`bearer_token_matches`).
+- Headers: :data:`CLIENT_HEADER`, :data:`CLIENT_KEY_HEADER`, :data:`SESSION_HEADER`,
+  :data:`CLOSE_ON_DISCONNECT_HEADER`, and the bearer token of RFC 6750 §2.1 (:func:`bearer_authorization`,
+  checked by :func:`bearer_token_matches`).
 - The JSON-RPC 2.0 error codes (spec §5.1) and the application codes (``ERR_*``, :data:`ERROR_CODES`).
-- Client identity: the one rule for a client name (:func:`is_valid_client_id`) and the name a process
-  sends by default (:func:`default_client_id`).
+- Client identity: the one rule for a client name (:func:`is_valid_client_id`), the name a process
+  sends by default (:func:`default_client_id`), and the credential that proves it on a server with a token
+  (:func:`client_key`).
 - The announcement a server started with ``--announce`` prints on stdout (:func:`announcement`,
   :func:`parse_announcement`, :data:`ANNOUNCE_NONCE_VAR`).
 
@@ -17,6 +19,8 @@ Standard library only: a client never imports the server package (or Starlette) 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -25,12 +29,13 @@ from collections.abc import Mapping
 
 __all__ = [
     "HEALTH_PATH", "READY_PATH", "METRICS_PATH", "WS_PATH", "RPC_PATH", "MCP_PATH", "mcp_path",
-    "CLIENT_HEADER", "SESSION_HEADER", "CLOSE_ON_DISCONNECT_HEADER", "SPLIT_HEADER", "AUTHORIZATION_HEADER",
-    "CLIENT_QUERY", "CLOSE_ON_DISCONNECT_QUERY", "bearer_authorization", "bearer_token_matches",
+    "CLIENT_HEADER", "CLIENT_KEY_HEADER", "SESSION_HEADER", "CLOSE_ON_DISCONNECT_HEADER", "SPLIT_HEADER", "AUTHORIZATION_HEADER",
+    "CLIENT_QUERY", "CLOSE_ON_DISCONNECT_QUERY", "bearer_authorization", "bearer_credentials", "bearer_token_matches",
     "ERR_PARSE", "ERR_INVALID_REQUEST", "ERR_METHOD", "ERR_PARAMS", "ERR_INTERNAL", "ERR_UNKNOWN_SESSION",
     "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED", "ERR_OWNERSHIP", "ERR_MEMORY", "ERROR_CODES",
     "HTTP_STATUS",
     "ANONYMOUS_CLIENT", "CLIENT_ENV_VAR", "CLIENT_ID_RULE", "is_valid_client_id", "default_client_id",
+    "client_key", "client_key_matches",
     "ANNOUNCE_NONCE_VAR", "announcement", "parse_announcement", "STATE_DIGEST_ALGORITHM",
 ]
 
@@ -56,7 +61,12 @@ def mcp_path(env_name: str) -> str:
 
 # -------------------------------------------------------------------------------------------- headers
 CLIENT_HEADER = "X-Envfactory-Client"
-"""HTTP header naming the client a request comes from (sessions are owned by the client that created them)."""
+"""HTTP header naming the client a request comes from (sessions are owned by the client that created them).
+On a server with a token the name counts only with its credential (:func:`client_key`), sent as
+:data:`CLIENT_KEY_HEADER` or as the bearer token itself; without it the request is :data:`ANONYMOUS_CLIENT`."""
+CLIENT_KEY_HEADER = "X-Envfactory-Client-Key"
+"""HTTP header carrying :func:`client_key` of the server's token and the :data:`CLIENT_HEADER` name: what
+proves, to a server with a token, that a request comes from that client (docs/architecture.md, "Backends")."""
 SESSION_HEADER = "X-Envfactory-Session"
 """HTTP header binding an MCP client to a session created through the control plane."""
 CLOSE_ON_DISCONNECT_HEADER = "X-Envfactory-Close-On-Disconnect"
@@ -81,19 +91,32 @@ def bearer_authorization(token: str) -> dict[str, str]:
     return {AUTHORIZATION_HEADER: f"Bearer {token}"}
 
 
-def bearer_token_matches(authorization: str | None, token: str | None) -> bool:
+def bearer_credentials(authorization: str | None) -> str | None:
+    """The credentials of an ``Authorization: Bearer <credentials>`` header value (scheme in any case, RFC
+    7235 §2.1; surrounding spaces stripped), ``None`` for any other value.  Never raises."""
+    scheme, _, got = (authorization or "").partition(" ")
+    return got.strip() if scheme.lower() == "bearer" else None
+
+
+def bearer_token_matches(authorization: str | None, token: str | None, client: str | None = None) -> bool:
     """Whether an ``Authorization`` header value grants access to a server whose token is ``token``.
 
     ``True`` when the server has no token (``None`` or empty); otherwise the value must be ``<scheme>
     <credentials>`` with the scheme ``Bearer`` in any case (RFC 7235 §2.1: schemes are case-insensitive)
-    and the credentials, stripped of surrounding spaces, equal to ``token``, compared in constant time
-    (:func:`secrets.compare_digest`, so the time taken does not reveal how much of a guess was right).
-    Never raises.
+    and the credentials, stripped of surrounding spaces, equal to ``token`` or, when the request names a
+    ``client`` (:data:`CLIENT_HEADER`), to that client's credential :func:`client_key` (``token``,
+    ``client``): a client given only its credential is let in as that client and no other.  Compared in
+    constant time (:func:`secrets.compare_digest`, so the time taken does not reveal how much of a guess was
+    right).  Never raises.
     """
     if not token:
         return True
-    scheme, _, got = (authorization or "").partition(" ")
-    return scheme.lower() == "bearer" and secrets.compare_digest(got.strip().encode(), token.encode())
+    got = bearer_credentials(authorization)
+    if got is None:
+        return False
+    if secrets.compare_digest(got.encode(), token.encode()):
+        return True
+    return client is not None and client_key_matches(token, client, got)
 
 
 # ------------------------------------------------------------------------------------ JSON-RPC errors
@@ -135,7 +158,8 @@ HTTP_STATUS: Mapping[int, int] = {ERR_UNKNOWN_SESSION: 404, ERR_CAPACITY: 429, E
 
 # ------------------------------------------------------------------------------------ client identity
 ANONYMOUS_CLIENT = "anonymous"
-"""The identity of every request without :data:`CLIENT_HEADER` (they share sessions and one quota)."""
+"""The identity of every request without :data:`CLIENT_HEADER`, and on a server with a token of every request
+whose name comes without its credential (:func:`client_key`); they share sessions and one quota."""
 CLIENT_ENV_VAR = "ENVFACTORY_CLIENT"
 """Environment variable naming the client this process sends (:func:`default_client_id`)."""
 CLIENT_ID_RULE = "1..128 printable ASCII characters without spaces"
@@ -153,6 +177,29 @@ def default_client_id() -> str:
     else ``<hostname>:<pid>`` (so every connection of one trainer process shares its sessions and quota,
     and two processes never use each other's)."""
     return os.environ.get(CLIENT_ENV_VAR) or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def client_key(token: str, client: str) -> str:
+    """The credential of client ``client`` on a server whose token is ``token``: HMAC-SHA256 keyed with the
+    token over the client name (both UTF-8), in lower-case hex (64 characters).
+
+    A server with a token takes a :data:`CLIENT_HEADER` name only with this credential, sent as
+    :data:`CLIENT_KEY_HEADER` beside the token or as the bearer token itself (:func:`bearer_token_matches`).
+    Whoever holds the server's token can make any client's credential (it is the operator's key); a client
+    given only its own credential cannot make another's, nor the token (docs/architecture.md, "Backends")."""
+    return hmac.new(token.encode(), client.encode(), hashlib.sha256).hexdigest()
+
+
+def client_key_matches(token: str, client: str, key: str | None) -> bool:
+    """Whether ``key`` (surrounding spaces stripped) is :func:`client_key` (``token``, ``client``), compared
+    in constant time.  ``False`` for ``None``, an empty ``token`` or a non-ASCII ``key``.  Never raises."""
+    if key is None or not token:
+        return False
+    try:
+        got = key.strip().encode("ascii")
+    except UnicodeEncodeError:
+        return False
+    return secrets.compare_digest(got, client_key(token, client).encode())
 
 
 # ------------------------------------------------------------------------------------- announcement

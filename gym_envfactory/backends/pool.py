@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -228,8 +229,11 @@ def _inprocess(**_: Any) -> Backend:
 def _subprocess(*, envs: Sequence[str], token: str | None, timeout: float, packages: Mapping[str, str] | None = None,
                 **_: Any) -> Backend:
     def start() -> tuple[str, Callable[[], None] | None, str | None]:
-        target, stop = start_server_process(envs, token, timeout, packages=packages)
-        return target, stop, token
+        # a fresh random token unless one is given, as the docker backend's: the port is open to every local
+        # user, and without a token a server cannot tell its clients apart (docs/architecture.md, "Backends")
+        server_token = token or secrets.token_urlsafe(32)
+        target, stop = start_server_process(envs, server_token, timeout, packages=packages)
+        return target, stop, server_token
     return _shared("subprocess", ("subprocess", tuple(sorted(envs)), token, tuple(sorted((packages or {}).items()))),
                    start, timeout)
 

@@ -37,6 +37,7 @@ from gym_envfactory.protocol import (
     CLIENT_ENV_VAR,
     CLIENT_HEADER,
     CLIENT_ID_RULE,
+    CLIENT_KEY_HEADER,
     ERR_BAD_REQUEST,
     ERR_CAPACITY,
     ERR_INVALID_REQUEST,
@@ -46,6 +47,7 @@ from gym_envfactory.protocol import (
     STATE_DIGEST_ALGORITHM,
     WS_PATH,
     bearer_authorization,
+    client_key,
     default_client_id,
     is_valid_client_id,
 )
@@ -100,7 +102,11 @@ class AsyncSessionClient:
 
     async def connect(self) -> AsyncSessionClient:
         """Open the WebSocket (``Authorization: Bearer <token>`` when a token is set) and start reading
-        replies; returns ``self``.
+        replies; returns ``self``.  The connection names this process's client (:func:`process_client_id`)
+        and, with a token, proves it (``X-Envfactory-Client-Key``: :func:`gym_envfactory.protocol.client_key`),
+        so every connection of this process counts as the one client that owns its sessions.  A ``token``
+        that is itself the client's credential (given by the operator instead of the server's token) works
+        as the bearer token alone.
 
         Raises:
             BackendUnavailableError: the server cannot be reached within ``timeout`` seconds.
@@ -108,7 +114,9 @@ class AsyncSessionClient:
         websockets = require_websockets()
 
         headers = bearer_authorization(self.token) if self.token else {}
-        headers[CLIENT_HEADER] = process_client_id()
+        headers[CLIENT_HEADER] = client = process_client_id()
+        if self.token:
+            headers[CLIENT_KEY_HEADER] = client_key(self.token, client)
         headers[SPLIT_HEADER] = "1"  # a large batch's answers may come in several frames: matched by id
         settings: dict[str, Any] = dict(additional_headers=headers, max_size=self.max_size, open_timeout=self.timeout,
                                         ping_interval=20, ping_timeout=20, compression=None)

@@ -355,6 +355,7 @@ def serve_cmd(
     ttl: Annotated[float, typer.Option(help="idle seconds before a session expires")] = 900.0,
     max_sessions: Annotated[int, typer.Option(help="most live sessions")] = 10_000,
     max_sessions_per_client: Annotated[int | None, typer.Option(min=1, help="most live sessions one client (X-Envfactory-Client) may hold (default: half of --max-sessions)")] = None,
+    max_mcp_sessions_per_client: Annotated[int | None, typer.Option(min=1, help="most MCP transport sessions (Mcp-Session-Id) one client may hold (default: --max-sessions-per-client)")] = None,
     close_on_disconnect: Annotated[bool, typer.Option(help="close the sessions a WebSocket connection created when it drops (a connection may ask either way: ?close_on_disconnect=1|0)")] = False,
     memory_budget: Annotated[str | None, typer.Option(envvar="ENVFACTORY_MEMORY_BUDGET", help="memory budget: 512M, 2G or 50% (of physical memory); caps the container's cgroup limit, which is the default (else 60% of physical memory); creates, forks, restores, read frames, calls and scores that would not fit are refused (-32006)")] = None,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
@@ -415,7 +416,8 @@ def serve_cmd(
     try:
         serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions,
               max_sessions_per_client=max_sessions_per_client, close_on_disconnect=close_on_disconnect, announce=announce,
-              memory_budget=memory_budget, uds=None if uds is None else str(uds))
+              memory_budget=memory_budget, uds=None if uds is None else str(uds),
+              max_mcp_sessions_per_client=max_mcp_sessions_per_client)
     except InsecureBindError as exc:
         err_console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -425,6 +427,29 @@ def serve_cmd(
     except OSError as exc:
         err_console.print(f"[red]cannot listen on {host}:{port}: {exc}[/red]")
         raise typer.Exit(1) from None
+
+
+@app.command("client-key")
+def client_key_cmd(
+    ctx: typer.Context,
+    client: Annotated[str, typer.Argument(help="the client name (X-Envfactory-Client; a trainer's $ENVFACTORY_CLIENT)")],
+    token: Annotated[str | None, typer.Option(envvar="ENVFACTORY_TOKEN", help="the server's bearer token (visible in `ps` when given here: prefer --token-file or $ENVFACTORY_TOKEN)")] = None,
+    token_file: Annotated[Path | None, typer.Option(envvar="ENVFACTORY_TOKEN_FILE", help="read the server's bearer token from this file")] = None,
+) -> None:
+    """Print CLIENT's credential on a server with this token: HMAC-SHA256 of the token over the name
+    (docs/architecture.md, "Backends").  Give it to that client as its token (with $ENVFACTORY_CLIENT set
+    to CLIENT): the server lets it in as CLIENT and no other client, and it cannot make another's."""
+    from gym_envfactory.protocol import CLIENT_ID_RULE, client_key, is_valid_client_id
+
+    if token_file is not None:
+        if token and _from_command_line(ctx, "token"):
+            raise typer.BadParameter("give --token or --token-file, not both")
+        token = read_token_file(token_file)
+    if not token:
+        raise typer.BadParameter("give the server's token: --token-file PATH or $ENVFACTORY_TOKEN")
+    if not is_valid_client_id(client):
+        raise typer.BadParameter(f"the client name must be {CLIENT_ID_RULE}")
+    print(client_key(token, client))
 
 
 def _print_results(gym_id: str, policy: str, results: list[EpisodeResult]) -> None:

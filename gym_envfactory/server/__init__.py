@@ -19,12 +19,15 @@ __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityE
 def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
           ttl_s: float = 900.0, max_sessions: int = 10_000, max_sessions_per_client: int | None = None,
           close_on_disconnect: bool = False, announce: bool = False, log_level: str = "warning",
-          memory_budget: int | str | None = None, uds: str | None = None) -> None:
+          memory_budget: int | str | None = None, uds: str | None = None,
+          max_mcp_sessions_per_client: int | None = None) -> None:
     """Run the server until interrupted (blocking).  ``port=0`` picks a free port; with ``announce``
     the bound address is printed as one JSON line on stdout (``{"listening": "http://127.0.0.1:PORT"}``,
     plus ``"nonce"``: the value of ``$ENVFACTORY_ANNOUNCE_NONCE`` when set; :func:`gym_envfactory.protocol.announcement`) so a parent process can find it.  ``max_sessions_per_client``: most sessions one client
     (``X-Envfactory-Client``) may hold (default half of ``max_sessions``); ``close_on_disconnect``: a
     WebSocket connection's sessions close when it drops (a connection may ask either way).
+    ``max_mcp_sessions_per_client``: most MCP transport sessions (``Mcp-Session-Id``) one client may hold
+    (default ``max_sessions_per_client``).
     ``memory_budget``: a size capping the memory budget (``"512M"``, ``"50%"``; default: the cgroup
     limit, else ``$ENVFACTORY_MEMORY_BUDGET``, else a share of physical memory; :mod:`.admission`).
     ``uds``: listen on this Unix domain socket path instead of ``host:port`` (mode 0600; announced as
@@ -44,7 +47,7 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     from gym_envfactory.server.worker import configure_gc
 
     manager = SessionManager(envs, ttl_s=ttl_s, max_sessions=max_sessions, max_sessions_per_client=max_sessions_per_client,
-                             memory_budget=memory_budget)
+                             memory_budget=memory_budget, max_mcp_sessions_per_client=max_mcp_sessions_per_client)
     for name, error in manager.skipped.items():
         print(f"envfactory: not serving {name}, its package is broken: {error}", file=sys.stderr, flush=True)
     for spec in manager.specs.values():  # load tasks and initial states before serving

@@ -50,6 +50,7 @@ from gym_envfactory.errors import BadRequestError, MemoryBudgetError
 __all__ = ["MemoryBudget", "Admission", "detect_budget", "parse_size", "current_rss", "physical_memory",
            "cgroup_limit", "parsed_factor", "release_free_memory", "ENV_VAR", "DEFAULT_FRACTION",
            "HEADROOM_FRACTION", "MIN_HEADROOM", "ENCODE_FACTOR", "DICT_FACTOR", "SESSION_OVERHEAD", "FACTOR_MARGIN",
+           "MCP_SESSION_BYTES",
            "tools_bytes"]
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,9 @@ DEFAULT_PARSED_FACTOR = 9.0
 FACTOR_MARGIN = 1.25
 #: Bytes one session costs besides its state (session, bookkeeping, log head).
 SESSION_OVERHEAD = 16 * 1024
+#: Bytes one MCP transport session of the SDK holds (its streamable-HTTP transport, memory streams and
+#: server task; ~20 KiB measured), reserved while it lives besides its environment session's own cost.
+MCP_SESSION_BYTES = 20 * 1024
 #: Transient estimates below this are admitted without reading the resident size.
 TRANSIENT_CHECK_MIN = 1 * MiB
 #: Seconds a resident-size reading is reused for (re-read whenever a check comes near the budget).

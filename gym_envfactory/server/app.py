@@ -14,7 +14,9 @@ are served while one client's 4,096-call frame runs.
 
 Clients: a request's ``X-Envfactory-Client`` header (or, on ``/v1/ws``, the ``client`` query
 parameter) names the client that owns the sessions it creates; without one every request is the
-``anonymous`` client.  A client holds at most ``max_sessions_per_client`` sessions.  A WebSocket
+``anonymous`` client.  With a token the name counts only with its credential (``X-Envfactory-Client-Key``,
+or that credential as the bearer token; :func:`~.manager.authenticated_client`), else the request is
+``anonymous``; without a token the name is taken on trust (loopback development).  A client holds at most ``max_sessions_per_client`` sessions.  A WebSocket
 connection opened with ``X-Envfactory-Close-On-Disconnect: 1`` (or ``?close_on_disconnect=1``; the
 server default is ``close_on_disconnect``) closes the sessions it created when it drops.
 
@@ -49,7 +51,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gym_envfactory.errors import BadRequestError, InsecureBindError
 from gym_envfactory.protocol import (
+    AUTHORIZATION_HEADER,
     CLIENT_HEADER,
+    CLIENT_KEY_HEADER,
     CLIENT_QUERY,
     CLOSE_ON_DISCONNECT_HEADER,
     CLOSE_ON_DISCONNECT_QUERY,
@@ -64,7 +68,7 @@ from gym_envfactory.protocol import (
     WS_PATH,
 )
 from gym_envfactory.server.fastproto import Caller, dispatch_frame_async, dispatch_frame_split
-from gym_envfactory.server.manager import SessionManager, client_from_header
+from gym_envfactory.server.manager import SessionManager, authenticated_client
 from gym_envfactory.server.middleware import (
     LOOPBACK,
     BearerAuthMiddleware,
@@ -184,6 +188,22 @@ def _state(conn: Request | WebSocket) -> ServerState:
     return conn.app.state.server
 
 
+def _client(conn: Request | WebSocket, token: str | None) -> str:
+    """The client ``conn`` counts as (:func:`~.manager.authenticated_client`): its ``X-Envfactory-Client``
+    header (on ``/v1/ws`` also the ``client`` query parameter), proved by ``X-Envfactory-Client-Key`` or the
+    bearer token on a server with a ``token``.
+
+    Raises:
+        BadRequestError: a client name that breaks the rule.
+    """
+    headers = conn.headers
+    claimed = headers.get(CLIENT_HEADER)
+    if isinstance(conn, WebSocket):
+        claimed = claimed or conn.query_params.get(CLIENT_QUERY)
+    return authenticated_client(claimed, token=token, key=headers.get(CLIENT_KEY_HEADER),
+                                authorization=headers.get(AUTHORIZATION_HEADER))
+
+
 async def healthz(request: Request) -> Response:
     """``GET /healthz``: ``{"status": "ok", "uptime_s": seconds}``."""
     return JSONResponse({"status": "ok", "uptime_s": round(time.time() - _state(request).started, 3)})
@@ -207,7 +227,7 @@ async def rpc(request: Request) -> Response:
     state = _state(request)
     limit = state.config.max_body_bytes
     try:
-        caller = Caller(client_from_header(request.headers.get(CLIENT_HEADER)))
+        caller = Caller(_client(request, state.config.token))
     except BadRequestError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
     too_big = JSONResponse({"error": f"request body over {limit} bytes"}, status_code=413,
@@ -244,7 +264,7 @@ async def session_socket(websocket: WebSocket) -> None:
     manager, config = state.manager, state.config
     query = websocket.query_params
     try:
-        client = client_from_header(websocket.headers.get(CLIENT_HEADER) or query.get(CLIENT_QUERY))
+        client = _client(websocket, config.token)
         close_on_disconnect = _flag(websocket.headers.get(CLOSE_ON_DISCONNECT_HEADER)
                                     or query.get(CLOSE_ON_DISCONNECT_QUERY), config.close_on_disconnect)
         split = _flag(websocket.headers.get(SPLIT_HEADER), False)

@@ -8,8 +8,15 @@ Memory: every create, fork, restore and large read frame is checked against the 
 first (:mod:`.admission`) and refused with :class:`MemoryBudgetError` (a :class:`CapacityError`) when it
 would not fit; a refused request changes nothing.
 
+MCP transport sessions (an ``Mcp-Session-Id`` of the streamable-HTTP endpoint, before and besides the
+environment session it may own) are admitted here too (:meth:`SessionManager.admit_mcp_session`): at most
+``max_sessions`` in all and ``max_mcp_sessions_per_client`` per client, each reserving
+:data:`~.admission.MCP_SESSION_BYTES` of the memory budget until it ends.
+
 Ownership: a session created with ``client=`` belongs to that client (the ``X-Envfactory-Client``
-header, :func:`client_from_header`; every client without the header is :data:`ANONYMOUS_CLIENT`); another
+header, :func:`client_from_header`; every client without the header is :data:`ANONYMOUS_CLIENT`, and on a
+server with a token so is every client whose header comes without its credential:
+:func:`authenticated_client`); another
 client's request on it raises :class:`SessionOwnershipError` unless it was created ``shared`` or the
 owner shared it (:meth:`SessionManager.share`).  ``client=None`` (in-process callers, MCP-owned
 sessions) is never checked.
@@ -47,17 +54,26 @@ from gym_envfactory.protocol import (
     CLIENT_HEADER,
     CLIENT_ID_RULE,
     STATE_DIGEST_ALGORITHM,
+    bearer_credentials,
+    client_key_matches,
     is_valid_client_id,
 )
 from gym_envfactory.replay import task_reference
 from gym_envfactory.reward import RewardConfig, TurnRecord, score_episode
-from gym_envfactory.server.admission import DICT_FACTOR, Admission, MemoryBudget, detect_budget, tools_bytes
+from gym_envfactory.server.admission import (
+    DICT_FACTOR,
+    MCP_SESSION_BYTES,
+    Admission,
+    MemoryBudget,
+    detect_budget,
+    tools_bytes,
+)
 from gym_envfactory.server.worker import Worker
 from gym_envfactory.session import Session
 
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "MemoryBudgetError",
            "BadRequestError", "SessionOwnershipError", "CLIENT_HEADER", "ANONYMOUS_CLIENT", "client_from_header",
-           "READ_METHODS"]
+           "authenticated_client", "READ_METHODS"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +108,29 @@ def client_from_header(value: str | None) -> str:
     if not is_valid_client_id(value):
         raise BadRequestError(f"{CLIENT_HEADER} must be {CLIENT_ID_RULE}")
     return value
+
+
+def authenticated_client(claimed: str | None, *, token: str | None, key: str | None = None,
+                         authorization: str | None = None) -> str:
+    """The client a request counts as (the owner of what it creates, the holder of its quota).
+
+    On a server without a ``token`` (loopback development) nothing can be proved: the
+    :data:`~gym_envfactory.protocol.CLIENT_HEADER` name ``claimed`` is taken as it is
+    (:func:`client_from_header`), a label, not a security boundary.  On a server with a token, ``claimed``
+    counts only with its credential (:func:`gym_envfactory.protocol.client_key` of the token and the
+    name), sent as ``key`` (:data:`~gym_envfactory.protocol.CLIENT_KEY_HEADER`) or as the bearer token in
+    ``authorization``; a name without it is :data:`ANONYMOUS_CLIENT`, never the client it names, so a
+    request cannot take another client's sessions or spend its quota by naming it.
+
+    Raises:
+        BadRequestError: ``claimed`` is not 1..128 printable ASCII characters without spaces.
+    """
+    client = client_from_header(claimed)
+    if not token or claimed is None:
+        return client
+    if client_key_matches(token, client, key) or client_key_matches(token, client, bearer_credentials(authorization)):
+        return client
+    return ANONYMOUS_CLIENT
 
 
 def _locked(method: F) -> F:
@@ -163,6 +202,8 @@ class SessionManager:
             the cgroup limit, else ``$ENVFACTORY_MEMORY_BUDGET``, else a share of physical memory.
         max_log_bytes: most bytes one session's action log may grow by (:attr:`ManagedSession.log_held`)
             until a ``reset`` or ``restore``; a call past it is refused (:meth:`admit_call`).
+        max_mcp_sessions_per_client: most live MCP transport sessions one client may hold
+            (:meth:`admit_mcp_session`; default: ``max_sessions_per_client``).
 
     Raises:
         UnknownEnvironmentError, SpecError: a name in ``envs`` that does not load.
@@ -172,7 +213,7 @@ class SessionManager:
     def __init__(self, envs: Sequence[str] | None = None, *, ttl_s: float = 900.0, max_sessions: int = 10_000,
                  max_sessions_per_client: int | None = None, clock: Callable[[], float] = time.monotonic,
                  memory_budget: int | str | MemoryBudget | Admission | None = None,
-                 max_log_bytes: int = MAX_LOG_BYTES) -> None:
+                 max_log_bytes: int = MAX_LOG_BYTES, max_mcp_sessions_per_client: int | None = None) -> None:
         names = list(envs) if envs else list_environments()
         self.specs: dict[str, EnvironmentSpec] = {}
         #: Catalog packages left out because they do not load (name → error), when serving the whole catalog.
@@ -216,6 +257,14 @@ class SessionManager:
             raise BadRequestError("max_log_bytes must be at least 1")
         #: Most bytes one session's action log may grow by (:meth:`admit_call`).
         self.max_log_bytes = max_log_bytes
+        if max_mcp_sessions_per_client is None:
+            max_mcp_sessions_per_client = max_sessions_per_client
+        if max_mcp_sessions_per_client < 1:
+            raise BadRequestError("max_mcp_sessions_per_client must be at least 1")
+        #: Most live MCP transport sessions one client may hold (:meth:`admit_mcp_session`).
+        self.max_mcp_sessions_per_client = max_mcp_sessions_per_client
+        #: Live MCP transport sessions per client (:meth:`admit_mcp_session`, :meth:`release_mcp_session`).
+        self.mcp_owned: dict[str, int] = {}
 
     # ------------------------------------------------------------------ helpers
     def spec(self, name: str) -> EnvironmentSpec:
@@ -283,8 +332,9 @@ class SessionManager:
         if ms is None:
             raise UnknownSessionError(f"no live session {session_id!r} (closed, expired, or from another server)")
         if client is not None and ms.owner is not None and client != ms.owner and not ms.shared:
-            raise SessionOwnershipError(f"session {session_id} belongs to another client (this request is from "
-                                        f"{client!r}; send its creator's {CLIENT_HEADER}, or have it shared)")
+            # never how to claim the owner's identity: only that the session is not this client's
+            raise SessionOwnershipError(f"session {session_id} belongs to another client and is not shared (this "
+                                        f"request counts as client {client!r}); its owner may share it")
         ms.last_used = self.clock()
         return ms
 
@@ -711,6 +761,44 @@ class SessionManager:
             self.admission.reserve(nbytes)
 
     @_locked
+    def admit_mcp_session(self, client: str) -> None:
+        """Admit one more MCP transport session opened by ``client`` (the streamable-HTTP endpoint calls
+        this before the SDK makes one) and reserve :data:`~.admission.MCP_SESSION_BYTES` for it; the endpoint
+        calls :meth:`release_mcp_session` when it ends or was not made after all.
+
+        Raises:
+            CapacityError: ``max_sessions`` MCP sessions are open (``scope="server"``), or ``client`` holds
+                ``max_mcp_sessions_per_client`` (``scope="client"``); nothing is counted.
+            MemoryBudgetError: one more would not fit in the memory budget; nothing is counted.
+        """
+        total = sum(self.mcp_owned.values())
+        if total >= self.max_sessions:
+            raise CapacityError(f"no room for another MCP session: the server holds {total} of at most "
+                                f"{self.max_sessions}; end some (DELETE) or raise --max-sessions",
+                                scope="server", limit=self.max_sessions)
+        held = self.mcp_owned.get(client, 0)
+        if held >= self.max_mcp_sessions_per_client:
+            raise CapacityError(f"no room for another MCP session: client {client!r} holds {held} of at most "
+                                f"{self.max_mcp_sessions_per_client} per client; end some (DELETE) or raise "
+                                f"--max-mcp-sessions-per-client", scope="client", limit=self.max_mcp_sessions_per_client)
+        self.admission.check(f"an MCP session of client {client!r}", MCP_SESSION_BYTES)
+        self.admission.reserve(MCP_SESSION_BYTES)
+        self.mcp_owned[client] = held + 1
+
+    @_locked
+    def release_mcp_session(self, client: str) -> None:
+        """Give back what :meth:`admit_mcp_session` counted for ``client`` (one MCP session ended, or was
+        not made); nothing when ``client`` holds none."""
+        held = self.mcp_owned.get(client, 0)
+        if held <= 0:
+            return
+        self.admission.release(MCP_SESSION_BYTES)
+        if held > 1:
+            self.mcp_owned[client] = held - 1
+        else:
+            del self.mcp_owned[client]
+
+    @_locked
     def admit_response(self, nbytes: int) -> None:
         """Check, while a frame runs, that answers already holding ``nbytes`` (encoded) can still be
         joined and sent (two more copies) within the memory budget.
@@ -730,7 +818,8 @@ class SessionManager:
         client owns."""
         out = {"sessions": len(self.sessions), **self.counters, "envs": list(self.specs),
                "max_sessions": self.max_sessions, "max_sessions_per_client": self.max_sessions_per_client,
-               "clients": len(self.owned), "memory": self.admission.stats()}
+               "clients": len(self.owned), "mcp_sessions": sum(self.mcp_owned.values()),
+               "max_mcp_sessions_per_client": self.max_mcp_sessions_per_client, "memory": self.admission.stats()}
         if client is not None:
             out["client"] = {"id": client, "sessions": self.owned.get(client, 0)}
         return out

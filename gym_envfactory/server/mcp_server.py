@@ -30,7 +30,14 @@ convention FastMCP uses); the text content is always the plain ``ToolResult.to_t
 ``tools/call`` goes through :meth:`SessionManager.call` on the manager's worker thread (never on the
 event loop): a typed error (unknown tool, invalid arguments, tool error, internal error) comes back as
 ``isError: true`` with the error JSON as text.  A bound session belongs to the client that created it:
-send the same ``X-Envfactory-Client`` header as the ``create`` request (or none on both).
+the MCP requests must count as the same client as the ``create`` request (the same ``X-Envfactory-Client``
+header, proved on a server with a token by ``X-Envfactory-Client-Key`` or the client's credential as the
+bearer token: :func:`~.manager.authenticated_client`; or none on both).
+
+Admission: a request that may open an MCP session (no ``Mcp-Session-Id``; a handshake-era or no
+``MCP-Protocol-Version``) is admitted before the SDK sees it (:meth:`SessionManager.admit_mcp_session`:
+a per-client and a server-wide cap and :data:`~.admission.MCP_SESSION_BYTES` of the memory budget, held
+until the session ends); a refusal is a JSON-RPC error (-32002, HTTP 429; -32006, HTTP 503) and opens nothing.
 
 Fast path (:class:`_FastCalls`): once the SDK has accepted a handshake-era session's first ``tools/call``,
 that session's later plain ``tools/call`` POSTs are answered without the SDK's per-request machinery, with
@@ -81,16 +88,19 @@ from gym_envfactory.errors import (
     UnknownSessionError,
 )
 from gym_envfactory.protocol import (
+    AUTHORIZATION_HEADER,
     CLIENT_HEADER,
+    CLIENT_KEY_HEADER,
     ERR_CAPACITY,
     ERR_MEMORY,
     ERR_OWNERSHIP,
     ERR_UNKNOWN_SESSION,
+    HTTP_STATUS,
     MCP_PATH,
     SESSION_HEADER,
     mcp_path,
 )
-from gym_envfactory.server.manager import ManagedSession, SessionManager, client_from_header
+from gym_envfactory.server.manager import ManagedSession, SessionManager, authenticated_client
 from gym_envfactory.server.middleware import BearerAuthMiddleware, is_loopback
 from gym_envfactory.session import ToolResult
 
@@ -128,10 +138,14 @@ class EnvMCPServer:
         env: the environment this endpoint serves (must be one of ``manager.specs``).
         single: one client for the process's lifetime (stdio): one owned session, closed by :meth:`close`.
         http: served over streamable HTTP (sessionless 2026-07-28 discovery only for bound clients).
+        token: the server's bearer token: with one, a request's client name counts only with its
+            credential (:meth:`client_of`).
     """
 
-    def __init__(self, manager: SessionManager, env: str, *, single: bool = False, http: bool = True) -> None:
+    def __init__(self, manager: SessionManager, env: str, *, single: bool = False, http: bool = True,
+                 token: str | None = None) -> None:
         self.manager = manager
+        self.token = token
         self.spec = manager.spec(env)
         self.env = self.spec.name
         self.single = single
@@ -173,11 +187,20 @@ class EnvMCPServer:
         value = headers.get(SESSION_HEADER)
         return value.strip() if value else None
 
-    @staticmethod
-    def _client(ctx: Any) -> str:
-        headers = getattr(getattr(ctx, "request", None), "headers", None)
+    def client_of(self, headers: Any) -> str:
+        """The client a request with ``headers`` counts as (:func:`~.manager.authenticated_client`).
+
+        Raises:
+            BadRequestError: a client name that breaks the rule.
+        """
+        if headers is None:
+            return authenticated_client(None, token=self.token)
+        return authenticated_client(headers.get(CLIENT_HEADER), token=self.token, key=headers.get(CLIENT_KEY_HEADER),
+                                    authorization=headers.get(AUTHORIZATION_HEADER))
+
+    def _client(self, ctx: Any) -> str:
         try:
-            return client_from_header(headers.get(CLIENT_HEADER) if headers is not None else None)
+            return self.client_of(getattr(getattr(ctx, "request", None), "headers", None))
         except BadRequestError as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
 
@@ -293,14 +316,15 @@ class EnvMCPServer:
             conn.exit_stack.callback(self.fast.pop, msid, None)
         entry.owned = conn.state.get(_STATE_KEY)
 
-    def fast_call(self, entry: _FastEntry, bound: str | None, client: str | None, name: str,
+    def fast_call(self, entry: _FastEntry, bound: str | None, headers: Any, name: str,
                   arguments: dict[str, Any] | None) -> dict[str, Any] | None:
         """Run one ``tools/call`` for :class:`_FastCalls` (on the worker thread) and return its
         ``CallToolResult`` as a wire dict, the same JSON the SDK path answers; ``None`` when the request
-        has no usable session (the SDK path then answers it, with its error)."""
+        has no usable session (the SDK path then answers it, with its error).  ``headers``: the request's,
+        for the client it counts as (:meth:`client_of`)."""
         try:
             if bound is not None:
-                ms = self._lookup(bound.strip(), bound=True, client=client_from_header(client))
+                ms = self._lookup(bound.strip(), bound=True, client=self.client_of(headers))
             elif entry.owned is not None:
                 ms = self._lookup(entry.owned, bound=False)
             else:
@@ -347,10 +371,12 @@ _FAST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 @dataclasses.dataclass
 class _LiveSession:
     """An MCP session of the SDK's, seen from the requests that pass :class:`_FastCalls`: the requests of it
-    being served (an open GET stream included) and when the last one ended (``time.monotonic()`` seconds)."""
+    being served (an open GET stream included), when the last one ended (``time.monotonic()`` seconds),
+    and the client it counts against (:meth:`SessionManager.admit_mcp_session`; ``None``: none)."""
 
     last: float
     in_flight: int = 0
+    client: str | None = None
 
 
 class _FastCalls:
@@ -392,13 +418,56 @@ class _FastCalls:
         self.live: dict[str, _LiveSession] = {}
 
     def _forget(self, msid: str) -> None:
-        self.live.pop(msid, None)
+        live = self.live.pop(msid, None)
         self.srv.fast.pop(msid, None)
+        if live is not None and live.client is not None:
+            # bookkeeping only (a counter and a reservation), done here so that a cancelled request still
+            # gives the room back
+            self.srv.manager.release_mcp_session(live.client)
+
+    async def _admit(self, scope: Scope, send: Send, headers: Headers) -> str | None:
+        """Admit the MCP session a request without ``Mcp-Session-Id`` may open (the SDK opens one for every
+        such request of the handshake era, and drops it when the request fails): the client it counts
+        against (:meth:`SessionManager.admit_mcp_session`), or ``None`` once refused, answered with a
+        JSON-RPC error (-32002 capacity, HTTP 429, ``data``: ``{"scope", "limit"}``; -32006 memory, HTTP
+        503; a bad client name: -32602, HTTP 400)."""
+        manager = self.srv.manager
+        try:
+            client = self.srv.client_of(headers)
+            await manager.worker.run(manager.admit_mcp_session, client)
+        except BadRequestError as exc:
+            error: dict[str, Any] = {"code": INVALID_PARAMS, "message": str(exc)}
+            status = 400
+        except MemoryBudgetError as exc:
+            error = {"code": ERR_MEMORY, "message": str(exc), "data": {
+                "scope": exc.scope, "limit": exc.limit, "estimate": exc.estimate, "used": exc.used,
+                "headroom": exc.headroom}}
+            status = HTTP_STATUS[ERR_MEMORY]
+        except CapacityError as exc:
+            error = {"code": ERR_CAPACITY, "message": str(exc), "data": {"scope": exc.scope, "limit": exc.limit}}
+            status = HTTP_STATUS[ERR_CAPACITY]
+        else:
+            return client
+        data = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+        return None
 
     async def _to_sdk(self, scope: Scope, receive: Receive, send: Send, msid: str | None) -> None:
-        """Hand a request to the SDK and update :attr:`live` from its answer."""
+        """Hand a request to the SDK and update :attr:`live` from its answer.  A request that may open an MCP
+        session (no ``Mcp-Session-Id``, a handshake-era or no ``MCP-Protocol-Version``) is admitted first
+        (:meth:`_admit`): the session it opens counts against its client until it ends."""
         live = self.live.get(msid) if msid else None
         answer: dict[str, Any] = {}
+        opener: str | None = None
+        if msid is None and scope["type"] == "http":
+            headers = Headers(scope=scope)
+            version = headers.get(_MCP_PROTOCOL_VERSION)
+            if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+                opener = await self._admit(scope, send, headers)
+                if opener is None:
+                    return
 
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -418,8 +487,11 @@ class _FastCalls:
                 live.in_flight -= 1
                 live.last = time.monotonic()
             if msid is None:
-                if answer.get("msid") and status < 400:
-                    self.live.setdefault(answer["msid"], _LiveSession(time.monotonic()))
+                opened = answer.get("msid") if status < 400 else None
+                if opened and opened not in self.live:
+                    self.live[opened] = _LiveSession(time.monotonic(), client=opener)
+                elif opener is not None:  # no session opened: give its room back
+                    self.srv.manager.release_mcp_session(opener)
             elif status == 404 or (scope["method"] == "DELETE" and 200 <= status < 300):
                 self._forget(msid)
 
@@ -516,8 +588,8 @@ class _FastCalls:
             return
         id_, name, arguments = call
         srv = self.srv
-        result = await srv.manager.worker.run(srv.fast_call, entry, headers.get(SESSION_HEADER),
-                                              headers.get(CLIENT_HEADER), name, arguments)
+        result = await srv.manager.worker.run(srv.fast_call, entry, headers.get(SESSION_HEADER), headers, name,
+                                              arguments)
         if result is None:
             await self._to_sdk(scope, _replay(seen, receive), send, msid)
             return
@@ -593,7 +665,7 @@ def mcp_routes(manager: SessionManager, config: Any) -> tuple[list[Route], Calla
     managers: list[StreamableHTTPSessionManager] = []
     fasts: list[_FastCalls] = []
     for name in manager.specs:
-        srv = EnvMCPServer(manager, name, http=True)
+        srv = EnvMCPServer(manager, name, http=True, token=getattr(config, "token", None))
         sm = StreamableHTTPSessionManager(
             app=srv.server,
             json_response=True,

@@ -15,12 +15,12 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, QueryParams
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from gym_envfactory.protocol import bearer_token_matches
+from gym_envfactory.protocol import CLIENT_HEADER, CLIENT_QUERY, bearer_token_matches
 
 __all__ = ["LOOPBACK", "is_loopback", "host_header_name", "foreign_request", "OriginHostGuardMiddleware",
            "BearerAuthMiddleware"]
@@ -111,7 +111,8 @@ class OriginHostGuardMiddleware:
 
 class BearerAuthMiddleware:
     """Refuses requests without ``Authorization: Bearer <token>`` (:func:`gym_envfactory.protocol.bearer_token_matches`:
-    scheme in any case, constant-time comparison): HTTP ``401 {"error": message}`` with ``WWW-Authenticate:
+    scheme in any case, constant-time comparison; the credential of the client the request names,
+    :func:`gym_envfactory.protocol.client_key`, lets it in too): HTTP ``401 {"error": message}`` with ``WWW-Authenticate:
     Bearer`` (RFC 6750 §3), WebSocket handshake closed with code 4401 (``"unauthorized"``; the client sees
     HTTP 403).  With no ``token`` every request passes.
 
@@ -130,7 +131,12 @@ class BearerAuthMiddleware:
         """ASGI entry: answer an HTTP or WebSocket request without the token, else hand it to the wrapped app."""
         kind = scope["type"]
         if self.token and kind in ("http", "websocket"):
-            if not bearer_token_matches(Headers(scope=scope).get("authorization"), self.token):
+            headers = Headers(scope=scope)
+            client = headers.get(CLIENT_HEADER)
+            if kind == "websocket":
+                client = client or QueryParams(scope.get("query_string", b"")).get(CLIENT_QUERY)
+            if not bearer_token_matches(headers.get("authorization"), self.token,
+                                        client.strip() if client is not None else None):
                 if kind == "websocket":
                     await WebSocket(scope, receive, send).close(code=4401, reason="unauthorized")
                 else:

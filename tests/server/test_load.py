@@ -251,6 +251,8 @@ def test_sessions_belong_to_the_client_that_created_them():
         for other in ("bob", None):  # another client, and the anonymous one
             status, body = rpc(addr, "call", other, session_id=sid, name="note", arguments={"what": "b"})
             assert status == 403 and body["error"]["code"] == -32005 and "another client" in body["error"]["message"]
+            # the refusal never says how to claim the owner's identity (issue 25, finding 3)
+            assert "X-Envfactory-Client" not in body["error"]["message"] and "alice" not in body["error"]["message"]
             assert rpc(addr, "close", other, session_id=sid)[1]["error"]["code"] == -32005
         assert rpc(addr, "share", "bob", session_id=sid)[1]["error"]["code"] == -32005
         # the owner on another connection (same header) is the same client
