@@ -11,8 +11,8 @@ every client (:mod:`gym_envfactory.backends.remote`, :mod:`gym_envfactory.backen
 - Client identity: the one rule for a client name (:func:`is_valid_client_id`), the name a process
   sends by default (:func:`default_client_id`), and the credential that proves it on a server with a token
   (:func:`client_key`).
-- The announcement a server started with ``--announce`` prints on stdout (:func:`announcement`,
-  :func:`parse_announcement`, :data:`ANNOUNCE_NONCE_VAR`).
+- The announcement a server started with ``--announce`` prints on stdout, or with ``--announce-fd N``
+  writes to that inherited descriptor (:func:`announcement`, :func:`parse_announcement`, :data:`ANNOUNCE_NONCE_VAR`).
 
 Standard library only: a client never imports the server package (or Starlette) to speak the protocol.
 """

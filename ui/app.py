@@ -6,6 +6,11 @@ around the environment; ``/rollouts`` the loaded rollout files; ``/rollouts/{fil
 episode turn by turn; ``/healthz`` (text ``ok``).  Unknown names answer 404 with a page saying what was
 not found.  Rollout files are re-read when their modification time changes, so a page shows a training
 run's newest episodes.
+
+Every route but ``/healthz`` has the environment server's guards (gym_envfactory.server.middleware):
+a request with an ``Origin`` header, or on a loopback UI a ``Host`` that is not a loopback address
+(a DNS-rebinding page), is refused with 403; with a ``token``, a request without ``Authorization:
+Bearer <token>`` is refused with 401.
 """
 
 from __future__ import annotations
@@ -17,16 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.routing import Route
 
 from gym_envfactory.environment.catalog import get_environment, list_environments
 from gym_envfactory.errors import EnvFactoryError
+from gym_envfactory.server.middleware import BearerAuthMiddleware, OriginHostGuardMiddleware, require_token_off_loopback
 from gym_envfactory.ui import pages
-from gym_envfactory.ui.rollouts import Episode, load_rollouts
+from gym_envfactory.ui.rollouts import Episode, RolloutFile, read_rollouts
 
 __all__ = ["create_app", "GraphSource"]
+
+_TOKEN_HOW = ("pass --token-file PATH (every page then needs Authorization: Bearer <token>), or keep the UI on "
+              "127.0.0.1 and reach it through an SSH tunnel (ssh -L 8765:127.0.0.1:8765 HOST)")
 
 #: Builds the tool graph of the named environments (a ``networkx.DiGraph``, generators.tasks.graph).
 GraphSource = Callable[[list[str]], Any]
@@ -62,7 +72,7 @@ class _State:
     def __init__(self, rollouts: Sequence[Path], graph_file: Path | None, graph_source: GraphSource | None,
                  check_images: bool) -> None:
         self.rollout_paths = [Path(p) for p in rollouts]
-        self.rollouts: dict[Path, tuple[float, list[Episode]]] = {}
+        self.rollouts: dict[Path, tuple[float, RolloutFile]] = {}
         self.graph_file = graph_file
         self.graph_source = graph_source
         self.graph: Any = None
@@ -71,11 +81,11 @@ class _State:
         self.images: dict[str, str] | None = None
         self.lock = threading.Lock()
 
-    def episodes(self, path: Path) -> list[Episode]:
+    def episodes(self, path: Path) -> RolloutFile:
         mtime = path.stat().st_mtime if path.exists() else -1.0
         cached = self.rollouts.get(path)
         if cached is None or cached[0] != mtime:
-            cached = (mtime, load_rollouts(path))
+            cached = (mtime, read_rollouts(path))
             self.rollouts[path] = cached
         return cached[1]
 
@@ -104,7 +114,8 @@ def _graph_available() -> bool:
 
 
 def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | None = None,
-               graph_source: GraphSource | None = None, check_images: bool = True) -> Starlette:
+               graph_source: GraphSource | None = None, check_images: bool = True, host: str = "127.0.0.1",
+               token: str | None = None) -> Starlette:
     """The UI's Starlette app.
 
     Args:
@@ -114,7 +125,13 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
             whole catalog on the first graph page (the embedding model: the ``synthesis`` extra).
         graph_source: builds the graph instead of the embedding model (tests pass a deterministic one).
         check_images: ask the Docker engine whether each environment's image is built (else "not checked").
+        host: the address the UI binds: on a loopback one, a request's ``Host`` must be loopback too.
+        token: the bearer token every page but ``/healthz`` requires (``None``: none).
+
+    Raises:
+        InsecureBindError: ``host`` is not loopback and no ``token`` is given (the server's rule).
     """
+    require_token_off_loopback(host, token, what="the UI", how=_TOKEN_HOW)
     st = _State([Path(p) for p in rollouts], Path(graph_file) if graph_file else None, graph_source, check_images)
 
     def not_found(message: str) -> HTMLResponse:
@@ -220,13 +237,14 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
         return HTMLResponse(pages.graph_page(spec.name, svg, rows, note))
 
     def rollouts_index(request: Request) -> HTMLResponse:
-        files: list[tuple[str, list[Episode] | str]] = []
+        files: list[tuple[str, list[Episode] | str, list[str]]] = []
         bad = 0
         for p in st.rollout_paths:
             try:
-                files.append((str(p), st.episodes(p)))
+                rf = st.episodes(p)
+                files.append((str(p), rf.episodes, rf.notes))
             except EnvFactoryError as exc:  # shown in that file's section; the other files stay readable
-                files.append((str(p), str(exc)))
+                files.append((str(p), str(exc), []))
                 bad += 1
         return HTMLResponse(pages.rollouts_page(files), status_code=422 if bad and bad == len(files) else 200)
 
@@ -238,18 +256,27 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
         if not 0 <= fi < len(st.rollout_paths):
             return not_found(f"no rollout file number {fi}")
         try:
-            eps = st.episodes(st.rollout_paths[fi])
+            eps = st.episodes(st.rollout_paths[fi]).episodes
         except EnvFactoryError as exc:
             return HTMLResponse(pages.error_page(422, str(exc)), status_code=422)
         if not 0 <= ei < len(eps):
             return not_found(f"{st.rollout_paths[fi]} has no episode number {ei} ({len(eps)} episodes)")
+        problem = eps[ei].problem
+        if problem is not None:  # a malformed record: its own error, the file's other episodes still show
+            return HTMLResponse(pages.error_page(422, problem), status_code=422)
         return HTMLResponse(pages.episode_page(eps[ei], fi, ei))
 
     def healthz(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
 
+    guards = [Middleware(OriginHostGuardMiddleware, host=host),
+              Middleware(BearerAuthMiddleware, token=token, message="unauthorized: send Authorization: Bearer <token>")]
+
+    def guarded(path: str, endpoint: Callable[[Request], Any]) -> Route:
+        return Route(path, endpoint, middleware=guards)
+
     return Starlette(routes=[
-        Route("/", catalog), Route("/env/{name}", environment), Route("/env/{name}/task/{task_id}", task),
-        Route("/env/{name}/state/{state}", state), Route("/env/{name}/graph", graph),
-        Route("/rollouts", rollouts_index), Route("/rollouts/{file}/{episode}", episode), Route("/healthz", healthz),
+        guarded("/", catalog), guarded("/env/{name}", environment), guarded("/env/{name}/task/{task_id}", task),
+        guarded("/env/{name}/state/{state}", state), guarded("/env/{name}/graph", graph),
+        guarded("/rollouts", rollouts_index), guarded("/rollouts/{file}/{episode}", episode), Route("/healthz", healthz),
     ])

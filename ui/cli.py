@@ -16,9 +16,11 @@ def ui_cmd(
         "--rollouts", "-r", help="trajectories.jsonl to browse (from `envfactory rollout --out`); repeatable")] = None,
     graph: Annotated[Path | None, typer.Option(
         "--graph", help="tool graph JSON from `envfactory graph build` (default: built over the catalog when first shown)")] = None,
-    host: Annotated[str, typer.Option("--host", help="interface to listen on (default: this machine only)")] = "127.0.0.1",
+    host: Annotated[str, typer.Option("--host", help="interface to listen on (default: this machine only); beyond loopback a --token-file is required")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port")] = 8765,
     no_images: Annotated[bool, typer.Option("--no-images", help="do not ask Docker which images are built")] = False,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", help="read a bearer token from this file (first line; keep it mode 0600): every page then needs Authorization: Bearer <token>")] = None,
 ) -> None:
     """Browse the catalog, environments (tools, states, tasks), the tool graph and rollouts in a web browser."""
     try:
@@ -28,17 +30,26 @@ def ui_cmd(
     except ImportError as exc:
         typer.echo(f"envfactory ui needs the 'server' extra (pip install '.[server]'): {exc}", err=True)
         raise typer.Exit(2) from None
-    from gym_envfactory.ui.rollouts import load_rollouts
+    from gym_envfactory.cli.main import read_token_file
+    from gym_envfactory.errors import InsecureBindError
+    from gym_envfactory.ui.rollouts import read_rollouts
 
+    token = read_token_file(token_file) if token_file is not None else None
     for p in rollouts or []:
         try:
-            load_rollouts(p)  # fail now, naming the file and line, rather than on the first page
+            found = read_rollouts(p)  # fail now, naming the file and line, rather than on the first page
         except Exception as exc:  # noqa: BLE001 - DatasetError, shown as one line
             typer.echo(f"envfactory ui: {exc}", err=True)
             raise typer.Exit(1) from None
+        for why in [*(e.problem for e in found.episodes if e.problem is not None), *found.notes]:
+            typer.echo(f"envfactory ui: warning: {why}", err=True)  # shown on its page too; the rest is served
     if graph is not None and not graph.is_file():
         typer.echo(f"envfactory ui: no graph file {graph}", err=True)
         raise typer.Exit(1)
-    app = create_app(rollouts or [], graph_file=graph, check_images=not no_images)
+    try:
+        app = create_app(rollouts or [], graph_file=graph, check_images=not no_images, host=host, token=token)
+    except InsecureBindError as exc:
+        typer.echo(f"envfactory ui: {exc}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(f"envfactory ui: http://{host}:{port}/  (Ctrl-C stops it)")
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -162,29 +162,40 @@ def graph_page(env_name: str, svg: str | None, rows: Sequence[dict[str, Any]], n
     return page(f"Tool graph: {env_name}", "".join(b))
 
 
-def rollouts_page(files: Sequence[tuple[str, Sequence[Episode] | str]]) -> str:
-    """Every loaded rollout file and its episodes, with reward, steps and errors; a file that does not
-    load (a string: the error naming its line) is shown as that error."""
+def rollouts_page(files: Sequence[tuple[str, Sequence[Episode] | str, Sequence[str]]]) -> str:
+    """Every loaded rollout file (``(name, episodes, notes)``) and its episodes, with reward, steps and
+    errors; a file that does not load (a string: the error naming its line) is shown as that error; a
+    malformed record (``Episode.problem``) is a row saying so, listed under the table; ``notes`` (a
+    skipped incomplete last line) follow."""
     if not files:
         return page("Rollouts", "<p>No rollout file loaded: start with <code>envfactory ui --rollouts "
                                 "trajectories.jsonl</code> (written by <code>envfactory rollout --out</code>).</p>")
     b = []
-    for fi, (name, eps) in enumerate(files):
+    for fi, (name, eps, notes) in enumerate(files):
         if isinstance(eps, str):
             b.append(f"<h2>{esc(name)}</h2><p class='err'>{esc(eps)}</p>")
             continue
-        rewards = [rw for e in eps if isinstance(rw := e.record.get("reward"), (int, float))]
+        shown = [e for e in eps if e.problem is None]
+        rewards = [float(rw) for e in shown if isinstance(rw := e.record.get("reward"), (int, float))]
         mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "n/a"
-        b.append(f"<h2>{esc(name)}</h2><p>{len(eps)} episodes, mean reward {mean}</p>")
+        malformed = len(eps) - len(shown)
+        b.append(f"<h2>{esc(name)}</h2><p>{len(eps)} episodes"
+                 f"{f' ({malformed} malformed)' if malformed else ''}, mean reward {mean}</p>")
         rows = []
         for ei, e in enumerate(eps):
             r = e.record
             rw = r.get("reward")
+            reward = ("<span class='err'>malformed</span>" if e.problem is not None
+                      else f"{float(rw):.3f}" if isinstance(rw, (int, float)) else "n/a")
             rows.append([f"<a href='{_url('rollouts', str(fi), str(ei))}'>{esc(r.get('task_id', '?'))}</a>",
-                         esc(r.get("env", "")), esc(r.get("policy", "")),
-                         f"{rw:.3f}" if isinstance(rw, (int, float)) else "n/a", esc(r.get("steps", "")),
+                         esc(r.get("env", "")), esc(r.get("policy", "")), reward, esc(r.get("steps", "")),
                          esc(len(r.get("errors") or []))])
         b.append(_table(["task", "environment", "policy", "reward", "steps", "errors"], rows))
+        problems = [e.problem for e in eps if e.problem is not None]
+        if problems:
+            b.append("<ul>" + "".join(f"<li class='err'>{esc(x)}</li>" for x in problems) + "</ul>")
+        for note in notes:
+            b.append(f"<p class='muted'>note: {esc(note)}</p>")
     return page("Rollouts", "".join(b))
 
 
@@ -208,7 +219,7 @@ def episode_page(episode: Episode, fi: int, ei: int) -> str:
     b = [f"<p class='muted'>{esc(episode.file)} line {episode.line} · environment {esc(r.get('env', '?'))} · "
          f"policy {esc(r.get('policy', '?'))} · seed {esc(r.get('seed', ''))} · steps {esc(r.get('steps', ''))} · "
          f"terminated {esc(r.get('terminated', ''))} · truncated {esc(r.get('truncated', ''))}</p>",
-         f"<p>reward <b>{f'{rw:.3f}' if isinstance(rw, (int, float)) else 'n/a'}</b></p>"]
+         f"<p>reward <b>{f'{float(rw):.3f}' if isinstance(rw, (int, float)) else 'n/a'}</b></p>"]
     if r.get("perturbations"):
         b.append(f"<p class='muted'>perturbations: {esc(', '.join(map(str, r['perturbations'])))}</p>")
     for m in preamble:

@@ -5,18 +5,22 @@ reward's components, with per-turn scores under ``turns`` and the episode's ``st
 ``messages`` (OpenAI chat format: ``system``, ``user``, ``assistant`` with ``tool_calls``, ``tool``),
 ``errors``, ``perturbations``, ``tools``.  A turn starts at each ``user`` message (docs/contributing.md,
 "Words").
+
+Lines are split on ``"\n"`` only, as the writer writes them (``json.dumps(..., ensure_ascii=False)``
+leaves U+2028, U+0085 and the like raw inside strings: they are text, not line ends).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gym_envfactory.errors import DatasetError
 
-__all__ = ["Episode", "Turn", "ToolCallView", "load_rollouts", "split_turns"]
+__all__ = ["Episode", "RolloutFile", "Turn", "ToolCallView", "load_rollouts", "read_rollouts", "split_turns"]
 
 
 @dataclass
@@ -51,11 +55,16 @@ class Turn:
 
 @dataclass
 class Episode:
-    """One line of a ``trajectories.jsonl`` file, with where it came from (``file``, 1-based ``line``)."""
+    """One line of a ``trajectories.jsonl`` file, with where it came from (``file``, 1-based ``line``).
+
+    ``problem``: why the record cannot be shown (its ``reward`` is not a finite number), naming the file,
+    line and field; ``None`` for a record the pages show.
+    """
 
     file: Path
     line: int
     record: dict[str, Any]
+    problem: str | None = None
 
     @property
     def title(self) -> str:
@@ -147,27 +156,70 @@ def _shape_problem(rec: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def load_rollouts(path: str | Path) -> list[Episode]:
+@dataclass
+class RolloutFile:
+    """What :func:`read_rollouts` found in one file: its ``episodes`` in file order (malformed records
+    included, with their ``problem``) and ``notes`` on what was skipped (an incomplete last line)."""
+
+    path: Path
+    episodes: list[Episode] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _reward_problem(rec: dict[str, Any]) -> str | None:
+    """Why ``rec["reward"]`` cannot be shown (absent or ``null`` is fine: shown as n/a), else ``None``."""
+    rw = rec.get("reward")
+    if rw is None:
+        return None
+    if isinstance(rw, bool) or not isinstance(rw, (int, float)):
+        return f"reward must be a number, got {type(rw).__name__}"
+    try:
+        finite = math.isfinite(float(rw))
+    except OverflowError:  # a 400-digit integer: no float holds it
+        finite = False
+    return None if finite else f"reward must be a finite number, got {str(rw)[:40]}{'...' if len(str(rw)) > 40 else ''}"
+
+
+def read_rollouts(path: str | Path) -> RolloutFile:
     """Every episode of a ``trajectories.jsonl`` file, in file order (blank lines skipped).
 
+    Lines end at ``"\n"`` only (module docstring).  A last line with no newline at its end that is not
+    JSON (a writer still appending) is skipped with a note.  A record whose ``reward`` is not a finite
+    number is kept as an :class:`Episode` with a ``problem`` (the pages show it as malformed and the
+    rest of the file as usual).
+
     Raises:
-        DatasetError: the file is missing, or a line is not a JSON object with ``messages`` (naming the
-            file and line); nothing is loaded then.
+        DatasetError: the file is missing, or a (complete) line is not UTF-8, not a JSON object with
+            ``messages``, or holds values the pages cannot show (naming the file, line and field);
+            nothing is loaded then.
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
     except OSError as exc:
         raise DatasetError(f"cannot read the rollouts file: {exc.strerror or exc}", file=str(p)) from None
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", file=str(p)) from None
-    episodes: list[Episode] = []
-    for n, raw in enumerate(text.splitlines(), start=1):
+    out = RolloutFile(p)
+    lines = data.split(b"\n")
+    for n, chunk in enumerate(lines, start=1):
+        last = n == len(lines)  # the text after the final "\n": non-blank only when a writer is mid-line
+        try:
+            raw = chunk.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if last:
+                out.notes.append(f"{p}:{n}: skipped an incomplete last line (no newline at its end, cut inside "
+                                 f"a character: a writer still appending?)")
+                break
+            raise DatasetError(f"not UTF-8 text: {exc.reason} at byte {exc.start} of the line", file=str(p),
+                               line=n) from None
         if not raw.strip():
             continue
         try:
             rec = json.loads(raw)
         except ValueError as exc:
+            if last:
+                out.notes.append(f"{p}:{n}: skipped an incomplete last line (no newline at its end and not JSON "
+                                 f"yet: a writer still appending?)")
+                break
             raise DatasetError(f"not JSON: {exc}", file=str(p), line=n) from None
         if not isinstance(rec, dict):
             raise DatasetError("an episode record must be a JSON object", file=str(p), line=n)
@@ -177,5 +229,17 @@ def load_rollouts(path: str | Path) -> list[Episode]:
         problem = _shape_problem(rec)
         if problem is not None:
             raise DatasetError(problem[1], file=str(p), line=n, field=problem[0])
-        episodes.append(Episode(file=p, line=n, record=rec))
-    return episodes
+        why = _reward_problem(rec)
+        out.episodes.append(Episode(file=p, line=n, record=rec,
+                                    problem=None if why is None else str(DatasetError(why, file=str(p), line=n,
+                                                                                       field="reward"))))
+    return out
+
+
+def load_rollouts(path: str | Path) -> list[Episode]:
+    """The episodes of :func:`read_rollouts` (its notes dropped).
+
+    Raises:
+        DatasetError: as :func:`read_rollouts`.
+    """
+    return read_rollouts(path).episodes

@@ -1,4 +1,9 @@
-"""Starting ``envfactory serve`` as a local server process for the ``subprocess`` backend."""
+"""Starting ``envfactory serve`` as a local server process for the ``subprocess`` backend.
+
+The server announces where it listens on a pipe of its own (``--announce-fd``), not on stdout: an
+environment module that prints at import, or from a thread of its own, cannot garble or delay the
+announcement.  The server's stdout is discarded (as it always was past the announcement); its stderr is
+its log."""
 
 from __future__ import annotations
 
@@ -121,13 +126,14 @@ def last_error_line(log: str) -> str:
 
 
 def _pump_lines(stream: IO[str], lines: queue.Queue[str | None], done: threading.Event) -> None:
-    """Read the server's stdout to its end, so the server never blocks on a full pipe: every line goes
-    to ``lines`` until ``done`` is set (the announcement was taken), later ones are dropped; ``None``
-    marks the end."""
+    """Read the announcement pipe to its end (then close it): every line goes to ``lines`` until ``done``
+    is set (the announcement was taken), later ones are dropped; ``None`` marks the end (the server
+    closed it, or exited)."""
     try:
-        for line in stream:
-            if not done.is_set():
-                lines.put(line)
+        with stream:
+            for line in stream:
+                if not done.is_set():
+                    lines.put(line)
     except (OSError, ValueError):
         pass
     lines.put(None)
@@ -209,7 +215,7 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float,
         raise BackendError(f"a server backend was started while `envfactory serve --module` imports "
                            f"{os.environ[IMPORTING_ENV_VAR]}: put the code that makes envs under "
                            f"`if __name__ == \"__main__\":` so importing the module only defines environments")
-    args = [*envs, "--announce"]
+    args = [*envs]
     # the system allocator: a long-lived server's memory returns after its sessions close (pymalloc's arenas
     # fragment; docs/performance.md, "Memory returns after close"); a caller's own choice is kept
     extra = {"PYTHONMALLOC": os.environ.get("PYTHONMALLOC", "malloc")}
@@ -242,11 +248,18 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float,
     token_path = _write_token_file(token) if token else None
     if token_path is not None:
         args += ["--token-file", token_path]
+    announce_r, announce_w = os.pipe()  # the server writes its announcement here (--announce-fd), never stdout
+    args += ["--announce-fd", str(announce_w)]
     expected: str | None = None
     private: str | None = None
     cwd: str | None = None
     if isolation is not None:
-        launch = isolated_launch(args, extra, paths, folders, isolation)
+        try:
+            launch = isolated_launch(args, extra, paths, folders, isolation)
+        except BaseException:
+            os.close(announce_r)
+            os.close(announce_w)
+            raise
         cmd, environ, cwd, private, expected = launch.argv, launch.env, launch.cwd, launch.private_dir, launch.url
     else:
         cmd = [sys.executable, "-m", "gym_envfactory.cli", "serve", *args, "--host", "127.0.0.1", "--port", "0"]
@@ -256,21 +269,24 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float,
             environ["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [environ.get("PYTHONPATH")])])
     log_file = tempfile.NamedTemporaryFile(prefix="envfactory-server-", suffix=".log", delete=False)
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, text=True, env=environ, cwd=cwd)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_file, text=True,
+                                env=environ, cwd=cwd, pass_fds=(announce_w,))
     except OSError as exc:
+        os.close(announce_r)
+        os.close(announce_w)
         log_file.close()
         if token_path is not None:
             os.unlink(token_path)
         if private is not None:
             shutil.rmtree(private, ignore_errors=True)
         raise BackendError(f"cannot start the environment server: {exc}") from None
+    os.close(announce_w)  # the server holds the write end now: the pipe ends when it closes it or exits
     log_file.close()
     server = ServerProcess(proc, log_file.name, token_path, private)
-    stdout = proc.stdout
-    assert stdout is not None  # stdout=PIPE
+    announce = os.fdopen(announce_r, encoding="utf-8", errors="replace")
     lines: queue.Queue[str | None] = queue.Queue()
     announced = threading.Event()
-    threading.Thread(target=_pump_lines, args=(stdout, lines, announced), name="envfactory-server-stdout",
+    threading.Thread(target=_pump_lines, args=(announce, lines, announced), name="envfactory-server-announce",
                      daemon=True).start()
     url = None
     while url is None:
@@ -281,7 +297,7 @@ def start_server_process(envs: Sequence[str], token: str | None, timeout: float,
             why = _why(server)
             server()
             raise BackendError(f"environment server did not start within {timeout} s{why}") from None
-        if line is None:  # stdout closed: the server exited
+        if line is None:  # the pipe closed without an announcement: the server exited
             try:
                 proc.wait(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:

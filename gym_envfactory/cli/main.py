@@ -359,6 +359,7 @@ def serve_cmd(
     close_on_disconnect: Annotated[bool, typer.Option(help="close the sessions a WebSocket connection created when it drops (a connection may ask either way: ?close_on_disconnect=1|0)")] = False,
     memory_budget: Annotated[str | None, typer.Option(envvar="ENVFACTORY_MEMORY_BUDGET", help="memory budget: 512M, 2G or 50% (of physical memory); caps the container's cgroup limit, which is the default (else 60% of physical memory); creates, forks, restores, read frames, calls and scores that would not fit are refused (-32006)")] = None,
     announce: Annotated[bool, typer.Option(help="print the bound URL as one JSON line on stdout")] = False,
+    announce_fd: Annotated[int | None, typer.Option("--announce-fd", help="write that JSON line to this inherited file descriptor (3 or more; a pipe the parent reads), then close it: what an environment module prints on stdout cannot garble it")] = None,
     transport: Annotated[str, typer.Option(help="http (every route below) or stdio (MCP for one environment over stdin/stdout)")] = "http",
     uds: Annotated[Path | None, typer.Option(help="listen on this Unix domain socket path instead of --host/--port (mode 0600)")] = None,
     module: Annotated[list[str] | None, typer.Option("--module", help="import this module (name, or a .py file) first and serve the environments it defines with define_environment (default: all of them when no names are given); repeatable")] = None,
@@ -377,6 +378,14 @@ def serve_cmd(
                           markup=False, highlight=False)  # markup would eat '[server]'
         raise typer.Exit(2) from None
 
+    if announce_fd is not None:  # checked before any module is imported (and cannot hand the pipe on)
+        if announce_fd < 3:
+            raise typer.BadParameter(f"--announce-fd must be 3 or more (use --announce for stdout), not {announce_fd}")
+        try:
+            os.fstat(announce_fd)
+            os.set_inheritable(announce_fd, False)
+        except OSError:
+            raise typer.BadParameter(f"--announce-fd {announce_fd} is not an open file descriptor") from None
     defined: list[str] = []
     for m in module or []:
         try:
@@ -416,7 +425,7 @@ def serve_cmd(
     try:
         serve(names, host=host, port=port, token=token, ttl_s=ttl, max_sessions=max_sessions,
               max_sessions_per_client=max_sessions_per_client, close_on_disconnect=close_on_disconnect, announce=announce,
-              memory_budget=memory_budget, uds=None if uds is None else str(uds),
+              announce_fd=announce_fd, memory_budget=memory_budget, uds=None if uds is None else str(uds),
               max_mcp_sessions_per_client=max_mcp_sessions_per_client)
     except InsecureBindError as exc:
         err_console.print(f"[red]{exc}[/red]")

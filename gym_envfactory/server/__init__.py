@@ -13,17 +13,20 @@ from gym_envfactory.protocol import ANNOUNCE_NONCE_VAR, announcement
 from gym_envfactory.server.manager import ManagedSession, SessionManager
 
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError",
-           "SessionOwnershipError", "serve", "listening_socket", "ANNOUNCE_NONCE_VAR"]
+           "SessionOwnershipError", "serve", "listening_socket", "write_announcement", "ANNOUNCE_NONCE_VAR"]
 
 
 def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
           ttl_s: float = 900.0, max_sessions: int = 10_000, max_sessions_per_client: int | None = None,
           close_on_disconnect: bool = False, announce: bool = False, log_level: str = "warning",
           memory_budget: int | str | None = None, uds: str | None = None,
-          max_mcp_sessions_per_client: int | None = None) -> None:
+          max_mcp_sessions_per_client: int | None = None, announce_fd: int | None = None) -> None:
     """Run the server until interrupted (blocking).  ``port=0`` picks a free port; with ``announce``
     the bound address is printed as one JSON line on stdout (``{"listening": "http://127.0.0.1:PORT"}``,
-    plus ``"nonce"``: the value of ``$ENVFACTORY_ANNOUNCE_NONCE`` when set; :func:`gym_envfactory.protocol.announcement`) so a parent process can find it.  ``max_sessions_per_client``: most sessions one client
+    plus ``"nonce"``: the value of ``$ENVFACTORY_ANNOUNCE_NONCE`` when set; :func:`gym_envfactory.protocol.announcement`) so a parent process can find it.
+    ``announce_fd``: also write that line (and a newline) to this inherited file descriptor, then close it:
+    a parent's own pipe, which no print of an environment module can garble (the ``subprocess`` and
+    ``isolated`` backends read it there; :func:`write_announcement`).  ``max_sessions_per_client``: most sessions one client
     (``X-Envfactory-Client``) may hold (default half of ``max_sessions``); ``close_on_disconnect``: a
     WebSocket connection's sessions close when it drops (a connection may ask either way).
     ``max_mcp_sessions_per_client``: most MCP transport sessions (``Mcp-Session-Id``) one client may hold
@@ -85,9 +88,12 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
 
     async def main() -> None:
         sock.listen(2048)
+        # the nonce is the parent's proof that this line is ours, not something a module printed
+        line = announcement(where, os.environ.get(ANNOUNCE_NONCE_VAR))
         if announce:
-            # the nonce is the parent's proof that this line is ours, not something a module printed
-            print(announcement(where, os.environ.get(ANNOUNCE_NONCE_VAR)), flush=True)
+            print(line, flush=True)
+        if announce_fd is not None:
+            write_announcement(announce_fd, line)
         print(f"envfactory: serving {', '.join(manager.specs)} on {where} "
               f"(fast protocol /v1/ws, control plane /v1/rpc, MCP /mcp/<Env>, /healthz, /readyz, /metrics)"
               f"{'; token required' if token else ''}", file=sys.stderr, flush=True)
@@ -100,6 +106,24 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     finally:
         sock.close()
         sys.stdout.flush()
+
+
+def write_announcement(fd: int, line: str) -> None:
+    """Write ``line`` and a newline to the file descriptor ``fd`` (a pipe the parent reads) and close it.
+    A parent that went away is a line on stderr, not a failed start (the server still serves)."""
+    import sys
+
+    data = (line + "\n").encode("utf-8")
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError as exc:
+        print(f"envfactory: could not announce on file descriptor {fd}: {exc}", file=sys.stderr, flush=True)
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

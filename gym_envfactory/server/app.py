@@ -75,6 +75,7 @@ from gym_envfactory.server.middleware import (
     OriginHostGuardMiddleware,
     host_header_name,
     is_loopback,
+    require_token_off_loopback,
 )
 
 __all__ = ["build_app", "ServerConfig", "ServerState", "Metrics", "is_loopback", "host_header_name",
@@ -333,9 +334,7 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
     Raises:
         InsecureBindError: ``config.host`` is not loopback and no token is set.
     """
-    if not is_loopback(config.host) and not config.token:
-        raise InsecureBindError(
-            f"refusing to serve the control plane on {config.host} without a token: pass --token or set ENVFACTORY_TOKEN")
+    require_token_off_loopback(config.host, config.token)
     state = ServerState(manager, config)
 
     def guarded(message: str = "unauthorized") -> list[Middleware]:

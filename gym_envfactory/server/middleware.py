@@ -5,6 +5,9 @@ an app), each one check: docs/architecture.md, "Backends".
   is not allowed, and on a loopback server a ``Host`` that is not a loopback address (DNS rebinding).
 - :class:`BearerAuthMiddleware`: refuses (401, or WebSocket close 4401) a request without the bearer
   token (:func:`gym_envfactory.protocol.bearer_token_matches`, RFC 6750 §2.1).
+- :func:`require_token_off_loopback`: the bind rule, no address beyond loopback without a token.
+
+``envfactory ui`` (gym_envfactory.ui) puts the same guards and rule on its pages.
 
 Both pass every other ASGI scope (``lifespan``) through untouched, and are put on the routes they guard
 (:func:`~gym_envfactory.server.app.build_app`), so ``/healthz`` and unknown paths (404) stay unguarded.
@@ -20,10 +23,11 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from gym_envfactory.errors import InsecureBindError
 from gym_envfactory.protocol import CLIENT_HEADER, CLIENT_QUERY, bearer_token_matches
 
 __all__ = ["LOOPBACK", "is_loopback", "host_header_name", "foreign_request", "OriginHostGuardMiddleware",
-           "BearerAuthMiddleware"]
+           "BearerAuthMiddleware", "require_token_off_loopback"]
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 """Loopback names and addresses taken as they are (any other ``127.0.0.0/8`` or ``::1`` form is parsed)."""
@@ -41,6 +45,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def require_token_off_loopback(host: str, token: str | None, *, what: str = "the control plane",
+                               how: str = "pass --token or set ENVFACTORY_TOKEN") -> None:
+    """Refuse to serve ``what`` on ``host`` when it is not loopback (:func:`is_loopback`) and no ``token`` is set.
+
+    Raises:
+        InsecureBindError: ``refusing to serve <what> on <host> without a token: <how>``.
+    """
+    if not is_loopback(host) and not token:
+        raise InsecureBindError(f"refusing to serve {what} on {host} without a token: {how}")
 
 
 def host_header_name(value: str) -> str | None:

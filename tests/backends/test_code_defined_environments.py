@@ -182,3 +182,59 @@ def bump(state: Tiny) -> int:
     """Add one."""
     state.n += 1
     return state.n
+
+
+CHATTY = textwrap.dedent('''
+    import os, sys, threading, time
+
+    print("importing the pantry tools", end="", flush=True)  # no newline: the next write joins this line
+
+    def chatter():  # a module's own thread: prints forever, never a newline, to sys.stdout and to fd 1
+        while True:
+            print("tick", end=" ", flush=True)
+            os.write(1, b"tock ")
+            time.sleep(0.001)
+
+    threading.Thread(target=chatter, daemon=True).start()
+''')
+
+
+def test_a_module_printing_to_stdout_from_a_thread_still_starts_on_the_subprocess_backend(tmp_path):
+    # issue 25, finding 9: the server announced itself on stdout, where this module's output joined the
+    # announcement's line (the parent never saw a line starting with it, and the start timed out); it now
+    # announces on a pipe of its own (--announce-fd), and stdout is the module's to print on
+    (tmp_path / "pantry_envs.py").write_text(CHATTY + MODULE)
+    # the driver imports the module too, so its own stdout chatters: it writes its result to a file
+    script = DRIVER.format(import_line="import pantry_envs", guard="main()").replace(
+        "print(json.dumps(", "open('result.json', 'w').write(json.dumps(")
+    r = _run(tmp_path, script)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads((tmp_path / "result.json").read_text())
+    assert out["reward"] == 1.0 and "InProcess" not in out["backend"]
+
+
+def test_serve_announce_fd_writes_the_announcement_to_that_descriptor_only(tmp_path):
+    (tmp_path / "pantry_envs.py").write_text(CHATTY + MODULE)
+    r_fd, w_fd = os.pipe()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ENVFACTORY_ANNOUNCE_NONCE": "n0nce"}
+    proc = subprocess.Popen([sys.executable, "-m", "gym_envfactory.cli", "serve", "--module", "pantry_envs", "--port", "0",
+                             "--announce-fd", str(w_fd)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env, pass_fds=(w_fd,))
+    os.close(w_fd)
+    try:
+        with os.fdopen(r_fd, encoding="utf-8") as fh:
+            line = fh.readline()
+            rest = fh.read()  # the server closes its end once it has announced: no more comes
+        assert line.endswith("\n"), proc.stderr.read() if proc.poll() is not None else line
+        msg = json.loads(line)
+        assert msg["nonce"] == "n0nce" and msg["listening"].startswith("http://127.0.0.1:") and rest == ""
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(("fd", "words"), [("1", "must be 3 or more"), ("987", "not an open file descriptor")])
+def test_serve_refuses_an_announce_fd_it_cannot_write(tmp_path, fd, words):
+    r = subprocess.run([sys.executable, "-m", "gym_envfactory.cli", "serve", "HotelBooking", "--port", "0", "--announce-fd", fd],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"})
+    assert r.returncode == 2 and words in r.stderr, r.stderr

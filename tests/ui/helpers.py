@@ -1,4 +1,5 @@
-"""Shared by the UI tests: a deterministic stand-in encoder for the tool graph, and a UI server in a thread."""
+"""Shared by the UI tests: a deterministic stand-in encoder for the tool graph, a test client that comes
+from a loopback address (the UI refuses other ``Host`` values), and a UI server in a thread."""
 
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ def word_encoder(texts: list[str]) -> np.ndarray:
         for w in t.lower().replace("_", " ").split():
             out[i, int(hashlib.sha256(w.encode()).hexdigest(), 16) % 64] += 1.0
     return out
+
+
+def client_of(app, host: str = "127.0.0.1:8765"):
+    """Starlette's test client for ``app``, sending ``Host: <host>`` (its default, ``testserver``, is not
+    loopback: the UI's DNS-rebinding guard refuses it)."""
+    from starlette.testclient import TestClient
+
+    return TestClient(app, base_url=f"http://{host}")
 
 
 def graph_source(names: list[str]):

@@ -8,12 +8,12 @@ import subprocess
 import sys
 
 import pytest
-from starlette.testclient import TestClient
 
 from gym_envfactory import EnvFactoryEnv
 from gym_envfactory.errors import DatasetError
 from gym_envfactory.ui.app import create_app
 from gym_envfactory.ui.rollouts import load_rollouts, split_turns
+from tests.ui.helpers import client_of as _client
 from tests.ui.helpers import graph_source
 
 
@@ -27,7 +27,7 @@ def rollout_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(rollout_file):
-    return TestClient(create_app([rollout_file], graph_source=graph_source, check_images=False))
+    return _client(create_app([rollout_file], graph_source=graph_source, check_images=False))
 
 
 def test_catalog_lists_every_environment_with_counts(client):
@@ -80,7 +80,7 @@ def test_episode_with_a_state_diff_lists_its_paths(tmp_path):
            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Done."}]}
     f = tmp_path / "t.jsonl"
     f.write_text(json.dumps(rec) + "\n")
-    c = TestClient(create_app([f], check_images=False))
+    c = _client(create_app([f], check_images=False))
     text = c.get("/rollouts/0/0").text
     assert "bookings.BK-0001.status" in text and "&quot;cancelled&quot;" in text
 
@@ -103,7 +103,7 @@ def test_malformed_rollout_line_names_file_and_line(tmp_path):
     f.write_text('{"task_id": "a", "messages": []}\n{not json\n')
     with pytest.raises(DatasetError, match=r"bad\.jsonl:2: not JSON"):
         load_rollouts(f)
-    r = TestClient(create_app([f], check_images=False)).get("/rollouts")
+    r = _client(create_app([f], check_images=False)).get("/rollouts")
     assert r.status_code == 422 and "bad.jsonl:2" in r.text  # the only file: the index is an error
 
 
@@ -111,7 +111,7 @@ def test_rollout_file_is_reread_when_it_changes(tmp_path, rollout_file):
     f = tmp_path / "grow.jsonl"
     lines = rollout_file.read_text().splitlines()
     f.write_text(lines[0] + "\n")
-    c = TestClient(create_app([f], check_images=False))
+    c = _client(create_app([f], check_images=False))
     assert "1 episodes" in c.get("/rollouts").text
     import os
     f.write_text(lines[0] + "\n" + lines[1] + "\n")
@@ -123,7 +123,7 @@ def test_values_from_files_are_escaped(tmp_path):
     rec = {"task_id": "<script>alert(1)</script>", "messages": [{"role": "user", "content": "<b>hi</b>"}]}
     f = tmp_path / "x.jsonl"
     f.write_text(json.dumps(rec) + "\n")
-    c = TestClient(create_app([f], check_images=False))
+    c = _client(create_app([f], check_images=False))
     for url in ("/rollouts", "/rollouts/0/0"):
         t = c.get(url).text
         assert "<script>alert" not in t and "&lt;script&gt;" in t
@@ -151,7 +151,7 @@ def test_oddly_typed_records_are_refused_naming_the_field_and_other_files_stay_r
     with pytest.raises(DatasetError, match=r"odd\.jsonl:1") as err:
         load_rollouts(bad)
     assert field in str(err.value)
-    c = TestClient(create_app([bad, rollout_file], check_images=False))
+    c = _client(create_app([bad, rollout_file], check_images=False))
     r = c.get("/rollouts")
     assert r.status_code == 200 and "odd.jsonl:1" in r.text and "mean reward" in r.text  # the good file still shows
     assert c.get("/rollouts/0/0").status_code == 422

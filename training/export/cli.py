@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from gym_envfactory.errors import EnvFactoryError
+from gym_envfactory.errors import DatasetError, EnvFactoryError
 from gym_envfactory.training.export.episodes import oracle_trajectories, read_trajectories, resolve_env_names
 from gym_envfactory.training.export.rl import rl_rows, write_parquet
 from gym_envfactory.training.export.sft import dataset_info_entry, to_alpaca, to_sharegpt
@@ -72,22 +72,34 @@ def export_sft(
     name: Annotated[str, typer.Option(help="dataset name in dataset_info.json")] = "envfactory",
 ) -> None:
     """SFT conversations from the tasks' ground truth (oracle episodes) or from rollout trajectories
-    filtered by reward; writes the data file and a dataset_info.json entry beside it."""
+    filtered by reward; writes the data file and a dataset_info.json entry beside it.  A bad trajectory
+    record is one line on stderr naming its file, line and field, and is left out; the rest is exported."""
+    skipped: list[DatasetError] = []
+
+    def skip(err: DatasetError) -> None:
+        skipped.append(err)
+        typer.echo(f"skipped: {err}", err=True)
+
     try:
         if from_trajectories is not None:
-            trajectories = list(read_trajectories(from_trajectories, min_reward=min_reward))
+            trajectories = list(read_trajectories(from_trajectories, min_reward=min_reward, on_bad=skip))
         else:
             if not envs:
                 raise EnvFactoryError("name environments, or give --from-trajectories")
             trajectories = [t for e in resolve_env_names(envs) for t in oracle_trajectories(e, split=split)]
+        unread = len(skipped)
+        records = (to_sharegpt(trajectories, on_bad=skip) if fmt is SFTFormat.sharegpt
+                   else to_alpaca(trajectories, on_bad=skip))
+        if skipped and not records:
+            raise DatasetError(f"no usable trajectory left: {len(skipped)} bad records (above); nothing written")
     except EnvFactoryError as exc:
         _fail(exc)
-    records = to_sharegpt(trajectories) if fmt is SFTFormat.sharegpt else to_alpaca(trajectories)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     info_path = out.parent / "dataset_info.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
     info.update(dataset_info_entry(name, out.name, fmt.value))
     info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    typer.echo(f"wrote {len(records)} {fmt.value} records from {len(trajectories)} trajectories to {out}; "
-               f"dataset_info entry {name!r} in {info_path}")
+    typer.echo(f"wrote {len(records)} {fmt.value} records from {len(trajectories) - (len(skipped) - unread)} trajectories to {out}; "
+               f"dataset_info entry {name!r} in {info_path}"
+               + (f"; skipped {len(skipped)} bad records (listed on stderr)" if skipped else ""))
