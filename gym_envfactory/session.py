@@ -16,7 +16,8 @@ result that fails the tool's return type, a write that leaves the state invalid)
 exactly as it was before the call.  The successful path pays nothing for this: a live state keeps the
 frozen base its view was made from and the write calls applied since (``_LiveState``); a failed write
 call rebuilds the state as a fresh view of that base by replaying them (tools are deterministic, docs/authoring.md;
-a replayed write whose result differs from the logged one is reported in the failed call's error).
+a replayed write whose result differs from the logged one, or writes that give two different states in two
+replays, are reported in the failed call's error).
 """
 
 from __future__ import annotations
@@ -192,6 +193,18 @@ def _result_model(adapter: Any) -> type | None:
         cls = None
     _RESULT_MODELS[id(adapter)] = (adapter, cls)
     return cls
+
+
+def _same_state(a: BaseModel, b: BaseModel) -> bool:
+    """Whether two models of one state are the same state: equal by value (records the two share are
+    compared by identity, O(records)), else by their JSON (the ground truth: NaN, an imported API's
+    private instance)."""
+    try:
+        if a == b:
+            return True
+    except Exception:  # noqa: BLE001 - a value whose == raises: the JSON decides
+        pass
+    return bool(a.model_dump_json() == b.model_dump_json())
 
 
 def _fingerprint(content: Any) -> str:
@@ -724,17 +737,20 @@ class Session:
 
     def _roll_back(self, tool: ToolSpec, live: _LiveState, before: str | None) -> str | None:
         """Put ``tool.env``'s state back as it was before the failed call; returns ``None``, or a note
-        saying why it could not (a tool that is not deterministic: the replay raised, or a replayed write
-        returned something else than it did the first time).
+        saying why it could not (a tool that is not deterministic: the replay raised, a replayed write
+        returned something else than it did the first time, or two replays wrote different states).
 
-        With ``before`` (validation mode) the state is parsed from it.  Otherwise a read-only tool has
-        nothing to undo, and a write tool's state is rebuilt as a fresh view of ``live.base`` (no parse:
-        the base is a model) by replaying ``live.redo`` (the successful write calls since): the failure
-        path pays, never the success path.  A model handed out by :meth:`state_model` is kept when the
-        failed call left it equal to the base (one serialisation of each).  Each replayed write's result
-        is compared with the logged one; on a mismatch see :meth:`_keep_after_divergence` (a replayed write
-        that returns the same result but writes something else goes unnoticed: no state fingerprints are
-        kept, so successful calls pay nothing).
+        With ``before`` (validation mode) the state is parsed from it: exact, nothing replayed.  Otherwise a
+        read-only tool has nothing to undo, and a write tool's state is rebuilt as a fresh view of
+        ``live.base`` (no parse: the base is a model) by replaying ``live.redo`` (the successful write
+        calls since): the failure path pays, never the success path.  A model handed out by
+        :meth:`state_model` is kept when the failed call left it equal to the base (one serialisation of
+        each).  Each replayed write's result is compared with the logged one, and the writes are replayed a
+        second time onto another view of the base and the two states compared (by value, then by their
+        JSON): on a mismatch see :meth:`_keep_after_divergence`.  The state before the failed call itself is
+        never serialised (successful calls pay nothing), so a write that is not deterministic but gives the
+        same result and the same state in both replays, only not the first time (a clock read at coarse
+        resolution), goes unnoticed.
         """
         model_cls = self.envs[tool.env].state_model
         if before is not None:
@@ -754,25 +770,55 @@ class Session:
                 pass
         try:
             model = cow.make_view(live.base)
-            diverged = ""
-            for t, args, content in live.redo:
-                raw = t.fn(model, **t.input_model.model_validate(args).__dict__)
-                if not diverged and _fingerprint(
-                        t.output_adapter.dump_python(t.output_adapter.validate_python(raw), mode="json")) != content:
-                    diverged = t.name
+            diverged = self._replay(live.redo, model)
+            check = None
+            if not diverged and live.redo:  # the same writes once more: the state must come back the same
+                check = cow.make_view(live.base)
+                self._replay(live.redo, check)
         except Exception as exc:  # noqa: BLE001 - a non-deterministic tool: keep what we have, say so
             log.error("rolling back %s failed: replaying the session's writes raised %s: %s",
                       tool.env, type(exc).__name__, exc)
             return f"its partial changes could not be rolled back: {type(exc).__name__} while replaying"
         if diverged:
             return self._keep_after_divergence(tool, live, model, diverged)
+        if check is not None and not _same_state(model, check):
+            return self._keep_after_divergence(tool, live, model, self._first_state_divergence(live), state=True)
         live.model, live.exposed = model, False
         if live.redo:
             self._rebase(live)  # the next failure replays nothing
         return None
 
-    def _keep_after_divergence(self, tool: ToolSpec, live: _LiveState, replayed: BaseModel, diverged: str) -> str:
-        """The replay did not reproduce the state (``diverged`` returned something else the second time).
+    @staticmethod
+    def _replay(redo: Sequence[tuple[ToolSpec, dict[str, Any], Any]], model: BaseModel) -> str:
+        """Run the logged writes ``redo`` on ``model``; returns the name of the first whose result differs
+        from the logged one, or ``""``.  Raises what a tool raises."""
+        diverged = ""
+        for t, args, content in redo:
+            raw = t.fn(model, **t.input_model.model_validate(args).__dict__)
+            if not diverged and _fingerprint(
+                    t.output_adapter.dump_python(t.output_adapter.validate_python(raw), mode="json")) != content:
+                diverged = t.name
+        return diverged
+
+    def _first_state_divergence(self, live: _LiveState) -> str:
+        """Which logged write of ``live.redo`` writes different states when replayed twice (the mismatch
+        path only: two replays step by step, the states compared after each write): ``"<tool>"``, or the
+        tools' names when the replays now agree (or raise)."""
+        try:
+            a, b = cow.make_view(live.base), cow.make_view(live.base)
+            for i in range(len(live.redo)):
+                self._replay(live.redo[i:i + 1], a)
+                self._replay(live.redo[i:i + 1], b)
+                if not _same_state(a, b):
+                    return live.redo[i][0].name
+        except Exception:  # noqa: BLE001 - diagnostics only: name them all
+            pass
+        return ", ".join(dict.fromkeys(t.name for t, _, _ in live.redo))
+
+    def _keep_after_divergence(self, tool: ToolSpec, live: _LiveState, replayed: BaseModel, diverged: str, *,
+                               state: bool = False) -> str:
+        """The replay did not reproduce the state: ``diverged`` (the earlier write call(s)) returned something
+        else the second time, or (``state``) returned the same but wrote different states in two replays.
         Kept: the live state, i.e. the state before the failed call *plus its partial changes*: the only one
         that matches every result the caller has seen (the replayed one holds other ids, counters ...), when
         it still serialises and validates; otherwise the replayed state (the successful writes only, run
@@ -790,11 +836,14 @@ class Session:
         else:
             self._rebase(live)
             kept = "the state is kept as this call left it, with any partial changes it made"
-        log.warning("rolling back %s could not reproduce the state: replaying %s returned a different result "
-                    "(a tool that is not deterministic); %s", tool.env, diverged, kept)
-        return (f"its partial changes could not be rolled back: replaying the earlier {diverged} call gave a "
-                f"different result, so the tool is not deterministic and the state before this call cannot be "
-                f"rebuilt; {kept}")
+        how = ("wrote different states when replayed twice (with the same result)" if state
+               else "returned a different result")
+        log.warning("rolling back %s could not reproduce the state: replaying %s %s (a tool that is not "
+                    "deterministic); %s", tool.env, diverged, how, kept)
+        call = f"the earlier {diverged} call" if "," not in diverged else f"the earlier calls ({diverged})"
+        what = "wrote different states when replayed twice" if state else "gave a different result"
+        return (f"its partial changes could not be rolled back: replaying {call} {what}, so the tool is not "
+                f"deterministic and the state before this call cannot be rebuilt; {kept}")
 
     # ------------------------------------------------------------------ lifecycle
     def reset(self, initial_state: Any = None) -> None:

@@ -23,8 +23,9 @@ a read-only tool that writes, or an error after a partial write fails the scenar
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,10 +37,16 @@ from gym_envfactory.replay import task_reference
 if TYPE_CHECKING:  # pragma: no cover
     from gym_envfactory.environment.spec import EnvironmentSpec
 
-__all__ = ["ScenarioReport", "ValidationReport",
-           "run_scenarios", "validate_environment", "get_path", "Progress"]
+__all__ = ["PROBE_HASH_SEEDS", "ScenarioReport", "ValidationReport", "fingerprint_differences",
+           "hash_seed_differences", "replay_fingerprint", "run_scenarios", "validate_environment", "get_path",
+           "Progress"]
 
 _MISSING = object()
+
+#: The ``PYTHONHASHSEED`` values the determinism probe replays a package under, one child process each.
+PROBE_HASH_SEEDS: tuple[int, int] = (0, 1)
+#: Validation scenarios the probe replays at most (as EnvGen's replay-twice check).
+PROBE_SCENARIOS = 50
 
 
 
@@ -67,18 +74,22 @@ class ValidationReport:
     coverage_failures: list[str] = field(default_factory=list)
     task_failures: list[str] = field(default_factory=list)
     lint_failures: list[str] = field(default_factory=list)
+    #: differences between the replays under two hash seeds (:func:`hash_seed_differences`)
+    determinism_failures: list[str] = field(default_factory=list)
     n_tasks: int = 0
 
     @property
     def passed(self) -> bool:
-        """True when every scenario passed and no coverage, task replay or lint check failed."""
+        """True when every scenario passed and no coverage, task replay, lint or hash-seed check failed."""
         return (all(s.passed for s in self.scenarios) and not self.coverage_failures
-                and not self.task_failures and not self.lint_failures)
+                and not self.task_failures and not self.lint_failures and not self.determinism_failures)
 
     def failures(self) -> list[str]:
-        """Every failure as one line: scenario steps, then coverage gaps, task replays and lint findings."""
+        """Every failure as one line: scenario steps, then coverage gaps, task replays, lint findings and
+        hash-seed differences."""
         out = [f"scenario {s.scenario_id}: {f}" for s in self.scenarios for f in s.failures]
-        return out + self.coverage_failures + self.task_failures + [f"lint: {x}" for x in self.lint_failures]
+        return (out + self.coverage_failures + self.task_failures + [f"lint: {x}" for x in self.lint_failures]
+                + [f"determinism: {x}" for x in self.determinism_failures])
 
 
 
@@ -185,12 +196,20 @@ def run_scenarios(spec: EnvironmentSpec, scenarios: list[Scenario] | None = None
 
 def validate_environment(spec: EnvironmentSpec, *, replay_tasks: bool = True,
                          require_coverage: bool = True, lint: bool = True,
-                         progress: Progress | None = None) -> ValidationReport:
+                         progress: Progress | None = None,
+                         hash_seeds: Sequence[int] | None = PROBE_HASH_SEEDS) -> ValidationReport:
     """Run every validation scenario, check that each tool has a success and an error path covered,
     replay every task's ground truth, and lint the package for nondeterminism (docs/authoring.md).  Never
     raises for environment faults: they are collected in the report.  ``progress(stage, done, total)``
     (stage ``"scenarios"``, then ``"tasks"``) is called as scenarios run and tasks replay (the CLI's
-    progress bar)."""
+    progress bar).
+
+    With ``replay_tasks`` and ``hash_seeds`` (two or more seeds; default :data:`PROBE_HASH_SEEDS`), a package
+    loaded from a folder is also replayed in one child process per seed (``PYTHONHASHSEED``; tasks and
+    scenarios, :func:`hash_seed_differences`): a result or state that differs between them is a
+    ``determinism_failures`` entry naming the task, turn and call.  ``None`` skips it (a caller that cannot
+    start processes, inside a sandbox, runs the probe from outside: EnvGen's ``validate_in_child``);
+    an environment defined in code (no folder) is not probed."""
     report = ValidationReport(env=spec.name)
     if lint:
         report.lint_failures = lint_environment(spec)
@@ -218,7 +237,166 @@ def validate_environment(spec: EnvironmentSpec, *, replay_tasks: bool = True,
                 report.task_failures.append(str(exc))
             if progress is not None:
                 progress("tasks", done, report.n_tasks)
+        if hash_seeds is not None and len(hash_seeds) >= 2 and spec.path is not None:
+            report.determinism_failures = hash_seed_differences(spec.path, hash_seeds)
     return report
+
+
+# ------------------------------------------------------------------------------- hash-seed probe
+
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=repr).encode()).hexdigest()[:16]
+
+
+def replay_fingerprint(spec: EnvironmentSpec) -> dict[str, list[list[str]]]:
+    """What the determinism probe compares between processes: per task (``"task <id>"``) the digest of
+    each ground-truth call's result (label ``"turn T call C (tool)"``) and of the state after each turn
+    (``"turn T state"``), and per validation scenario (``"scenario <id>"``, the first
+    :data:`PROBE_SCENARIOS`) the digest of each step's outcome (``"step I (tool)"``) and of the final
+    state (``"final state"``).  ``{unit: [[label, 16 hex digits], ...]}``, JSON-ready.  A task whose
+    ground truth does not replay (or a scenario whose initial state does not resolve) is one
+    ``["error", digest of the message]`` entry; validation reports the fault itself.  Never raises for
+    environment faults."""
+    from gym_envfactory.environment.manifest import canonical_json
+    from gym_envfactory.environment.states import resolve_state
+    from gym_envfactory.session import Session
+
+    out: dict[str, list[list[str]]] = {}
+    try:
+        tasks = list(spec.tasks)
+    except SpecError:
+        tasks = []
+    for task in tasks:
+        entries: list[list[str]] = []
+        try:
+            ref = task_reference(spec, task)
+            for t, (calls, state) in enumerate(zip(ref.turn_calls, ref.turn_states, strict=True)):
+                entries += [[f"turn {t} call {c} ({call.name})", _digest(call.result)] for c, call in enumerate(calls)]
+                entries.append([f"turn {t} state", hashlib.sha256(canonical_json(state)).hexdigest()[:16]])
+        except Exception as exc:  # noqa: BLE001 - a ground truth that does not replay: reported elsewhere
+            entries = [["error", _digest(f"{type(exc).__name__}: {exc}")]]
+        out[f"task {task.task_id}"] = entries
+    try:
+        scenarios = spec.scenarios[:PROBE_SCENARIOS]
+    except SpecError:
+        scenarios = []
+    for sc in scenarios:
+        try:
+            initial = resolve_state(spec, sc.initial_state, task_form=True, where={"task_id": sc.scenario_id})
+        except Exception as exc:  # noqa: BLE001 - reported by the scenario run
+            out[f"scenario {sc.scenario_id}"] = [["error", _digest(str(exc))]]
+            continue
+        session = Session.from_states(spec, {spec.name: initial})
+        try:
+            entries = []
+            for i, step in enumerate(sc.steps):
+                r = session.call(step.call, step.arguments)
+                entries.append([f"step {i} ({step.call})", _digest([r.ok, r.content, r.error, r.error_code])])
+            entries.append(["final state", hashlib.sha256(session.state_bytes()).hexdigest()[:16]])
+        except Exception as exc:  # noqa: BLE001 - a state that does not load: reported by the scenario run
+            entries = [["error", _digest(str(exc))]]
+        finally:
+            session.close()
+        out[f"scenario {sc.scenario_id}"] = entries
+    return out
+
+
+def fingerprint_differences(fingerprints: Mapping[int, Mapping[str, Sequence[Sequence[str]]]]) -> list[str]:
+    """Compare :func:`replay_fingerprint` results taken under different hash seeds (``{seed: fingerprint}``,
+    two or more): one line per task or scenario whose replays differ, naming the first call, step or
+    state that does (``"task t1: turn 0 call 1 (list_tags): the result differs between PYTHONHASHSEED=0
+    and PYTHONHASHSEED=1 ..."``).  Empty when every replay agrees."""
+    seeds = list(fingerprints)
+    out: list[str] = []
+    first = seeds[0]
+    for other in seeds[1:]:
+        a, b = fingerprints[first], fingerprints[other]
+        for unit in sorted(set(a) | set(b)):
+            ea, eb = [tuple(e) for e in a.get(unit, [])], [tuple(e) for e in b.get(unit, [])]
+            if ea == eb:
+                continue
+            where = "the replay"
+            for (la, da), (lb, db) in zip(ea, eb, strict=False):
+                if la != lb or da != db:
+                    where = la if la == lb else f"{la} / {lb}"
+                    break
+            else:
+                where = "the number of calls or steps"
+            what = ("state" if where.endswith("state") else "outcome" if where.startswith("step")
+                    else "result" if "call" in where else "replay")
+            out.append(f"{unit}: {where}: the {what} differs between PYTHONHASHSEED={first} and "
+                       f"PYTHONHASHSEED={other}, so it depends on the order of string hashes (iterating a set, "
+                       f"or a dict or list built from one); sort it (sorted(...))")
+    return out
+
+
+def fingerprint_main() -> None:
+    """Entry point of a probe child: ``sys.argv[1:3]`` are ``PACKAGE_FOLDER OUT_JSON``; loads the package
+    and writes its :func:`replay_fingerprint` to ``OUT_JSON``.  Run under a chosen ``PYTHONHASHSEED``."""
+    import sys
+
+    from gym_envfactory.environment.package import load_environment
+
+    folder, out = sys.argv[1:3]
+    Path(out).write_text(json.dumps(replay_fingerprint(load_environment(folder))), encoding="utf-8")
+
+
+#: The ``python -c`` program of a probe child.
+PROBE_PROGRAM = "from gym_envfactory.validation import fingerprint_main; fingerprint_main()"
+
+
+def hash_seed_differences(folder: str | Path, seeds: Sequence[int] = PROBE_HASH_SEEDS, *,
+                          timeout_s: float = 600.0) -> list[str]:
+    """Replay the package in ``folder`` (tasks' ground truth and validation scenarios,
+    :func:`replay_fingerprint`) in one child process per hash seed of ``seeds`` (``PYTHONHASHSEED``; the
+    children run at once, with the environment of :func:`~gym_envfactory.isolation.child_environment`
+    and an empty ``HOME``, killed after ``timeout_s`` seconds) and compare them
+    (:func:`fingerprint_differences`).  Returns one failure line per task or scenario that differs,
+    or per child that did not answer (exit status and the end of its standard error).  The children
+    run the package's code as this user (no sandbox: the same trust as validating it in this process)."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from gym_envfactory.isolation import child_environment
+
+    folder = Path(folder).resolve()
+    work = Path(tempfile.mkdtemp(prefix="envfactory-probe-"))
+    procs: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
+    out: list[str] = []
+    try:
+        for seed in seeds:
+            home, answer = work / f"home-{seed}", work / f"seed-{seed}.json"
+            home.mkdir()
+            procs[seed] = (subprocess.Popen([sys.executable, "-c", PROBE_PROGRAM, str(folder), str(answer)],
+                                            env=child_environment(home, hash_seed=seed), cwd=home,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), answer)
+        prints: dict[int, Any] = {}
+        for seed, (proc, answer) in procs.items():
+            try:
+                _, err = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                out.append(f"the replay under PYTHONHASHSEED={seed} did not finish in {timeout_s:.0f} s")
+                continue
+            try:
+                prints[seed] = json.loads(answer.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                tail = err.decode(errors="replace")[-500:]
+                out.append(f"the replay under PYTHONHASHSEED={seed} failed (exit {proc.returncode}): {tail}")
+        if not out:
+            out = fingerprint_differences(prints)
+    finally:
+        for proc, _ in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    return out
 
 
 # ------------------------------------------------------------------------------- determinism lint
@@ -327,17 +505,142 @@ def module_mutations(tree: Any) -> dict[str, tuple[int, str]]:
     return found
 
 
+#: Calls whose result does not depend on the order they iterate their argument in.
+_ORDER_FREE_CALLS = frozenset({"sorted", "set", "frozenset", "len", "min", "max", "any", "all", "sum"})
+#: Calls that keep the iteration order of their argument in what they return.
+_ORDERING_CALLS = frozenset({"list", "tuple", "enumerate", "zip", "iter", "dict.fromkeys", "deque", "OrderedDict",
+                             "collections.deque", "collections.OrderedDict"})
+_SET_TYPES = frozenset({"set", "frozenset", "Set", "FrozenSet", "AbstractSet", "MutableSet", "typing.Set",
+                        "typing.FrozenSet", "typing.AbstractSet", "collections.abc.Set", "abc.Set"})
+_SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference", "copy"})
+
+
+def set_iterations(tree: Any, filename: str = "<source>") -> list[str]:
+    """Places in a parsed module (``ast.Module``) that iterate a set where the AST can see it, as
+    ``"file:line: message"`` strings: the iteration order of a set of strings follows their hashes, which
+    differ per process (``PYTHONHASHSEED``), so a result or state built in that order differs too.
+
+    A *set* here is a set display (not one of number literals only: numbers hash alike in every process) or comprehension, a ``set(...)``/``frozenset(...)`` call, ``|``, ``&``,
+    ``-``, ``^`` or ``.union()``-style methods on one, or a name every assignment of which in its function
+    (or at module level) is one of those, or annotated ``set[...]``/``frozenset[...]`` (parameters too).
+    Flagged: ``for`` over a set, a list/dict comprehension or generator over one (a generator handed
+    straight to ``sorted``, ``min``, ``max``, ``sum``, ``any``, ``all``, ``len``, ``set`` or ``frozenset``
+    is fine, and so is a set comprehension), ``list``/``tuple``/``enumerate``/``zip``/``iter``/
+    ``dict.fromkeys``/``str.join`` of one, ``*`` unpacking of one, and ``.pop()`` on one.  Not seen:
+    sets held in attributes or state fields, or passed between functions without an annotation."""
+    import ast
+
+    parents: dict[int, Any] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+
+    def set_annotation(ann: Any) -> bool:
+        if ann is None:
+            return False
+        if isinstance(ann, ast.Subscript):
+            ann = ann.value
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            return ann.value.split("[", 1)[0].strip() in _SET_TYPES
+        return (_dotted(ann) or "") in _SET_TYPES
+
+    def scopes() -> list[tuple[Any, list[Any]]]:
+        """Each function (and the module) with the nodes that belong to it, nested functions left out."""
+        out = []
+        for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))]:
+            nodes, todo = [], list(ast.iter_child_nodes(scope))
+            while todo:
+                n = todo.pop()
+                nodes.append(n)
+                if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                    todo.extend(ast.iter_child_nodes(n))
+            out.append((scope, nodes))
+        return out
+
+    def is_set(node: Any, names: set[str]) -> bool:
+        if isinstance(node, ast.Set):  # numbers hash alike in every process: a set of them is not flagged
+            return not all(isinstance(e, ast.Constant) and isinstance(e.value, (int, float)) for e in node.elts)
+        if isinstance(node, ast.SetComp):
+            return True
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func) or ""
+            if name in ("set", "frozenset"):
+                return True
+            return (isinstance(node.func, ast.Attribute) and node.func.attr in _SET_METHODS
+                    and is_set(node.func.value, names))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitOr, ast.BitAnd, ast.Sub, ast.BitXor)):
+            return is_set(node.left, names) or is_set(node.right, names)
+        return isinstance(node, ast.Name) and node.id in names
+
+    found: list[tuple[int, str]] = []
+    for scope, nodes in scopes():
+        names: set[str] = set()
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = scope.args
+            names |= {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs if set_annotation(p.annotation)}
+        assigned: dict[str, list[Any]] = {}
+        annotated: set[str] = set()
+        for n in nodes:
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        assigned.setdefault(t.id, []).append(n.value)
+            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+                if set_annotation(n.annotation):
+                    annotated.add(n.target.id)
+                elif n.value is not None:
+                    assigned.setdefault(n.target.id, []).append(n.value)
+            elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension, ast.With, ast.AugAssign, ast.NamedExpr)):
+                targets: list[Any] = [n.target] if not isinstance(n, ast.With) else [i.optional_vars for i in n.items]
+                for t in targets:  # bound to something else: not known to be a set
+                    for sub in ast.walk(t) if t is not None else ():
+                        if isinstance(sub, ast.Name) and not isinstance(n, ast.AugAssign):
+                            assigned.setdefault(sub.id, []).append(None)
+        names |= annotated
+        for _ in range(3):  # names bound to names bound to sets
+            names |= {k for k, vs in assigned.items() if all(v is not None and is_set(v, names) for v in vs)}
+
+        def flag(node: Any, what: str) -> None:
+            found.append((node.lineno, what))
+
+        for n in nodes:
+            if isinstance(n, (ast.For, ast.AsyncFor)) and is_set(n.iter, names):
+                flag(n, "a for loop over a set")
+            elif isinstance(n, (ast.ListComp, ast.DictComp, ast.GeneratorExp)):
+                parent = parents.get(id(n))
+                order_free = (isinstance(n, ast.GeneratorExp) and isinstance(parent, ast.Call)
+                              and (_dotted(parent.func) or "") in _ORDER_FREE_CALLS)
+                if not order_free and any(is_set(g.iter, names) for g in n.generators):
+                    flag(n, "a comprehension over a set")
+            elif isinstance(n, ast.Call):
+                name = _dotted(n.func) or ""
+                if (name in _ORDERING_CALLS or name.endswith(".join")
+                        or isinstance(n.func, ast.Attribute) and n.func.attr == "join") \
+                        and any(is_set(arg, names) for arg in n.args):
+                    flag(n, f"{name or 'join'}() of a set")
+                elif isinstance(n.func, ast.Attribute) and n.func.attr == "pop" and not n.args \
+                        and is_set(n.func.value, names):
+                    flag(n, "set.pop() (it takes whichever element comes first)")
+            elif isinstance(n, ast.Starred) and is_set(n.value, names):
+                flag(n, "unpacking a set with *")
+    return [f"{filename}:{line}: {what} follows the order of string hashes, which differs per process "
+            "(PYTHONHASHSEED): iterate sorted(...) instead" for line, what in sorted(set(found))]
+
+
 def lint_source(source: str, filename: str = "<source>", *, module_state: str = "type",
                 allowed_calls: Any = ()) -> list[str]:
     """Determinism lint of one module's source (docs/authoring.md; EnvGen's generated code is checked the same way).
 
     Rejects: wall-clock reads (``datetime.now()``, ``date.today()``, ``time.time()``...), ``uuid1/uuid4``,
     the builtin ``hash()``, the global ``random`` module (``random.Random(seed)`` instances are allowed),
-    ``global`` statements, and module-level mutable state (a lower-case module name bound to a
-    dict/list/set display or constructor; UPPER_CASE names are read-only constants by convention).
+    ``global`` statements, module-level mutable state (a lower-case module name bound to a
+    dict/list/set display or constructor; UPPER_CASE names are read-only constants by convention), and
+    iteration over a set where the AST sees it (:func:`set_iterations`: ``for x in set(...)``,
+    ``list(set(...))``; ``sorted(set(...))`` is fine).
     ``module_state="mutation"`` (imported servers, whose names follow no convention) flags a
     module-level dict/list/set, whatever its name, only where a function mutates it or aliases it
-    (:func:`module_mutations`), naming the line of the mutation.  ``allowed_calls``: call names (the
+    (:func:`module_mutations`), naming the line of the mutation, and leaves set iteration out (the
+    importer refuses on this lint; an imported server's set order is not checked yet, docs/authoring.md).  ``allowed_calls``: call names (the
     last dotted part: ``uuid4``, ``now``, ``choice``) not to flag, those an imported package's bridge
     replaces with per-session seeded stand-ins.
     Returns ``"file:line: message"`` strings; empty means clean.  A syntax error is reported, not raised.
@@ -372,6 +675,8 @@ def lint_source(source: str, filename: str = "<source>", *, module_state: str = 
                 out.append(f"{filename}:{node.lineno}: {name}() uses the global random state; use random.Random(seed)")
         elif isinstance(node, ast.Global):
             out.append(f"{filename}:{node.lineno}: 'global {', '.join(node.names)}' is module-level mutable state")
+    if module_state != "mutation":
+        out += set_iterations(tree, filename)
     mutated = module_mutations(tree) if module_state == "mutation" else None
     for node in tree.body:
         targets: list[Any] = []

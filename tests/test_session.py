@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 
+import pydantic
 import pytest
 
 import gym_envfactory  # noqa: F401  (registers the catalog)
@@ -182,3 +183,32 @@ def test_restore_is_lazy_and_an_invalid_state_surfaces_on_first_use(library):
     assert s.snapshot() == good
     fork = s.fork()
     assert fork.state() == s.state()
+
+
+# ------------------------------------------------- a state whose JSON does not load back (issue 25, item 5)
+class Rated(pydantic.BaseModel):
+    rate: float = 1.0
+    n: int = 0
+
+
+@tool
+def bump_rated(state: Rated) -> int:
+    """Add one to n."""
+    state.n += 1
+    return state.n
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_state_whose_json_does_not_load_back_is_refused_at_creation(bad):
+    """A float NaN or infinity is written to JSON as null: the session would keep bytes that no call,
+    state read or restore of its own snapshot can load.  Refused up front, naming the field."""
+    spec = define_environment("RatedNaN", Rated, [bump_rated], register=False)
+    with pytest.raises(SpecError) as ei:
+        Session(spec, {"rate": bad})
+    assert ei.value.field == "rate" and "written as null" in str(ei.value)
+    s = Session(spec)
+    with pytest.raises(SpecError, match="written as null"):
+        s.reset({"rate": bad})
+    assert s.call("bump_rated", {}).ok and s.state() == {"rate": 1.0, "n": 1}  # the session is untouched
+    s.restore(s.snapshot())
+    assert s.state() == {"rate": 1.0, "n": 1}

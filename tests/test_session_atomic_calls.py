@@ -4,6 +4,8 @@ logged as failed, names what failed, and the next call works; plus the low items
 from __future__ import annotations
 
 import json
+import time
+import uuid
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
@@ -457,3 +459,52 @@ def test_editing_a_returned_result_does_not_break_a_later_rollback():
     bad = s.call("refuse_after_writing", {"n": 100})
     assert not bad.ok and "not deterministic" not in (bad.error or "")
     assert s.state() == {"counter": 2, "log": []}
+
+
+# ------------------------------------------- a write whose result is constant but whose state is not (issue 25, item 11)
+class Tokens(BaseModel):
+    token: str = ""
+    n: int = 0
+
+
+@tool
+def new_token_random(state: Tokens) -> str:
+    """Writes a random token, always answers "ok" (not deterministic, and its result cannot tell)."""
+    state.token = uuid.uuid4().hex
+    return "ok"
+
+
+@tool
+def new_token_clock(state: Tokens) -> str:
+    """Writes the clock as the token, always answers "ok"."""
+    state.token = str(time.perf_counter_ns())
+    return "ok"
+
+
+@tool
+def refuse_after_bump(state: Tokens) -> int:
+    """Writes, then refuses."""
+    state.n += 1
+    raise ToolError("no", code="no")
+
+
+@pytest.mark.parametrize("writer", ["new_token_random", "new_token_clock"])
+def test_a_rollback_whose_replay_writes_another_state_with_the_same_result_says_so(writer, caplog):
+    """Rollback replayed the earlier writes and compared their *results* only: a write drawing a random
+    token (or reading the clock) but answering "ok" made the rollback silently swap the token."""
+    spec = define_environment("AtomicTokens", Tokens, [new_token_random, new_token_clock, refuse_after_bump],
+                              register=False)
+    s = Session(spec)
+    assert s.call(writer, {}).content == "ok"
+    token = s.state()["token"]
+    with caplog.at_level("WARNING", logger="gym_envfactory.session"):
+        r = s.call("refuse_after_bump", {})
+    assert r.error_code == "no" and r.error.startswith("no (")
+    assert "could not be rolled back" in r.error and "not deterministic" in r.error
+    assert f"replaying the earlier {writer} call wrote different states when replayed twice" in r.error
+    assert "kept as this call left it" in r.error
+    assert s.state() == {"token": token, "n": 1}  # the token the session held, never a replayed one
+    assert any("could not reproduce the state" in m for m in caplog.messages)
+    # the kept state is the new rollback point: the next failure replays nothing and rolls back exactly
+    r = s.call("refuse_after_bump", {})
+    assert r.error == "no" and s.state() == {"token": token, "n": 1}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_envfactory.environment.manifest import DOMAINS, canonical_json
+from gym_envfactory.validation import PROBE_HASH_SEEDS
 
 from .. import prompts
 from ..packages import add_catalog_dir, purge_modules
@@ -227,7 +228,8 @@ class EnvGen:
                                                   run.attempt, self.options.validation_timeout_s,
                                                   sandbox=self.options.sandbox)
             else:
-                report = await asyncio.to_thread(validate_package, pkg, run.job.metadata, attempt=run.attempt)
+                report = await asyncio.to_thread(validate_package, pkg, run.job.metadata, attempt=run.attempt,
+                                                 hash_seeds=PROBE_HASH_SEEDS)
         report.attempt = run.attempt
         self._event(run, "validate", f"attempt {run.attempt}: {'passed' if report.passed else f'{len(report.blocking())} blocking finding(s)'}")
         return report

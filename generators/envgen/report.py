@@ -6,11 +6,13 @@ the wording.  ``high`` and ``medium`` findings block (:data:`BLOCKING`), ``low``
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["BLOCKING", "LEVELS", "MEMORY_LIMIT_MESSAGE", "SEVERITY", "Dimension", "Finding", "ScenarioOutcome", "Severity", "ValidationOutcome"]
+__all__ = ["BLOCKING", "LEVELS", "MEMORY_LIMIT_MESSAGE", "SEVERITY", "Dimension", "Finding", "ScenarioOutcome", "Severity", "ValidationOutcome",
+           "hash_seed_finding"]
 
 Dimension = Literal["interface", "execution", "results", "state"]
 
@@ -39,6 +41,7 @@ SEVERITY: dict[str, Severity] = {
     "initial_state": "high",
     "determinism_lint": "high",
     "nondeterministic_replay": "high",
+    "hash_seed_dependence": "high",  # replays under two PYTHONHASHSEEDs differ
     "tool_crash": "high",
     "timeout": "high",
     "resource_limit": "high",
@@ -84,6 +87,19 @@ class Finding(BaseModel):
     def blocking(self) -> bool:
         """Whether the finding blocks publication (its severity is in :data:`BLOCKING`)."""
         return self.severity in BLOCKING
+
+
+def hash_seed_finding(message: str) -> Finding:
+    """A ``hash_seed_dependence`` finding from one line of
+    :func:`gym_envfactory.validation.fingerprint_differences` (``"task t1: turn 0 call 1 (tool): ..."``,
+    ``"scenario s1: step 2 (tool): ..."``), naming the tool and scenario when the line does."""
+    m = re.match(r"^(task|scenario) (\S+): (?:turn \d+ call \d+|step \d+) \(([^)]*)\)", message)
+    kw: dict[str, Any] = {}
+    if m:
+        kw["tool"] = m.group(3)
+        if m.group(1) == "scenario":
+            kw["scenario"] = m.group(2)
+    return Finding.of("execution", "hash_seed_dependence", message, **kw)
 
 
 class ScenarioOutcome(BaseModel):

@@ -11,8 +11,14 @@ Validator's report.  This module never imports the Validator: the child does.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from gym_envfactory.validation import PROBE_HASH_SEEDS
 
 from ..errors import EnvGenError, SandboxError
 from ..sandbox import (
@@ -25,9 +31,10 @@ from ..sandbox import (
     run_sandboxed,
     warn_process_mode,
 )
-from .report import MEMORY_LIMIT_MESSAGE, Finding, ValidationOutcome
+from .report import MEMORY_LIMIT_MESSAGE, Finding, ValidationOutcome, hash_seed_finding
 
-__all__ = ["CHILD_PROGRAM", "VALIDATOR_MODULE", "outcome_of_child", "validate_in_child"]
+__all__ = ["CHILD_PROGRAM", "PROBE_MODULE", "VALIDATOR_MODULE", "hash_seed_probe", "outcome_of_child",
+           "validate_in_child"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +43,8 @@ VALIDATOR_MODULE = "gym_envfactory.generators.envgen.validator"
 #: The ``python3 -c`` program a validation container runs (the image's own Validator); read at each start,
 #: so a test can swap in a Validator without its static gate to check the container's confinement alone.
 CHILD_PROGRAM = f"from {VALIDATOR_MODULE} import child_main; child_main()"
+#: The module whose ``fingerprint_main`` a hash-seed probe child runs (:func:`hash_seed_probe`).
+PROBE_MODULE = "gym_envfactory.validation"
 
 
 async def validate_in_child(pkg: Path, metadata_file: Path, out: Path, attempt: int, timeout_s: float, *,
@@ -77,7 +86,46 @@ async def validate_in_child(pkg: Path, metadata_file: Path, out: Path, attempt: 
                                   program=CHILD_PROGRAM, role="envgen-validation")
     except SandboxError as exc:
         raise EnvGenError(str(exc)) from None
-    return outcome_of_child(pkg.name, attempt, timeout_s, run, out)
+    outcome = outcome_of_child(pkg.name, attempt, timeout_s, run, out)
+    if outcome.n_tasks or outcome.scenarios:  # the package loaded and ran: replay it under two hash seeds
+        outcome.findings += await hash_seed_probe(pkg, out, mode=mode, timeout_s=timeout_s, limits=limits,
+                                                  image=image)
+        outcome.finish()
+    return outcome
+
+
+async def hash_seed_probe(pkg: Path, out: Path, *, mode: str, timeout_s: float, limits: ChildLimits | None = None,
+                          image: str | None = None, seeds: Sequence[int] = PROBE_HASH_SEEDS) -> list[Finding]:
+    """Replay ``pkg`` (tasks' ground truth and validation scenarios:
+    :func:`gym_envfactory.validation.replay_fingerprint`) in one sandboxed child per hash seed of ``seeds``
+    (``PYTHONHASHSEED``; ``mode`` ``"docker"`` or ``"process"``, the children at once, each killed after
+    ``timeout_s`` seconds; answers next to ``out``) and compare them: a ``hash_seed_dependence`` finding
+    per task or scenario whose replays differ (naming the turn and call, or step), a ``timeout`` or
+    ``validator_crash`` finding per child that did not answer.  The validation child cannot do this itself:
+    it may start no process (:class:`ChildLimits`)."""
+    from gym_envfactory.validation import fingerprint_differences
+
+    answers = {seed: out.with_name(f"{out.stem}.hashseed{seed}.json") for seed in seeds}
+    runs = await asyncio.gather(*(
+        run_sandboxed(PROBE_MODULE, "fingerprint_main", [ReadOnly(pkg), ANSWER], sandbox=mode, answer=answer,
+                      timeout_s=timeout_s, limits=limits, image=image, role="envgen-validation", hash_seed=seed)
+        for seed, answer in answers.items()))
+    findings: list[Finding] = []
+    prints: dict[int, Any] = {}
+    for (seed, answer), run in zip(answers.items(), runs, strict=True):
+        if run.timed_out:
+            findings.append(Finding.of("execution", "timeout", f"the replay under PYTHONHASHSEED={seed} did not "
+                                                               f"finish in {timeout_s:.0f} s"))
+            continue
+        try:
+            prints[seed] = json.loads(answer.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            findings.append(Finding.of("execution", "validator_crash",
+                                       f"the replay under PYTHONHASHSEED={seed} wrote no answer (exit "
+                                       f"{run.returncode}): {run.stderr_tail[-500:]}"))
+    if not findings:
+        findings = [hash_seed_finding(x) for x in fingerprint_differences(prints)]
+    return findings
 
 
 def outcome_of_child(env: str, attempt: int, timeout_s: float, run: ChildRun, out: Path) -> ValidationOutcome:

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from gym_envfactory.errors import SpecError
 from ..checks import run_differences
 from .gate import check_imports
 from .interface import check_interface
-from .report import LEVELS, MEMORY_LIMIT_MESSAGE, Finding, ScenarioOutcome, ValidationOutcome
+from .report import LEVELS, MEMORY_LIMIT_MESSAGE, Finding, ScenarioOutcome, ValidationOutcome, hash_seed_finding
 
 __all__ = ["child_main", "load_package", "validate_package"]
 
@@ -130,8 +130,14 @@ def _replay_twice(spec: EnvironmentSpec, limit: int = 50) -> list[Finding]:
 
 
 def validate_package(folder: str | Path, metadata: Mapping[str, Any], *, attempt: int = 0,
-                     tag: str | None = None, unload: bool = True) -> ValidationOutcome:
+                     tag: str | None = None, unload: bool = True,
+                     hash_seeds: Sequence[int] | None = None) -> ValidationOutcome:
     """The Validator: import ``folder`` afresh, check the four dimensions by execution, return the report.
+
+    ``hash_seeds``: also replay the package in one child process per ``PYTHONHASHSEED`` and report any
+    difference as a ``hash_seed_dependence`` finding (:func:`gym_envfactory.validation.hash_seed_differences`);
+    ``None`` (the default, and what the sandbox child uses: it may start no process) leaves that to
+    :func:`~.sandbox.validate_in_child`, which runs the probe children from outside.
 
     Never raises for faults of the package; they become findings.
     """
@@ -169,8 +175,9 @@ def validate_package(folder: str | Path, metadata: Mapping[str, Any], *, attempt
         except SpecError as exc:
             outcome.findings.append(Finding.of("execution", "initial_state", f"initial state does not validate: {exc}"))
             return outcome.finish()
-        report = validate_environment(spec)
+        report = validate_environment(spec, hash_seeds=hash_seeds)
         outcome.findings += [Finding.of("execution", "determinism_lint", f"{x}") for x in report.lint_failures]
+        outcome.findings += [hash_seed_finding(x) for x in report.determinism_failures]
         outcome.scenarios = [ScenarioOutcome(scenario_id=s.scenario_id, level=s.level, passed=s.passed, failures=s.failures)
                              for s in report.scenarios]
         for s in report.scenarios:

@@ -160,7 +160,7 @@ def _check(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
             return {"hard": [], "gaps": [], "summary": None}
         from gym_envfactory.validation import validate_environment
 
-        report = validate_environment(spec)
+        report = validate_environment(spec, hash_seeds=None)  # no processes in the sandbox (docs/authoring.md)
         hard, gaps = split_coverage_gaps(report)
         return {"hard": hard, "gaps": gaps, "summary": _summary(report)}
     finally:

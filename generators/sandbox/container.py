@@ -1,7 +1,7 @@
 """Running untrusted code in the product's own runtime image: the sandbox of EnvGen and the importer.
 
 :func:`run_container` runs ``python3 -c PROGRAM ARGS`` in the runtime image (``envfactory image
-runtime``) with no network, ``PYTHONHASHSEED=0`` as its whole environment, the resource limits of
+runtime``) with no network, ``PYTHONHASHSEED`` (0 unless told) as its whole environment, the resource limits of
 :data:`CONTAINER_LIMITS`, a non-root user, every capability dropped and no new privileges (the
 hardening of :data:`gym_envfactory.containers.run.HARDENING`; docs/containers.md).  The code that runs
 there is the image's copy of ``gym_envfactory``: rebuild the image after changing it.
@@ -53,10 +53,11 @@ def docker_available(image: str | None = None) -> bool:
 
 def run_container(program: str, args: list[str], volumes: Mapping[str, Mapping[str, str]], *, timeout_s: float,
                   image: str | None = None, role: str = "envgen-validation",
-                  option: str = "sandbox='docker'") -> tuple[bool, int | None, str]:
+                  option: str = "sandbox='docker'", hash_seed: int = 0) -> tuple[bool, int | None, str]:
     """Run ``python3 -c program *args`` in the runtime image with the hardening of the module doc and
     ``volumes`` (docker SDK form: ``{host path: {"bind": container path, "mode": "ro" | "rw"}}``),
-    labelled ``org.envfactory.role=<role>``; the container is removed afterwards.
+    labelled ``org.envfactory.role=<role>``, ``PYTHONHASHSEED=<hash_seed>`` its whole environment; the
+    container is removed afterwards.
 
     Returns ``(timed_out, exit status, the last 1,500 characters of its standard error)``; after
     ``timeout_s`` seconds the container is removed and ``(True, None, "")`` returned.
@@ -80,7 +81,7 @@ def run_container(program: str, args: list[str], volumes: Mapping[str, Mapping[s
     try:
         container = client.containers.run(
             img, entrypoint=["python3", "-c", program], command=args, detach=True, network_mode="none",
-            environment={"PYTHONHASHSEED": "0"}, volumes={k: dict(v) for k, v in volumes.items()}, working_dir="/tmp",
+            environment={"PYTHONHASHSEED": str(int(hash_seed))}, volumes={k: dict(v) for k, v in volumes.items()}, working_dir="/tmp",
             labels={"org.envfactory.role": role}, **CONTAINER_LIMITS, **hardening)
     except docker.errors.DockerException as exc:
         raise SandboxError(f"{option}: cannot start a container from {img}: {exc}") from None

@@ -69,10 +69,11 @@ class ChildRun:
 
 
 async def run_in_child(module: str, function: str, args: Sequence[str], *, timeout_s: float,
-                       limits: ChildLimits | None = None) -> ChildRun:
+                       limits: ChildLimits | None = None, hash_seed: int = 0) -> ChildRun:
     """Run ``from <module> import <function>; <function>()`` in a child Python with ``args`` as
-    ``sys.argv[1:]``, the allow-listed :func:`child_environment`, and an empty temporary ``HOME``
-    (also its working folder, removed afterwards).  The child is killed after ``timeout_s`` seconds.
+    ``sys.argv[1:]``, the allow-listed :func:`child_environment` (``PYTHONHASHSEED=<hash_seed>``), and an
+    empty temporary ``HOME`` (also its working folder, removed afterwards).  The child is killed after
+    ``timeout_s`` seconds.
 
     ``limits`` (default :class:`ChildLimits`) caps its memory, CPU time, processes, file sizes and
     descriptors, and puts it in fresh namespaces where the host allows (:func:`namespace_prefix`).
@@ -87,7 +88,7 @@ async def run_in_child(module: str, function: str, args: Sequence[str], *, timeo
     try:
         proc = await asyncio.create_subprocess_exec(
             *prefix, sys.executable, "-c", _child_program(module, function, limits, timeout_s), *args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_environment(home), cwd=home)
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_environment(home, hash_seed=hash_seed), cwd=home)
         try:
             _, err = await asyncio.wait_for(proc.communicate(), timeout_s)
         except TimeoutError:

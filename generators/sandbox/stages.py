@@ -81,7 +81,7 @@ def _process_args(args: Sequence[StageArg], answer: Path) -> list[str]:
 
 
 def _in_container(program: str, args: Sequence[StageArg], answer: Path, *, timeout_s: float, image: str | None,
-                  role: str) -> ChildRun:
+                  role: str, hash_seed: int = 0) -> ChildRun:
     if not container.docker_available(image):  # before copying anything
         raise SandboxError(f"sandbox='docker': no Docker engine with the runtime image {image or 'envfactory/runtime'}; "
                            "build it with `envfactory image base && envfactory image runtime`")
@@ -96,7 +96,7 @@ def _in_container(program: str, args: Sequence[StageArg], answer: Path, *, timeo
         if inputs:
             volumes[str((stage / "in").resolve())] = {"bind": "/in", "mode": "ro"}
         timed_out, code, tail = container.run_container(program, mapped, volumes, timeout_s=timeout_s, image=image,
-                                                        role=role)
+                                                        role=role, hash_seed=hash_seed)
         written = outdir / "answer"
         if written.is_file() and not written.is_symlink():
             shutil.copyfile(written, answer)
@@ -108,7 +108,8 @@ def _in_container(program: str, args: Sequence[StageArg], answer: Path, *, timeo
 
 async def run_sandboxed(module: str, function: str, args: Sequence[StageArg], *, sandbox: str, answer: Path,
                         timeout_s: float, limits: ChildLimits | None = None, image: str | None = None,
-                        program: str | None = None, role: str = "envgen-validation") -> ChildRun:
+                        program: str | None = None, role: str = "envgen-validation",
+                        hash_seed: int = 0) -> ChildRun:
     """Run ``from <module> import <function>; <function>()`` with ``args`` as ``sys.argv[1:]`` in
     ``sandbox`` (``"docker"`` or ``"process"``, as :func:`resolve_sandbox` gives; see the module doc),
     killed after ``timeout_s`` seconds.  ``answer`` is removed first; afterwards it holds what the child
@@ -116,7 +117,8 @@ async def run_sandboxed(module: str, function: str, args: Sequence[StageArg], *,
 
     ``limits`` applies to a child process (default :class:`~.process.ChildLimits`); ``image``
     (default ``envfactory/runtime:<version>``), ``program`` (the ``python3 -c`` text, default the import
-    and call above) and ``role`` (the container's ``org.envfactory.role`` label) to a container.
+    and call above) and ``role`` (the container's ``org.envfactory.role`` label) to a container;
+    ``hash_seed`` is the child's ``PYTHONHASHSEED`` in either mode.
 
     Returns how the child ended; never raises for the child's faults.  Raises
     :class:`~gym_envfactory.generators.errors.SandboxError` for another mode, or when the container
@@ -125,8 +127,10 @@ async def run_sandboxed(module: str, function: str, args: Sequence[StageArg], *,
     answer = Path(answer)
     answer.unlink(missing_ok=True)
     if sandbox == "process":
-        return await run_in_child(module, function, _process_args(args, answer), timeout_s=timeout_s, limits=limits)
+        return await run_in_child(module, function, _process_args(args, answer), timeout_s=timeout_s, limits=limits,
+                                  hash_seed=hash_seed)
     if sandbox == "docker":
         text = program if program is not None else f"from {module} import {function}; {function}()"
-        return await asyncio.to_thread(_in_container, text, args, answer, timeout_s=timeout_s, image=image, role=role)
+        return await asyncio.to_thread(_in_container, text, args, answer, timeout_s=timeout_s, image=image, role=role,
+                                       hash_seed=hash_seed)
     raise SandboxError(f"run_sandboxed: sandbox must be 'docker' or 'process', not {sandbox!r}")

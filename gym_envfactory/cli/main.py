@@ -154,8 +154,9 @@ def validate_cmd(
     all_: Annotated[bool, typer.Option("--all", help="validate every catalog environment")] = False,
     trust: Annotated[bool, typer.Option("--trust", help="validate untrusted packages too (provenance generated or imported): their code then runs in this process, with your environment variables, files and network")] = False,
 ) -> None:
-    """Run validation scenarios (every tool's success and error paths) and replay every task's ground
-    truth.  Exit code 1 if anything fails.  Validation imports a package into this process, so an
+    """Run validation scenarios (every tool's success and error paths), replay every task's ground
+    truth (and, with the scenarios, once more in two child processes under different PYTHONHASHSEEDs,
+    which must agree) and lint the package for nondeterminism.  Exit code 1 if anything fails.  Validation imports a package into this process, so an
     untrusted one (written by EnvGen or the importer) is refused unless --trust."""
     from gym_envfactory.validation import validate_environment
 

@@ -17,6 +17,7 @@ Errors name the file, line and field (:class:`~gym_envfactory.errors.SpecError`)
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -146,8 +147,7 @@ class EnvironmentSpec:
                         file=file,
                     )
                 raw = parse_json_text(file.read_text(encoding="utf-8"), file=file)
-            model = self.validate_state(raw, file=file)
-            data = model.model_dump_json().encode()
+            data = self.dump_state(raw, file=file)
             self._state_cache[name] = data
             return data
 
@@ -160,6 +160,30 @@ class EnvironmentSpec:
             raise SpecError(
                 f"{d['message']} ({len(exc.errors())} error(s) in state)", file=file, field=d["field"]
             ) from None
+
+    def dump_state(self, raw: Any, *, file: Path | str | None = None) -> bytes:
+        """The JSON bytes a session keeps for state ``raw`` (a state dict or a model of this environment):
+        validated by the state model, dumped with ``model_dump_json`` and checked to load back into the
+        model, so that every call, :meth:`~gym_envfactory.session.Session.state` and a restored snapshot of
+        the session can parse what it stores (a float NaN or infinity, for one, is written as ``null``).
+
+        Raises:
+            SpecError: ``raw`` does not validate, or its JSON does not load back (``field``: the dotted path
+                of the first offending field; the message says what the JSON holds there).  Nothing is kept.
+        """
+        data = self.validate_state(raw, file=file).model_dump_json().encode()
+        try:
+            self.state_model.model_validate_json(data)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in err.get("loc", ())) or None
+            written = json.dumps(err.get("input"), default=repr)[:80]
+            hint = "; JSON has no NaN or infinity: a float NaN or infinity is written as null" if written == "null" else ""
+            raise SpecError(
+                f"the state does not load back from the JSON a session would keep: {field or 'the state'} is "
+                f"written as {written}, which the state model refuses ({err.get('msg', 'invalid')}){hint}",
+                file=file, field=field) from None
+        return data
 
     # ---------------------------------------------------------------- tasks & scenarios
     @cached_property

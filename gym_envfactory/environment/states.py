@@ -9,7 +9,8 @@ Two callers, one resolver:
 - **code** (:func:`resolve_initial_states`, used by :class:`~gym_envfactory.session.Session`) may also
   pass a state dict or a Pydantic model directly; a bad one is a :class:`~gym_envfactory.errors.SpecError`.
 
-Every result is the state model's own JSON dump (``model_dump_json``), so equal states give equal bytes.
+Every result is the state model's own JSON dump (``model_dump_json``), so equal states give equal bytes,
+checked to load back into the model (:meth:`~gym_envfactory.environment.spec.EnvironmentSpec.dump_state`).
 """
 
 from __future__ import annotations
@@ -52,16 +53,17 @@ def resolve_state(spec: EnvironmentSpec, ref: Any, *, task_form: bool = False,
         where: ``file``, ``line``, ``task_id`` of the task (task form), for the error.
 
     Raises:
-        DatasetError: (task form) unknown state name, bad reference, failing patch or invalid state,
+        DatasetError: (task form) unknown state name, bad reference, failing patch or invalid state
+            (also one whose JSON does not load back: :meth:`EnvironmentSpec.dump_state`),
             naming ``initial_state.<field>``.
-        SpecError: (code form) unknown state name or invalid state, naming the field.
+        SpecError: (code form) unknown state name or invalid state (as above), naming the field.
     """
     if not task_form:
         if ref is None or isinstance(ref, str):
             return spec.initial_state_json(ref)
         if isinstance(ref, BaseModel):
             ref = ref.model_dump(mode="json")
-        return spec.validate_state(ref).model_dump_json().encode()
+        return spec.dump_state(ref)
     at = dict(where or {})
     if ref is None or isinstance(ref, str):
         try:
@@ -88,7 +90,7 @@ def resolve_state(spec: EnvironmentSpec, ref: Any, *, task_form: bool = False,
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
             raise DatasetError(f"patch failed: {exc}", **{**at, "field": "initial_state.patches"}) from None
     try:
-        return spec.validate_state(raw).model_dump_json().encode()
+        return spec.dump_state(raw)
     except SpecError as exc:
         base = "" if r.state is not None else f" (state {_state_label(spec, r.name)} after its patches)"
         raise DatasetError(f"initial state invalid{base}: field {exc.field!r}: {exc.message}",

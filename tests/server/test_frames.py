@@ -77,3 +77,16 @@ def test_action_log_and_snapshot_reads_count_the_log_the_calls_grew():
     assert "result" in rpc(m, ("state", {"session_id": sid}))[0]  # the state alone is small
     rpc(m, ("reset", {"session_id": sid}))  # the log is gone: reads fit again
     assert m.sessions[sid].log_bytes == 0 and "result" in rpc(m, ("action_log", {"session_id": sid}))[0]
+
+
+def test_create_refuses_a_state_whose_json_does_not_load_back():
+    """Issue 25, item 5: ``create`` with an initial state holding a float NaN (written to JSON as null)
+    used to make a session whose every call failed and whose own snapshot could not be restored."""
+    m = SessionManager(["HotelBooking"])
+    state = json.loads(m.spec("HotelBooking").initial_state_json())
+    state["new_card_limit"] = float("nan")  # json.dumps writes the NaN literal, which the server parses
+    out = rpc(m, ("create", {"env": "HotelBooking", "initial_state": state}))[0]
+    assert "error" in out and "new_card_limit" in out["error"]["message"] and "null" in out["error"]["message"]
+    assert m.sessions == {}  # nothing was created
+    state["new_card_limit"] = 5000.0
+    assert "result" in rpc(m, ("create", {"env": "HotelBooking", "initial_state": state}))[0]

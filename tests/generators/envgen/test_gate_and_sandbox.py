@@ -316,7 +316,7 @@ def test_run_sandboxed_in_a_container_mounts_copies_and_brings_the_answer_back(t
     meta.write_text("{}")
     seen = {}
 
-    def fake_run(program, args, volumes, *, timeout_s, image=None, role="", option=""):
+    def fake_run(program, args, volumes, *, timeout_s, image=None, role="", option="", hash_seed=0):
         by_bind = {v["bind"]: (Path(k), v["mode"]) for k, v in volumes.items()}
         seen.update(program=program, args=args, role=role, modes={b: m for b, (_, m) in by_bind.items()})
         host_in = by_bind["/in"][0]
