@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -131,15 +132,17 @@ def session_digest(session: Session, excluded: Sequence[str] = (), set_fields: S
 #: identity of the base's dict (kept alive here, so the identity cannot be reused) and the exclusions:
 #: a collection no call touched costs no serialisation at all.
 _pristine: OrderedDict[tuple[int, str, bytes], tuple[Any, tuple[str, bytes]]] = OrderedDict()
-PRISTINE_ENTRIES = 64  # each keeps a base collection alive: few, so memory stays bounded
+PRISTINE_ENTRIES = 16  # each keeps a base collection alive: few, so memory stays bounded
 
 
 #: Canonical pruned bytes of the records of root collections that a view shares with its base (not
-#: owned by it: base records are never mutated), keyed by the record's identity (kept alive here), its
-#: field, its key and the exclusions: ``None`` for a record the exclusions remove.
+#: owned by it: base records are never mutated), keyed by the record's identity (held by a weak
+#: reference, so a hit is the very record and the cache keeps none alive), its field, its key and the
+#: exclusions: ``None`` for a record the exclusions remove.
 _records: OrderedDict[tuple[int, str, str, bytes], tuple[Any, bytes | None]] = OrderedDict()
 _records_bytes = 0
-RECORD_CACHE_BYTES = 32 * 1024 * 1024
+RECORD_CACHE_BYTES = 16 * 1024 * 1024
+RECORD_OVERHEAD = 400  # bytes an entry costs besides its bytes (key tuple, weak reference, dict slot)
 #: JSON name (alias) of a root field, per model class.
 _json_names: dict[tuple[type, str], str] = {}
 
@@ -164,7 +167,7 @@ def _collection_part(model: Any, name: str, value: CowDict, excluded: tuple[str,
                 need.append(k)
                 continue
             hit = _records.get((id(rec), name, k, salt))
-            if hit is not None and hit[0] is rec:
+            if hit is not None and hit[0]() is rec:
                 got[k] = hit[1]
             else:
                 need.append(k)
@@ -191,10 +194,14 @@ def _collection_part(model: Any, name: str, value: CowDict, excluded: tuple[str,
         with _parts_lock:
             for k, b in fresh:
                 rec = dict.__getitem__(value, k)
-                _records[(id(rec), name, k, salt)] = (rec, b)
-                _records_bytes += len(b or b"") + 64
+                try:
+                    ref = weakref.ref(rec)  # held weakly: the cache keeps no record alive
+                except TypeError:  # not weakly referable (a str, an int, a slotted object): not cached
+                    continue
+                _records[(id(rec), name, k, salt)] = (ref, b)
+                _records_bytes += len(b or b"") + RECORD_OVERHEAD
             while _records_bytes > RECORD_CACHE_BYTES and _records:
-                _records_bytes -= len(_records.popitem(last=False)[1][1] or b"") + 64
+                _records_bytes -= len(_records.popitem(last=False)[1][1] or b"") + RECORD_OVERHEAD
     body = b",".join(json.dumps(k, ensure_ascii=False).encode() + b":" + b  # type: ignore[operator]
                      for k, b in sorted(got.items()) if b is not None)
     return json_name, json.dumps(json_name, ensure_ascii=False).encode() + b":{" + body + b"}"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,9 @@ from gym_envfactory.replay import task_reference
 
 if TYPE_CHECKING:  # pragma: no cover
     from gym_envfactory.environment.spec import EnvironmentSpec
+
+#: The folder this gym_envfactory is imported from (what a probe child must import).
+_GYM_ROOT = str(Path(__file__).resolve().parent.parent)
 
 __all__ = ["PROBE_HASH_SEEDS", "ScenarioReport", "ValidationReport", "fingerprint_differences",
            "hash_seed_differences", "replay_fingerprint", "run_scenarios", "validate_environment", "get_path",
@@ -371,8 +375,12 @@ def hash_seed_differences(folder: str | Path, seeds: Sequence[int] = PROBE_HASH_
         for seed in seeds:
             home, answer = work / f"home-{seed}", work / f"seed-{seed}.json"
             home.mkdir()
+            env = child_environment(home, hash_seed=seed)
+            # the children import this very gym_envfactory (a source checkout on PYTHONPATH=. included)
+            env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
+                [_GYM_ROOT, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]))
             procs[seed] = (subprocess.Popen([sys.executable, "-c", PROBE_PROGRAM, str(folder), str(answer)],
-                                            env=child_environment(home, hash_seed=seed), cwd=home,
+                                            env=env, cwd=home,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), answer)
         prints: dict[int, Any] = {}
         for seed, (proc, answer) in procs.items():

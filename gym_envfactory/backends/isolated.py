@@ -156,9 +156,16 @@ def isolated_launch(serve_args: Sequence[str], extra_env: Mapping[str, str], pyt
             log.warning("the isolated backend cannot hide %s: it holds a path the server needs", folder)
             continue
         hides.append(folder)
-    tmp_hides = [folder for folder in SHARED_TMP_DIRS
-                 if os.path.isdir(folder) and not os.path.islink(folder) and _real(folder) == folder
-                 and folder not in hides and not any(_inside(folder, keep) for keep in keeps)]
+    tmp_hides = []
+    for folder in SHARED_TMP_DIRS:
+        if not os.path.isdir(folder) or os.path.islink(folder) or _real(folder) != folder or folder in hides:
+            continue
+        if any(_inside(folder, keep) for keep in keeps):
+            log.warning("the isolated backend cannot give its server a private %s: %s is itself a path the server "
+                        "needs (PYTHONPATH, the package or its script); it can read what others left there",
+                        folder, folder)
+            continue
+        tmp_hides.append(folder)
     # homes inside a shared temporary folder go with it (a home under /tmp, as in tests); the others after
     hides = [h for h in hides if not any(_inside(h, t) for t in tmp_hides)] + tmp_hides
     read_only = sorted({_real(d) for d in package_dirs})

@@ -53,7 +53,8 @@ class RolloutGroup:
         steps will ask of the server in one frame first (:meth:`_prefetch`), so a group step costs one
         round trip instead of one per call (issue 24, part 3); each member's episode is its own either
         way.  If a member raises, the others' steps still happen and count, and the first error (in
-        member order) is raised after them.
+        member order) is raised after them, carrying every member's result (``None`` for the failed and
+        finished ones) as ``exc.group_step_results``: do not step those members again with the same actions.
 
         Raises:
             ValueError: ``len(actions)`` is not the group's size.
@@ -77,7 +78,9 @@ class RolloutGroup:
             self.finished[i] = res[2] or res[3]
             out[i] = res
         if errors:
-            raise errors[min(errors)]
+            first = errors[min(errors)]
+            first.group_step_results = out  # type: ignore[attr-defined]
+            raise first
         return out
 
     def _prefetch(self, live: list[int], actions: Sequence[Any]) -> None:
@@ -99,7 +102,9 @@ class RolloutGroup:
             elif session.client is not client:
                 continue
             plan = env.plan_requests(actions[i])
-            if plan is None:
+            # one call at most: a batch answers each request on its own, so a refused call would not stop
+            # the member's later ones, which its step would then never record (review finding)
+            if plan is None or len(plan[0]) > 1:
                 continue
             reqs = session.prefetch_requests(*plan)
             owners.append((session, len(batch), len(reqs)))

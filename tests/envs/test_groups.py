@@ -167,3 +167,32 @@ def test_a_closed_remote_session_is_gone_for_the_next_request(catalog_server):
     with pytest.raises(EnvFactoryError):
         client.request("info", session_id=sid)
     g.close()
+
+
+def test_a_member_with_several_calls_is_not_prefetched(catalog_server, monkeypatch):
+    """A batch answers each request on its own: a refused call would not stop the member's later calls,
+    which its step would never record, so a step of several calls asks one call at a time."""
+    two = ('<tool_call>{"name": "get_hotel_details", "arguments": {"hotel_id": "H-0001"}}</tool_call>'
+           '<tool_call>{"name": "get_hotel_details", "arguments": {"hotel_id": "H-0002"}}</tool_call>')
+    one = '<tool_call>{"name": "get_hotel_details", "arguments": {"hotel_id": "H-0003"}}</tool_call>'
+    g = make_group("envfactory/HotelBooking-v0", k=3, backend="url", url=catalog_server, token=TOKEN)
+    try:
+        sent = _counting(g[0].session.client, monkeypatch)
+        g.step([two, one, one])
+        assert sent.count("call") == 2 and "batch of 2" in sent  # member 0 asked twice; 1 and 2 in one frame
+        assert [len(e.session.action_log) for e in g] == [2, 1, 1]
+    finally:
+        monkeypatch.undo()
+        g.close()
+
+
+def test_a_failing_member_does_not_lose_the_others_results(library):
+    g = make_group("Library", k=3, options={"task_id": "borrow-dune"})
+    try:
+        g[1].done = True  # its step raises ResetNeeded
+        with pytest.raises(Exception) as err:
+            g.step(["Hello.", "Hello.", "Hello."])
+        results = err.value.group_step_results
+        assert results[1] is None and results[0] is not None and results[2] is not None
+    finally:
+        g.close()
