@@ -5,10 +5,12 @@ spliced into the response as it is."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,6 +19,20 @@ from gym_envfactory.server.fastproto import dispatch_frame
 
 pytest.importorskip("uvicorn")
 websockets_sync = pytest.importorskip("websockets.sync.client")
+
+
+@contextlib.contextmanager
+def _served() -> Iterator[str]:
+    """``envfactory serve HotelBooking`` with a token; its URL, stopped afterwards."""
+    p, url = _serve()
+    try:
+        yield url
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+        for f in (p.stdout, p.stderr):
+            if f is not None:
+                f.close()
 
 
 def _serve() -> tuple[subprocess.Popen, str]:
@@ -30,8 +46,7 @@ def _serve() -> tuple[subprocess.Popen, str]:
 
 
 def test_serve_refuses_permessage_deflate_even_when_a_client_offers_it():
-    p, url = _serve()
-    try:
+    with _served() as url:
         with websockets_sync.connect(url.replace("http", "ws", 1) + "/v1/ws", compression="deflate",
                                      additional_headers={"Authorization": "Bearer wire-test"},
                                      open_timeout=30) as conn:
@@ -39,12 +54,6 @@ def test_serve_refuses_permessage_deflate_even_when_a_client_offers_it():
             assert conn.response.headers.get("Sec-WebSocket-Extensions") is None  # and not accepted
             conn.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
             assert json.loads(conn.recv(timeout=30))["id"] == 1
-    finally:
-        p.terminate()
-        p.wait(timeout=10)
-        for f in (p.stdout, p.stderr):
-            if f is not None:
-                f.close()
 
 
 def test_the_remote_client_asks_for_no_compression():
@@ -97,9 +106,8 @@ def test_a_large_batch_comes_in_one_frame_unless_the_client_takes_split_answers(
     from gym_envfactory.protocol import SPLIT_HEADER
     from gym_envfactory.server import fastproto
 
-    p, url = _serve()
     headers = {"Authorization": "Bearer wire-test", **({SPLIT_HEADER: "1"} if split else {})}
-    try:
+    with _served() as url:
         with websockets_sync.connect(url.replace("http", "ws", 1) + "/v1/ws", additional_headers=headers,
                                      open_timeout=30, max_size=None) as conn:
             sid = _rpc(conn, {"jsonrpc": "2.0", "id": 0, "method": "create",
@@ -119,19 +127,12 @@ def test_a_large_batch_comes_in_one_frame_unless_the_client_takes_split_answers(
                 assert len(frames) > 1 and max(frames) <= fastproto.SPLIT_BYTES + 400_000
             else:
                 assert len(frames) == 1
-    finally:
-        p.terminate()
-        p.wait(timeout=10)
-        for f in (p.stdout, p.stderr):
-            if f is not None:
-                f.close()
 
 
 def test_the_remote_client_assembles_a_split_answer_by_id():
     from gym_envfactory.backends.remote import SessionClient
 
-    p, url = _serve()
-    try:
+    with _served() as url:
         c = SessionClient(url, token="wire-test", timeout=60)
         try:
             sid = c.request("create", env="HotelBooking", initial_state="large")["session_id"]
@@ -140,9 +141,3 @@ def test_the_remote_client_assembles_a_split_answer_by_id():
             assert getattr(states[12], "code", None) == -32001  # the failed one keeps its slot
         finally:
             c.close()
-    finally:
-        p.terminate()
-        p.wait(timeout=10)
-        for f in (p.stdout, p.stderr):
-            if f is not None:
-                f.close()

@@ -41,7 +41,9 @@ class CharTokenizer:
         return ids + (self.encode("<assistant>\n") if add_generation_prompt else [])
 
 
-def _scripted_generate(tok):
+def _scripted_generate(tok, script=None):
+    """Each episode's actions in turn: ``script`` (default :data:`SCRIPT`, then "Bye." after it), or with
+    ``script`` given its last action repeated for ever."""
     seen: dict[int, int] = {}
 
     def generate(sequences, max_new_tokens):
@@ -49,7 +51,10 @@ def _scripted_generate(tok):
         for i, _ in enumerate(sequences):
             step = seen.get(i, 0)
             seen[i] = step + 1
-            out.append(tok.encode(SCRIPT[step] if step < len(SCRIPT) else "Bye.") + [EOS])
+            if script is None:
+                out.append(tok.encode(SCRIPT[step] if step < len(SCRIPT) else "Bye.") + [EOS])
+            else:
+                out.append(tok.encode(script[min(step, len(script) - 1)]) + [EOS])
         return out
 
     return generate
@@ -116,29 +121,15 @@ def test_rollout_function_hands_turn_rewards_over_and_follows_the_alpha_schedule
     assert late["envfactory_turn_rewards"][0][1] == pytest.approx(1.0) and turn1["r_state"] == 1.0
 
 
-def _looping_generate(tok, script):
-    seen: dict[int, int] = {}
-
-    def generate(sequences, max_new_tokens):
-        out = []
-        for i, _ in enumerate(sequences):
-            step = seen.get(i, 0)
-            seen[i] = step + 1
-            out.append(tok.encode(script[min(step, len(script) - 1)]) + [EOS])
-        return out
-
-    return generate
-
-
 def test_stop_on_repeat_ends_a_looping_episode_after_the_repeat_is_stepped():
     tok = CharTokenizer()
     call = f"<tool_call>{json.dumps(WRONG)}</tool_call>"
     factory = partial(EnvFactoryEnv, "HotelBooking")
-    (looped,) = play_episodes(_looping_generate(tok, [call]), tok, factory, [{"task_id": "hotel-014"}], max_steps=6,
+    (looped,) = play_episodes(_scripted_generate(tok, [call]), tok, factory, [{"task_id": "hotel-014"}], max_steps=6,
                               stop_on_repeat=True)
     assert looped.texts == [call, call] and looped.truncated and looped.done
     assert len(looped.env.records[0].calls) == 2  # the repeat ran and counts in the reward
-    (full,) = play_episodes(_looping_generate(tok, [call]), tok, factory, [{"task_id": "hotel-014"}], max_steps=6,
+    (full,) = play_episodes(_scripted_generate(tok, [call]), tok, factory, [{"task_id": "hotel-014"}], max_steps=6,
                             max_completion_tokens=10 ** 6)
     assert len(full.texts) == 6  # off by default: the step limit ends it
 
@@ -147,6 +138,6 @@ def test_stop_on_repeat_compares_within_a_turn_only():
     tok = CharTokenizer()
     # the same text ending turn 1 and then turn 2 is no loop: each ends its own turn
     script = [f"<tool_call>{json.dumps(WRONG)}</tool_call>", "Done.", "Done."]
-    (ep,) = play_episodes(_looping_generate(tok, script), tok, partial(EnvFactoryEnv, "HotelBooking"),
+    (ep,) = play_episodes(_scripted_generate(tok, script), tok, partial(EnvFactoryEnv, "HotelBooking"),
                           [{"task_id": "hotel-014"}], max_steps=6, stop_on_repeat=True)
     assert ep.texts == script and not ep.truncated and len(ep.turn_rewards) == 2
