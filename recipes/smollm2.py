@@ -368,8 +368,9 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     for i, n in enumerate(names):
         c.text(i, result["eval"][n] + 0.005, f"{result['eval'][n]:.3f}", ha="center", fontsize=9)
     p = result["paired"]["grpo_vs_sft"]
+    top = max(result["eval"][n] for n in names)
     c.set(title=f"held-out ({result['config']['eval_rows']} rows, greedy); GRPO−SFT {p['mean_diff']:+.3f}, "
-          f"95% LB {p['lower_95_one_sided']:+.3f}", ylabel="mean reward")
+          f"95% LB {p['lower_95_one_sided']:+.3f}", ylabel="mean reward", ylim=(0, max(0.05, top * 1.3)))
     c.title.set_fontsize(9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
