@@ -202,7 +202,7 @@ def _collection_part(model: Any, name: str, value: CowDict, excluded: tuple[str,
                 _records_bytes += len(b or b"") + RECORD_OVERHEAD
             while _records_bytes > RECORD_CACHE_BYTES and _records:
                 _records_bytes -= len(_records.popitem(last=False)[1][1] or b"") + RECORD_OVERHEAD
-    body = b",".join(json.dumps(k, ensure_ascii=False).encode() + b":" + b  # type: ignore[operator]
+    body = b",".join(json.dumps(k, ensure_ascii=False).encode() + b":" + b
                      for k, b in sorted(got.items()) if b is not None)
     return json_name, json.dumps(json_name, ensure_ascii=False).encode() + b":{" + body + b"}"
 

@@ -77,13 +77,13 @@ def infer_type(value: Any) -> Any:
         return type(value)
     if isinstance(value, (list, tuple, set, frozenset)):
         kinds = {infer_type(v) for v in value}
-        item = kinds.pop() if len(kinds) == 1 else Any
+        item = sorted(kinds, key=repr)[0] if len(kinds) == 1 else Any
         return (set[item] if isinstance(value, (set, frozenset)) else list[item])  # type: ignore[valid-type]
     if isinstance(value, dict):
         kinds = {infer_type(v) for v in value.values()}
         keys = {type(k) for k in value}
-        key = keys.pop() if len(keys) == 1 and keys <= {str, int} else (str if not value else Any)
-        return dict[key, kinds.pop() if len(kinds) == 1 else Any]  # type: ignore[valid-type,misc]
+        key = sorted(keys, key=repr)[0] if len(keys) == 1 and keys <= {str, int} else (str if not value else Any)
+        return dict[key, sorted(kinds, key=repr)[0] if len(kinds) == 1 else Any]  # type: ignore[valid-type,misc]
     return type(value)
 
 

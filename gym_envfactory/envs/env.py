@@ -711,9 +711,9 @@ class EnvFactoryEnv(gym.Env):
             return None
         parsed = parse_action(action)
         step_no = self.steps + 1
-        calls = []
+        calls: list[tuple[str, Any, str, Any]] = []
         for k, item in enumerate(parsed.items):
-            if not self._runs(item, k):
+            if not isinstance(item, ToolCall) or not self._runs(item, k):
                 return None
             calls.append((item.name, item.arguments, item.id or f"call_{step_no}_{k}", self.turn))
         ends_turn = (not parsed.attempted_calls or self.steps + 1 >= self._step_limit

@@ -94,7 +94,7 @@ class RolloutGroup:
         owners: list[tuple[Any, int, int]] = []
         for i in live:
             env = self.envs[i]
-            session = env.session
+            session: Any = env.session
             if not hasattr(session, "prefetch_requests"):
                 continue
             if client is None:
