@@ -467,6 +467,8 @@ class RemoteSession:
         for (it changes nothing) is dropped; a kept ``call`` that is not the one asked for means the
         calls already run on the server differ from what the env is about to record: raised, never
         sent again."""
+        if not self._ahead:  # the common case: nothing kept, nothing to serialise
+            return False, None
         key = _request_key(method, params)
         while self._ahead:
             kept, answer = self._ahead.popleft()
