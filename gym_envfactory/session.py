@@ -454,6 +454,10 @@ class Session:
         self._check_open()
         if len(self.envs) == 1:
             return self._state_json(next(iter(self.envs)))
+        return self._states_json()
+
+    def _states_json(self) -> bytes:
+        """``{env_name: state}`` as JSON bytes, each state as the session serialises it."""
         return b"{" + b",".join(json.dumps(n).encode() + b":" + self._state_json(n) for n in self.envs) + b"}"
 
     def frozen_state(self) -> cow.FrozenState:
@@ -861,9 +865,8 @@ class Session:
         """Serialise states and action log to JSON bytes (portable across processes and hosts).  A restored
         state that does not validate raises :class:`SpecError` (:meth:`restore`)."""
         self._check_open()
-        states = b",".join(json.dumps(n).encode() + b":" + self._state_json(n) for n in self.envs)
         log_json = json.dumps([r.to_dict() for r in self._log], ensure_ascii=False).encode()
-        return b'{"v":1,"envs":{' + states + b'},"log":' + log_json + b"}"
+        return b'{"v":1,"envs":' + self._states_json() + b',"log":' + log_json + b"}"
 
     def restore(self, data: bytes) -> None:
         """Replace states and action log with a :meth:`snapshot`.  Lazy, like :meth:`reset`: the states are
