@@ -203,7 +203,7 @@ def _learning_on_train_rows(history: list[dict[str, Any]]) -> dict[str, Any]:
 def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_per_env: int = 8, eval_batch: int = 32,
         sft_epochs: float = 1.0, sft_batch: int = 4, sft_lr: float = 1e-4, sft_minutes: float = 32.0,
         grpo_steps: int = 40, grpo_prompts: int = 1, grpo_generations: int = 8, grpo_lr: float = 1e-5,
-        grpo_minutes: float = 20.0, temperature: float = 1.0, max_tries: int = 2, max_length: int = 1536,
+        grpo_minutes: float = 45.0, temperature: float = 1.0, max_tries: int = 2, max_length: int = 1536,
         max_steps: int = 6, max_new_tokens: int = 128, freeze: float = 0.5, seed: int = 0,
         threads: int | None = None) -> dict[str, Any]:
     """The whole recipe; returns what it writes to ``out/recipe-smollm2.json`` (see the module).
@@ -286,7 +286,7 @@ def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_pe
     sampler = DynamicSampler(len(train_rows), recheck_after=24, reuse_gap=3, seed=seed)
     rollout = dynamic_rollout_function(
         train_rows, sampler, max_steps=max_steps, max_new_tokens=ev["max_new_tokens"], max_tries=max_tries,
-        tools=signatures, env_kwargs={"system_prompt": SYSTEM_PROMPT},
+        tools=signatures, env_kwargs={"system_prompt": SYSTEM_PROMPT}, stop_on_repeat=True,
         on_group=lambda row, rewards: groups.append({"row": row, "task_id": train_rows[row]["extra_info"]["task_id"],
                                                      "turn": train_rows[row]["extra_info"]["turn"], "rewards": rewards}))
     slots = Dataset.from_list([{"prompt": [_message(m) for m in r["prompt"]]} for r in train_rows])
@@ -330,6 +330,7 @@ def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_pe
                    "grpo_steps": grpo_steps, "grpo_prompts_per_step": grpo_prompts, "grpo_generations": grpo_generations,
                    "grpo_lr": grpo_lr, "grpo_temperature": temperature, "grpo_beta": 0.0,
                    "dynamic_sampling": {"max_tries": max_tries, "recheck_after": 24, "reuse_gap": 3},
+                   "grpo_stop_on_repeat": True,
                    "max_length": max_length, "episode_max_steps": max_steps, "max_new_tokens": ev["max_new_tokens"],
                    "frozen_fraction": 0.0 if tiny else freeze, "seed": seed, "sft_minutes": sft_minutes,
                    "grpo_minutes": grpo_minutes, "torch_threads": torch.get_num_threads(),
@@ -387,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-minutes", type=float, default=32.0)
     p.add_argument("--sft-lr", type=float, default=1e-4)
     p.add_argument("--grpo-steps", type=int, default=40)
-    p.add_argument("--grpo-minutes", type=float, default=20.0)
+    p.add_argument("--grpo-minutes", type=float, default=45.0)
     p.add_argument("--grpo-generations", type=int, default=8)
     p.add_argument("--grpo-prompts", type=int, default=1)
     p.add_argument("--grpo-lr", type=float, default=1e-5)

@@ -149,7 +149,8 @@ def dynamic_rollout_function(rows: Sequence[Mapping[str, Any]], sampler: Dynamic
                              max_new_tokens: int = 128, max_tries: int = 3,
                              tools: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
                              env_kwargs: Mapping[str, Any] | None = None,
-                             on_group: Callable[[int, list[float]], None] | None = None) -> Any:
+                             on_group: Callable[[int, list[float]], None] | None = None,
+                             stop_on_repeat: bool = False) -> Any:
     """A TRL ``rollout_func`` with dynamic sampling (module docstring).
 
     Args:
@@ -160,6 +161,9 @@ def dynamic_rollout_function(rows: Sequence[Mapping[str, Any]], sampler: Dynamic
         tools: maps OpenAI tool schemas to those put in the prompt (e.g. ``episodes.compact_tools``).
         env_kwargs: keywords of :class:`EnvFactoryEnv` (``system_prompt``, ``backend``, ``reward`` ...).
         on_group: called with ``(row index, rewards)`` for every group played (logging).
+        stop_on_repeat: end an episode once the policy repeats an action of its turn, as
+            ``play_episodes`` (the repeat is stepped and scored).  Train with the rule the evaluation
+            uses (``evaluate_rows`` has it on) and a looping sample stops costing generation.
 
     Returns:
         ``rollout(prompts, trainer) -> dict`` with TRL's keys (``prompt_ids``, ``completion_ids``,
@@ -186,7 +190,7 @@ def dynamic_rollout_function(rows: Sequence[Mapping[str, Any]], sampler: Dynamic
         flat = [r for r in picks for _ in range(g)]
         played = play_episodes(generate, tokenizer, [partial(EnvFactoryEnv, entries[r][0], **kwargs) for r in flat],
                                [entries[r][1] for r in flat], max_steps=max_steps, max_new_tokens=max_new_tokens,
-                               max_completion_tokens=cap, tools=tools)
+                               max_completion_tokens=cap, tools=tools, stop_on_repeat=stop_on_repeat)
         return [played[s * g:(s + 1) * g] for s in range(len(picks))]
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:

@@ -159,3 +159,33 @@ def test_one_generation_batch_mixes_environments(tokenizer):
     assert [e.env.environment.name for e in eps] == ["HotelBooking"] * 2 + ["TeamCalendar"] * 2
     with pytest.raises(ValueError, match="factories"):
         play_episodes(generate, tokenizer, factories[:2], opts, max_steps=1)
+
+
+class LoopModel(torch.nn.Module):
+    """Writes the same lookup call at every action (a looping policy); counts its generation rounds."""
+
+    def __init__(self, tokenizer, call):
+        super().__init__()
+        self.tokenizer, self.call, self.rounds = tokenizer, call, 0
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, **kw):
+        self.rounds += 1
+        reply = self.tokenizer.encode(self.call, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return torch.tensor([ids + reply for ids in input_ids.tolist()])
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_stop_on_repeat_ends_looping_samples_in_the_rollout(tokenizer, stop):
+    rows = _write_rows()[:1]
+    call = action_text("search_hotels", {"city": "Lisbon"})
+    model = LoopModel(tokenizer, call)
+    seen = []
+    rollout = dynamic_rollout_function(rows, DynamicSampler(1, seed=0), max_steps=5, max_new_tokens=200, max_tries=1,
+                                       tools=compact_tools, stop_on_repeat=stop,
+                                       on_group=lambda row, rewards: seen.append(rewards))
+    out = rollout([rows[0]["prompt"]] * 4, FakeTrainer(model, tokenizer))
+    # with the rule on, the repeat (second action) ends each episode; off, the step limit does
+    assert model.rounds == (2 if stop else 5)
+    assert len(out["completion_ids"]) == 4 and len(seen) == 1
+    n_calls = [tokenizer.decode(ids).count("<tool_call>") for ids in out["completion_ids"]]
+    assert n_calls == [2 if stop else 5] * 4
