@@ -203,7 +203,7 @@ def _learning_on_train_rows(history: list[dict[str, Any]]) -> dict[str, Any]:
 def run(out: Path, *, tiny: bool = False, envs: list[str] | None = None, eval_per_env: int = 8, eval_batch: int = 32,
         sft_epochs: float = 1.0, sft_batch: int = 4, sft_lr: float = 1e-4, sft_minutes: float = 32.0,
         grpo_steps: int = 40, grpo_prompts: int = 1, grpo_generations: int = 8, grpo_lr: float = 1e-5,
-        grpo_minutes: float = 45.0, temperature: float = 1.0, max_tries: int = 2, max_length: int = 1536,
+        grpo_minutes: float = 50.0, temperature: float = 1.0, max_tries: int = 2, max_length: int = 1536,
         max_steps: int = 6, max_new_tokens: int = 128, freeze: float = 0.5, seed: int = 0,
         threads: int | None = None) -> dict[str, Any]:
     """The whole recipe; returns what it writes to ``out/recipe-smollm2.json`` (see the module).
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-minutes", type=float, default=32.0)
     p.add_argument("--sft-lr", type=float, default=1e-4)
     p.add_argument("--grpo-steps", type=int, default=40)
-    p.add_argument("--grpo-minutes", type=float, default=45.0)
+    p.add_argument("--grpo-minutes", type=float, default=50.0)
     p.add_argument("--grpo-generations", type=int, default=8)
     p.add_argument("--grpo-prompts", type=int, default=1)
     p.add_argument("--grpo-lr", type=float, default=1e-5)
