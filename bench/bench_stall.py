@@ -9,6 +9,12 @@ for its answer before sending the next would see one slow probe where a client s
 the same probes with no heavy frame.
 
     python bench/bench_stall.py [--reads 150] [--interval-ms 5] [--repeats 3]   # bench/results/stall.json
+    python bench/bench_stall.py --heavy score --reads 5   # bench/results/stall-score.json
+
+``--heavy score``: the heavy frame is ``--reads`` ``score`` requests of a session created from a task and
+restored to the large state (every score compares the whole state with the task's reference and lists
+the differences), the long single request of issue 24, part 4: the server computes them on its scoring
+thread, so the worker goes on serving others meanwhile.
 
 Target: bystander p99 <= 100 ms while the frame runs, counting the probes a stall held back; the max
 is reported too.
@@ -44,6 +50,27 @@ async def main(url, n):
         sys.stdin.readline()
         t = time.time()
         out = await c.batch([("state", {"session_id": forks[i % 8]}) for i in range(n)])
+        print(json.dumps({"start": t, "end": time.time(), "answers": len(out)}), flush=True)
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+HEAVY_SCORE = r"""
+import asyncio, json, sys, time
+from gym_envfactory import get_environment
+from gym_envfactory.backends.remote import AsyncSessionClient
+async def main(url, n):
+    async with AsyncSessionClient(url, token=sys.argv[3], timeout=900) as c:
+        big = (await c.request("create", env="HotelBooking", initial_state="large"))["session_id"]
+        snap = await c.request("snapshot", session_id=big)
+        tid = get_environment("HotelBooking").tasks.ids()[0]
+        s = (await c.request("create", env="HotelBooking", task_id=tid))["session_id"]
+        await c.request("restore", session_id=s, snapshot=snap)
+        await c.request("score", session_id=s)  # parses the restored state, builds the task's reference
+        print("ready", flush=True)
+        sys.stdin.readline()
+        t = time.time()
+        out = await c.batch([("score", {"session_id": s}) for i in range(n)])
         print(json.dumps({"start": t, "end": time.time(), "answers": len(out)}), flush=True)
 asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
@@ -95,10 +122,11 @@ async def probe_while(url: str, interval: float, proc: subprocess.Popen[str] | N
         return results, frame_task.result()
 
 
-def run_once(url: str, reads: int, interval: float, heavy: bool) -> dict[str, Any]:
+def run_once(url: str, reads: int, interval: float, heavy: bool, kind: str = "state") -> dict[str, Any]:
     proc = None
     if heavy:
-        proc = subprocess.Popen([sys.executable, "-c", HEAVY, url, str(reads), TOKEN], stdin=subprocess.PIPE,
+        script = HEAVY_SCORE if kind == "score" else HEAVY
+        proc = subprocess.Popen([sys.executable, "-c", script, url, str(reads), TOKEN], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
@@ -113,7 +141,9 @@ def run_once(url: str, reads: int, interval: float, heavy: bool) -> dict[str, An
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reads", type=int, default=150)
+    ap.add_argument("--reads", type=int, default=150, help="requests in the heavy frame")
+    ap.add_argument("--heavy", choices=("state", "score"), default="state",
+                    help="the heavy frame: state reads of the large state, or scores of a task session holding it")
     ap.add_argument("--interval-ms", type=float, default=5.0)
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
@@ -126,7 +156,7 @@ def main() -> None:
     try:
         for _ in range(a.repeats):
             rows["idle"].append(run_once(url, a.reads, a.interval_ms / 1000, heavy=False))
-            rows["during_frame"].append(run_once(url, a.reads, a.interval_ms / 1000, heavy=True))
+            rows["during_frame"].append(run_once(url, a.reads, a.interval_ms / 1000, heavy=True, kind=a.heavy))
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -136,7 +166,7 @@ def main() -> None:
     idle, busy = summary["idle"], summary["during_frame"]
     frame_s = med([r["frame_s"] for r in rows["during_frame"]])
     print(f"bystander, one probe every {a.interval_ms} ms on a fixed schedule (latency from the schedule), "
-          f"median of {a.repeats}; heavy frame: {a.reads} state reads of the large state, {frame_s:.2f} s")
+          f"median of {a.repeats}; heavy frame: {a.reads} {a.heavy} requests on the large state, {frame_s:.2f} s")
     print(f"{'case':14} {'p99 / idle p99':>15} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'probes':>7}")
     for case, s in summary.items():
         print(f"{case:14} {s['p99_ms'] / idle['p99_ms']:14.1f}x {s['p50_ms']:8.1f} {s['p99_ms']:8.1f} "
@@ -144,7 +174,8 @@ def main() -> None:
     print(f"target: p99 during the frame <= 100 ms: {'met' if busy['p99_ms'] <= 100 else 'missed'}")
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "stall.json").write_text(json.dumps({"reads": a.reads, "interval_ms": a.interval_ms, "repeats": a.repeats,
+    name = "stall.json" if a.heavy == "state" else f"stall-{a.heavy}.json"
+    (out / name).write_text(json.dumps({"heavy": a.heavy, "reads": a.reads, "interval_ms": a.interval_ms, "repeats": a.repeats,
                                                 "frame_s": frame_s, "summary": summary, "runs": rows}, indent=2) + "\n")
 
 

@@ -37,10 +37,12 @@ the manager's worker thread (:mod:`.worker`) in slices of at most :data:`SLICE_R
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,7 +143,8 @@ METHODS: dict[str, Callable[[SessionManager, dict[str, Any], Caller], Any]] = {
     "share": lambda m, p, c: m.share(p["session_id"], p.get("shared", True), client=c.client),
     "info": lambda m, p, c: m.info(p["session_id"], client=c.client),
     "action_log": lambda m, p, c: m.action_log(p["session_id"], client=c.client),
-    "score": lambda m, p, c: m.score(p["session_id"], reward=p.get("reward"), texts=p.get("texts"), client=c.client),
+    "score": lambda m, p, c: Deferred(m.score_job(p["session_id"], reward=p.get("reward"), texts=p.get("texts"),
+                                                  client=c.client)),
     "stats": lambda m, p, c: m.stats(client=c.client),
     "catalog": lambda m, p, c: m.catalog(),
     "ping": lambda m, p, c: {"ok": True},
@@ -192,25 +195,41 @@ def _call(m: SessionManager, req: dict[str, Any], id_: Any, observe: Observe | N
     try:
         result = fn(m, params, caller)
         ok = True
-    except KeyError as exc:
-        if isinstance(exc, UnknownSessionError):
-            return _error(id_, ERR_UNKNOWN_SESSION, str(exc))
-        return _error(id_, ERR_PARAMS, f"missing parameter {exc.args[0]!r} for {method}")
-    except SessionOwnershipError as exc:
-        return _error(id_, ERR_OWNERSHIP, str(exc))
-    except MemoryBudgetError as exc:
-        return _memory_error(id_, exc)
-    except CapacityError as exc:
-        return _error(id_, ERR_CAPACITY, str(exc), {"scope": exc.scope, "limit": exc.limit})
-    except (BadRequestError, TypeError, ValueError) as exc:
-        return _error(id_, ERR_BAD_REQUEST, str(exc))
-    except Exception as exc:  # noqa: BLE001 - a server bug must not kill the connection
-        log.exception("method %s failed", method)
-        return _error(id_, ERR_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - typed errors answered; a server bug must not kill the connection
+        return _error_for(id_, method, exc)
     finally:
         if observe is not None:
             observe(method, ok)
     return {"jsonrpc": "2.0", "id": id_, "result": result}
+
+
+def _error_for(id_: Any, method: str, exc: Exception) -> dict[str, Any]:
+    """The JSON-RPC error answering ``exc``, raised by ``method`` (module docstring, "Errors")."""
+    if isinstance(exc, UnknownSessionError):
+        return _error(id_, ERR_UNKNOWN_SESSION, str(exc))
+    if isinstance(exc, KeyError):
+        return _error(id_, ERR_PARAMS, f"missing parameter {exc.args[0]!r} for {method}")
+    if isinstance(exc, SessionOwnershipError):
+        return _error(id_, ERR_OWNERSHIP, str(exc))
+    if isinstance(exc, MemoryBudgetError):
+        return _memory_error(id_, exc)
+    if isinstance(exc, CapacityError):
+        return _error(id_, ERR_CAPACITY, str(exc), {"scope": exc.scope, "limit": exc.limit})
+    if isinstance(exc, (BadRequestError, TypeError, ValueError)):
+        return _error(id_, ERR_BAD_REQUEST, str(exc))
+    log.error("method %s failed", method, exc_info=exc)
+    return _error(id_, ERR_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
+class Deferred:
+    """A result still to compute: ``job()`` needs no lock and touches no session
+    (:meth:`SessionManager.score_job`).  A frame run by the server hands it to the manager's scoring
+    thread and goes on with its other requests (:class:`FrameJob`); run here and now otherwise."""
+
+    __slots__ = ("job",)
+
+    def __init__(self, job: Callable[[], Any]) -> None:
+        self.job = job
 
 
 def _logged_share(r: dict[str, Any], per_request: int) -> int:
@@ -239,8 +258,15 @@ class FrameJob:
     Never raises: malformed, too deeply nested or oversized input gets a JSON-RPC error."""
 
     def __init__(self, manager: SessionManager, frame: str | bytes, observe: Observe | None = None,
-                 caller: Caller | None = None, split: bool = False) -> None:
+                 caller: Caller | None = None, split: bool = False,
+                 submit: Callable[[Callable[[], Any]], Future[Any]] | None = None) -> None:
         self.manager = manager
+        #: Where a :class:`Deferred` result's job runs (``None``: here, in the slice that reached it).
+        self.submit = submit
+        #: ``(part index, id, future)`` of the answers still computing elsewhere; once every request
+        #: has run, :meth:`step` returns ``True`` with :attr:`done` still ``False`` and :meth:`complete`
+        #: (after the futures are done) builds the response.
+        self.pending: list[tuple[int, Any, Future[Any]]] = []
         self.frame: str | bytes | None = frame
         self.observe = observe
         self.caller = caller or Caller()
@@ -354,6 +380,15 @@ class FrameJob:
                 r = _one(m, req, self.observe, self.caller)
                 if r is None and logged:  # a notification's call is logged too: count it at its full share
                     m.note_log_growth(req["params"].get("session_id"), self._per_request)
+                if r is not None and type(r.get("result")) is Deferred:
+                    if self.submit is not None:  # computed elsewhere; its place in the answer kept
+                        self.pending.append((len(self._parts), r.get("id"), self.submit(r["result"].job)))
+                        self._add(r.get("id"), "")
+                        continue
+                    try:
+                        r["result"] = r["result"].job()
+                    except Exception as exc:  # noqa: BLE001 - answered as its method's error
+                        r = _error_for(r.get("id"), str(req.get("method")), exc)
                 if r is not None:
                     part = self._encoded(r)
                     self._add(r.get("id"), part)
@@ -370,6 +405,25 @@ class FrameJob:
                 break
         if self._pos < len(self._requests):
             return False
+        if self.pending:  # every request ran; answers computing elsewhere: :meth:`complete` finishes
+            return True
+        return self._wrap_up()
+
+    def complete(self) -> bool:
+        """Put the answers computed elsewhere (:attr:`pending`, every future done) in their places and
+        build the response (run on the worker thread, after :meth:`step` returned ``True``)."""
+        for index, rid, fut in self.pending:
+            try:
+                r: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "result": fut.result()}
+            except Exception as exc:  # noqa: BLE001 - answered as a score's error
+                r = _error_for(rid, "score", exc)
+            part = self._encoded(r)
+            self._parts[index] = part
+            self._size += len(part)
+        self.pending = []
+        return self._wrap_up()
+
+    def _wrap_up(self) -> bool:
         if self._size > MAX_RESPONSE_BYTES:
             self._shrink_to_cap()
         if not self._parts:
@@ -404,8 +458,8 @@ async def dispatch_frame_split(manager: SessionManager, frame: str | bytes, obse
     """:func:`dispatch_frame_async` for a client that takes a batch's answers in several frames: the
     finished job, whose ``frames`` (groups of encoded answers, each sent as one JSON array) are set when
     the answers pass :data:`SPLIT_BYTES`, else whose ``text`` is the one response frame."""
-    job = FrameJob(manager, frame, observe, caller, split=True)
-    await manager.worker.run_steps(job.step)
+    job = FrameJob(manager, frame, observe, caller, split=True, submit=manager.scorer.submit)
+    await _run(manager, job)
     return job
 
 
@@ -413,6 +467,15 @@ async def dispatch_frame_async(manager: SessionManager, frame: str | bytes, obse
                                caller: Caller | None = None) -> str | None:
     """:func:`dispatch_frame` on the manager's worker thread, slice by slice: the event loop stays free,
     and frames of other connections queued meanwhile run between two slices of this one."""
-    job = FrameJob(manager, frame, observe, caller)
-    await manager.worker.run_steps(job.step)
+    job = FrameJob(manager, frame, observe, caller, submit=manager.scorer.submit)
+    await _run(manager, job)
     return job.text
+
+
+async def _run(manager: SessionManager, job: FrameJob) -> None:
+    """Run ``job`` on the worker thread; answers computing on the scoring thread meanwhile (a ``score``)
+    are awaited off the worker, then put in place on it."""
+    await manager.worker.run_steps(job.step)
+    if job.pending:
+        await asyncio.wait([asyncio.wrap_future(fut) for _, _, fut in job.pending])
+        await manager.worker.run(job.complete)

@@ -34,6 +34,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -250,6 +251,9 @@ class SessionManager:
         self.lock = threading.RLock()
         #: The thread the server runs session operations on (started on first use).
         self.worker = Worker()
+        #: The thread a ``score``'s job runs on (:meth:`score_job`; started on first use), so that a long
+        #: score holds neither the worker nor the lock: other requests run meanwhile, sharing the GIL.
+        self.scorer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="envfactory-score")
         #: Memory-aware admission: the budget, reservations and checks (:mod:`.admission`).
         self.admission = memory_budget if isinstance(memory_budget, Admission) else Admission(
             memory_budget if isinstance(memory_budget, MemoryBudget) else detect_budget(memory_budget))
@@ -635,12 +639,12 @@ class SessionManager:
         """
         return [r.to_dict() for r in self.get(session_id, client).session.action_log]
 
-    @_locked
     def score(self, session_id: str, *, reward: Mapping[str, float] | None = None,
               texts: Sequence[str] | None = None, client: str | None = None) -> dict[str, Any]:
         """The reward of a session created from a task, as the episode stands (docs/reward.md): every
         component and the state difference against the task's ground truth, so a harness in any
-        language gets the gym's reward without running the Gymnasium layer.
+        language gets the gym's reward without running the Gymnasium layer.  :meth:`score_job` then
+        its job, here and now (the server runs the job on its scoring thread instead).
 
         Calls are grouped into turns by their ``tag`` (the turn index the Gymnasium env sends; untagged
         calls count in turn 0).  Per-turn states are not known server-side, so ``R_state`` is the final
@@ -652,6 +656,20 @@ class SessionManager:
             SessionOwnershipError: it belongs to another client than ``client`` and is not shared.
             BadRequestError: the session was not created from a task, or bad ``reward``/``texts`` (more
                 than :data:`MAX_SCORE_TEXTS` texts or :data:`MAX_SCORE_TEXT_CHARS` characters in all).
+        """
+        return self.score_job(session_id, reward=reward, texts=texts, client=client)()
+
+    @_locked
+    def score_job(self, session_id: str, *, reward: Mapping[str, float] | None = None,
+                  texts: Sequence[str] | None = None, client: str | None = None) -> Callable[[], dict[str, Any]]:
+        """The checks and reads of :meth:`score` (under the manager's lock, as the session stands now):
+        returns a job that computes the score from what was read, touching no session and no table
+        of the server, so it can run on another thread while the session worker goes on (issue 24,
+        part 4: a long ``score`` holds nobody else's requests).  What it reads: the log's calls
+        grouped into turns, and the state as :meth:`Session.frozen_state` (O(records' pointers) for a
+        plain state model; a copy otherwise), so later calls cannot change what the job scores.
+
+        Raises: as :meth:`score` (the job itself raises only on a server bug).
         """
         ms = self.get(session_id, client)
         if ms.task_id is None:
@@ -666,7 +684,7 @@ class SessionManager:
             raise BadRequestError(f"texts has {len(texts)} entries; at most {MAX_SCORE_TEXTS} texts (one per turn)")
         if texts is not None and (chars := sum(len(x) for x in texts)) > MAX_SCORE_TEXT_CHARS:
             raise BadRequestError(f"texts hold {chars} characters; at most {MAX_SCORE_TEXT_CHARS} in all")
-        reference = task_reference(self.spec(ms.envs[0]), ms.task_id)
+        spec, task_id = self.spec(ms.envs[0]), ms.task_id
         records: list[TurnRecord] = [TurnRecord()]
         for rec in ms.session.action_records():
             turn = rec.tag if isinstance(rec.tag, int) and not isinstance(rec.tag, bool) and 0 <= rec.tag < 10_000 else 0
@@ -684,10 +702,17 @@ class SessionManager:
             while len(records) <= i:
                 records.append(TurnRecord())
             records[i].text = text
-        result = score_episode(records, reference, ms.session.state(), cfg)
-        out = result.to_dict()
-        out["state_diff"] = [str(d) for d in result.state_diff]
-        return out
+        session = ms.session
+        state = session.frozen_state() if session.frozen_in_place else session.state()
+
+        def job() -> dict[str, Any]:
+            reference = task_reference(spec, task_id)  # cached per task; built by whoever asks first
+            result = score_episode(records, reference, state, cfg)
+            out = result.to_dict()
+            out["state_diff"] = [str(d) for d in result.state_diff]
+            return out
+
+        return job
 
     @_locked
     def admit_frame(self, requests: Sequence[Any]) -> None:

@@ -781,3 +781,4 @@ def run_stdio(env: str, *, manager: SessionManager | None = None) -> None:
         srv.close()
         manager.close_all()
         manager.worker.stop()
+        manager.scorer.shutdown(wait=False, cancel_futures=True)

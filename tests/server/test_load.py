@@ -176,7 +176,7 @@ def test_heavy_methods_run_off_the_loop(method):
     is answered."""
     m = SessionManager([ENV, "HotelBooking"])
     reached, release = threading.Event(), threading.Event()
-    attr = {"state": "state_json"}.get(method, method)  # a state read is answered from the session's JSON
+    attr = {"state": "state_json", "score": "score_job"}.get(method, method)  # state: from the session's JSON; score: its reads
     original = getattr(m, attr)
 
     def held(*args: Any, **kwargs: Any) -> Any:

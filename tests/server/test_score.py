@@ -170,3 +170,87 @@ def test_score_bounds_the_texts_a_client_sends():
     with pytest.raises(BadRequestError, match="characters"):
         m.score(sid, texts=["x" * (4 * 1024 * 1024 + 1)])
     assert m.score(sid, texts=["hello"] * 3)["reward"] >= 0
+
+
+def _frame(*reqs):
+    return json.dumps([{"jsonrpc": "2.0", "id": i, "method": m, "params": p} for i, (m, p) in enumerate(reqs)])
+
+
+def test_a_score_in_a_frame_scores_the_state_at_its_place_in_the_frame():
+    """Issue 24, part 4: the server computes a ``score`` off the worker, from what it read at the score's
+    place in the frame; a write later in the same frame does not change it, and the answers are the
+    ones computed here and now."""
+    import asyncio
+
+    from gym_envfactory.server.fastproto import dispatch_frame, dispatch_frame_async
+
+    task = next(t for t in get_environment(ENV).tasks if t.n_ground_truth_calls)
+    calls = [c for turn in task.turns for c in turn.ground_truth]
+
+    def run(dispatch):
+        m = SessionManager([ENV])
+        sid = m.create(ENV, task_id=task.task_id).session_id
+        reqs = [("score", {"session_id": sid})]
+        reqs += [("call", {"session_id": sid, "name": c.name, "arguments": c.arguments, "tag": t})
+                 for t, turn in enumerate(task.turns) for c in turn.ground_truth]
+        reqs += [("score", {"session_id": sid}), ("score", {"session_id": "nope"}), ("score", {})]
+        out = dispatch(m, _frame(*reqs))
+        return json.loads(out)
+
+    inline = run(dispatch_frame)
+    deferred = run(lambda m, f: asyncio.run(dispatch_frame_async(m, f)))
+    assert [a["id"] for a in deferred] == list(range(len(calls) + 4))
+    before, after = deferred[0]["result"], deferred[len(calls) + 1]["result"]
+    assert before["r_traj"] == 0.0 and after["reward"] == 1.0 and after["state_diff"] == []
+    assert deferred[-2]["error"]["code"] == -32001 and deferred[-1]["error"]["code"] == -32602
+    assert deferred == inline
+
+
+def test_a_long_score_holds_no_other_request():
+    """Issue 24, part 4: while one client's ``score`` computes (held here on a gate, standing for a score
+    of a huge state), another client's call and this client's next frame are answered; the score's own
+    frame answers once it is done.  No clock: the gate is released only after the others answered."""
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gym_envfactory.server.fastproto import Caller, dispatch_frame_async
+
+    m = SessionManager([ENV])
+    gate, started = threading.Event(), threading.Event()
+    pool = ThreadPoolExecutor(max_workers=1)
+
+    class Gated:
+        def submit(self, job):
+            def held():
+                started.set()
+                assert gate.wait(60), "the gate was never opened"
+                return job()
+            return pool.submit(held)
+
+    m.scorer = Gated()
+    tid = get_environment(ENV).tasks.ids()[0]
+    a = m.create(ENV, task_id=tid, client="a").session_id
+    b = m.create(ENV, client="b").session_id
+
+    async def main():
+        scoring = asyncio.ensure_future(dispatch_frame_async(m, _frame(("score", {"session_id": a})), caller=Caller("a")))
+        for _ in range(6000):  # a liveness bound, not a timing: the score reaches the scorer at once
+            if started.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert started.is_set(), "the score never reached the scoring thread"
+        other = await asyncio.wait_for(dispatch_frame_async(
+            m, _frame(("call", {"session_id": b, "name": "get_hotel_details", "arguments": {"hotel_id": "H-101"}})),
+            caller=Caller("b")), 60)
+        mine = await asyncio.wait_for(dispatch_frame_async(m, _frame(("info", {"session_id": a})), caller=Caller("a")), 60)
+        assert not scoring.done()
+        gate.set()
+        return json.loads(await asyncio.wait_for(scoring, 60)), json.loads(other), json.loads(mine)
+
+    try:
+        (score,), (call,), (info,) = asyncio.run(main())
+    finally:
+        gate.set()
+        pool.shutdown()
+    assert "reward" in score["result"] and "result" in call and info["result"]["session_id"] == a
