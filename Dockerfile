@@ -45,8 +45,11 @@ LABEL org.opencontainers.image.title="envfactory runtime" \
 WORKDIR /srv/envfactory
 USER 10001:10001
 EXPOSE 8765
-# /healthz needs no token; python's urllib keeps the image free of curl.
-HEALTHCHECK --interval=5s --timeout=3s --start-period=3s --retries=3 \
+# /healthz needs no token; python's urllib keeps the image free of curl.  Engine semantics: a failed probe
+# in the first 120 s (start period) does not count, the first success makes the container healthy; after
+# that, 3 failures in a row (each probe may take 10 s: a busy machine starts python slowly) make it
+# unhealthy, and a later success healthy again.
+HEALTHCHECK --interval=5s --timeout=10s --start-period=120s --retries=3 \
     CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8765/healthz', timeout=2)"]
 # The token comes from ENVFACTORY_TOKEN: the server refuses to listen on 0.0.0.0 without one.
 # CMD selects what to serve: every environment under /catalog by default, or names.  SIGTERM (the

@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -148,14 +149,25 @@ def image_ls() -> None:
     console.print(table)
 
 
-
-
-
-
-
-
-
-
+def wait_for_health(project: str, wait: float, *, poll_s: float = 0.5,
+                    containers: Callable[[str], list[dict[str, Any]]] | None = None,
+                    clock: Callable[[], float] = time.monotonic,
+                    sleep: Callable[[float], None] = time.sleep) -> list[dict[str, Any]]:
+    """Wait until every container of compose project ``project`` is healthy, for at most ``wait``
+    seconds (0: look once), as ``docker compose up --wait`` does: ``starting`` and ``unhealthy`` are
+    states a container passes through (the engine's health check turns it healthy at its next success;
+    the image's start period keeps slow starts from counting), so only a container that stopped
+    (``exited``, ``dead``) ends the wait early.  Returns the last rows of
+    :func:`~gym_envfactory.containers.compose.catalog_containers` (``containers``: that function, for tests)."""
+    look = containers or catalog_containers
+    deadline = clock() + wait
+    rows = look(project)
+    while wait > 0 and clock() < deadline and any(r["health"] != "healthy" for r in rows):
+        if any(r["state"] in ("exited", "dead") for r in rows):
+            break
+        sleep(poll_s)
+        rows = look(project)
+    return rows
 
 
 @catalog_app.command("up")
@@ -180,13 +192,7 @@ def catalog_up(
         path, token = write_compose(directory, envs or None, token=os.environ.get("ENVFACTORY_TOKEN"), host=host,
                                     port=port, mem_limit=mem_limit, cpus=cpus, project=name)
         run_compose(directory, "up", "-d", "--remove-orphans", project=name)
-        deadline = time.monotonic() + wait
-        rows = catalog_containers(name)
-        while wait > 0 and time.monotonic() < deadline and any(r["health"] != "healthy" for r in rows):
-            if any(r["state"] in ("exited", "dead") or r["health"] == "unhealthy" for r in rows):
-                break
-            time.sleep(0.5)
-            rows = catalog_containers(name)
+        rows = wait_for_health(name, wait)
     except EnvFactoryError as exc:
         _fail(exc)
     _print_ps(rows, name)
