@@ -21,6 +21,9 @@ class Backend:
     """Creates sessions.  ``create_session(envs, initial_state_bytes, task_id)`` → a :class:`~gym_envfactory.session.SessionProtocol`."""
 
     name = "backend"
+    #: Whether :meth:`create_session` takes ``copies=k``: forks the caller is about to make, made with the
+    #: session in one round trip (the remote backends; :func:`~gym_envfactory.envs.groups.make_group`).
+    makes_copies = False
 
     def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> SessionProtocol:
         """A new session over ``envs`` starting from ``initial`` (validated initial-state JSON bytes per

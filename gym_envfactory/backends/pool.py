@@ -71,8 +71,11 @@ class _PooledBackend(Backend):
         """The shared :class:`RemoteBackend` behind this handle."""
         return self._shared.backend
 
-    def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> SessionProtocol:
-        return self._shared.backend.create_session(envs, initial, task_id)
+    makes_copies = True
+
+    def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None,
+                       *, copies: int = 0) -> SessionProtocol:
+        return self._shared.backend.create_session(envs, initial, task_id, copies=copies)
 
     def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> SessionProtocol:
         return self._shared.backend.restore_session(envs, snapshot)

@@ -420,12 +420,19 @@ class RemoteSession:
         self._closed = False
         #: Answers already fetched for the requests this session makes next, in order (:meth:`prefetched`).
         self._ahead: deque[tuple[tuple[Any, ...], Any]] = deque()
+        #: Ids of copies the server made with this session (:meth:`create` with ``copies``) while it is
+        #: still as it was made: :meth:`fork_many` hands them out instead of asking for forks.
+        self._copies: list[str] = []
 
     @classmethod
     def create(cls, client: SessionClient, envs: Sequence[EnvironmentSpec], *, task_id: str | None = None,
-               initial_state: Any = None) -> RemoteSession:
+               initial_state: Any = None, copies: int = 0) -> RemoteSession:
         """Create a session on the server over ``envs``: from task ``task_id``'s initial state, or from
-        ``initial_state`` (the state dict; ``{env_name: dict}`` for several environments).
+        ``initial_state`` (the state dict; ``{env_name: dict}`` for several environments).  ``copies``: forks
+        the caller is about to ask for (a GRPO group's other members), made by the server with the
+        session in the same round trip and handed out by the first :meth:`fork_many` while the session
+        is unchanged (closed unused otherwise); an older server that makes none leaves :meth:`fork_many`
+        to ask.
 
         Raises:
             RemoteError: the server refused, or serves another version of an environment (code -32003).
@@ -433,19 +440,32 @@ class RemoteSession:
         """
         names = [e.name for e in envs]
         res = client.request("create", env=names if len(names) > 1 else names[0], task_id=task_id,
-                             initial_state=initial_state)
+                             initial_state=initial_state, **({"copies": copies} if copies > 0 else {}))
+        made = [i for i in res.get("copies") or [] if isinstance(i, str)]
         for e in envs:
             remote_v = res.get("versions", {}).get(e.name)
             if remote_v is not None and remote_v != e.version:
-                client.request("close", session_id=res["session_id"])
+                for sid in [res["session_id"], *made]:
+                    client.request("close", session_id=sid)
                 raise RemoteError(ERR_BAD_REQUEST, f"server serves {e.name} v{remote_v}, this client has v{e.version}")
-        return cls(client, res["session_id"], envs)
+        session = cls(client, res["session_id"], envs)
+        session._copies = made
+        return session
+
+    def _changed(self) -> None:
+        """The session is about to change: copies made with it are no longer forks of it (closed)."""
+        if self._copies:
+            made, self._copies = self._copies, []
+            for sid in made:
+                RemoteSession(self.client, sid, list(self.envs.values())).close()
 
     def prefetch_requests(self, calls: Sequence[tuple[str, Any, str | None, Any]],
                           digest: tuple[Sequence[str], Sequence[str]] | None) -> list[tuple[str, dict[str, Any]]]:
         """The JSON-RPC requests for ``calls`` (``(name, arguments, call_id, tag)``, in order) and then,
         if given, a ``digest`` with ``(excluded, set_fields)``: what a caller batches with other
         sessions' requests into one frame and hands back with :meth:`prefetched`."""
+        if calls:
+            self._changed()
         reqs: list[tuple[str, dict[str, Any]]] = [
             ("call", {"session_id": self.session_id, "name": n, "arguments": a, "call_id": c, "tag": t})
             for n, a, c, t in calls]
@@ -486,12 +506,14 @@ class RemoteSession:
     def call(self, name: str, arguments: Any = None, *, call_id: str | None = None, tag: Any = None) -> ToolResult:
         """Validate and run one tool call on the server (see :meth:`Session.call`); a bad call is a typed
         result, never an exception.  An answer :meth:`prefetched` for this very call is taken instead."""
+        self._changed()
         params = {"session_id": self.session_id, "name": name, "arguments": arguments, "call_id": call_id, "tag": tag}
         hit, answer = self._take("call", params)
         return _tool_result(answer if hit else self.client.request("call", **params))
 
     def call_many(self, calls: Sequence[tuple[str, Any, str | None, Any]]) -> list[ToolResult]:
         """Several calls of this session in one frame (executed in order on the server)."""
+        self._changed()
         res = self.client.batch([("call", {"session_id": self.session_id, "name": n, "arguments": a,
                                            "call_id": c, "tag": t}) for n, a, c, t in calls])
         for r in res:
@@ -504,6 +526,7 @@ class RemoteSession:
         """Log a call that could not be parsed (``parse_error``), or one the env refused as an
         ``unknown_tool``, in the server's action log; ``raw`` that is not JSON-serialisable is sent as
         its ``repr``."""
+        self._changed()
         try:
             json.dumps(raw)
         except (TypeError, ValueError):
@@ -570,6 +593,7 @@ class RemoteSession:
         """Replace states and log with a :meth:`snapshot`; the server's :class:`SnapshotError` arrives as a
         :class:`RemoteError` and leaves the session unchanged."""
         self._ahead.clear()
+        self._changed()
         self.client.request("restore", session_id=self.session_id, snapshot=data.decode())
 
     def reset(self, initial_state: Any = None) -> None:
@@ -581,6 +605,7 @@ class RemoteSession:
         if initial_state is not None:
             raise NotImplementedError("a remote reset returns to the session's creation state; create a new session instead")
         self._ahead.clear()
+        self._changed()
         self.client.request("reset", session_id=self.session_id)
 
     def fork(self) -> RemoteSession:
@@ -588,8 +613,13 @@ class RemoteSession:
         return self.fork_many(1)[0]
 
     def fork_many(self, k: int) -> list[RemoteSession]:
-        """``k`` independent copies on the same server in one request (a GRPO group)."""
-        ids = self.client.request("fork", session_id=self.session_id, k=k)
+        """``k`` independent copies on the same server in one request (a GRPO group); copies made with the
+        session (:meth:`create`'s ``copies``) while it is unchanged are handed out first, with no request."""
+        if 0 < k <= len(self._copies):
+            ids, self._copies = self._copies[:k], self._copies[k:]
+        else:
+            self._changed()
+            ids = self.client.request("fork", session_id=self.session_id, k=k)
         return [RemoteSession(self.client, i, list(self.envs.values())) for i in ids]
 
     @property
@@ -602,6 +632,7 @@ class RemoteSession:
         notification: nothing waits for the server's answer (a later request on the same connection sees
         the session closed)."""
         if not self._closed:
+            self._changed()
             self._closed = True
             self._ahead.clear()
             notify = getattr(self.client, "notify", None)
@@ -632,13 +663,18 @@ class RemoteBackend(Backend):
         self.url = url
         self.client = SessionClient(url, token=token, timeout=timeout)
 
-    def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None) -> RemoteSession:
+    makes_copies = True
+
+    def create_session(self, envs: Sequence[EnvironmentSpec], initial: dict[str, bytes], task_id: str | None,
+                       *, copies: int = 0) -> RemoteSession:
         """A :class:`RemoteSession` over ``envs``: the server resolves ``task_id``'s initial state itself
-        when given (``initial`` then stays local), else ``initial`` (JSON bytes per environment) is sent."""
+        when given (``initial`` then stays local), else ``initial`` (JSON bytes per environment) is sent.
+        ``copies``: see :meth:`RemoteSession.create` (:attr:`Backend.makes_copies`)."""
         if task_id is not None:
-            return RemoteSession.create(self.client, envs, task_id=task_id)
+            return RemoteSession.create(self.client, envs, task_id=task_id, copies=copies)
         states = {n: json.loads(b) for n, b in initial.items()}
-        return RemoteSession.create(self.client, envs, initial_state=states if len(states) > 1 else next(iter(states.values())))
+        return RemoteSession.create(self.client, envs, initial_state=states if len(states) > 1 else next(iter(states.values())),
+                                    copies=copies)
 
     def restore_session(self, envs: Sequence[EnvironmentSpec], snapshot: bytes) -> RemoteSession:
         """A new :class:`RemoteSession` on the server holding ``snapshot`` (bytes of :meth:`Session.snapshot`)."""

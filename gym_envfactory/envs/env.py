@@ -373,6 +373,7 @@ class EnvFactoryEnv(gym.Env):
         self._scored_turns = 0
         self._step_limit = self.max_steps
         self._episode = 0  # bumped by every reset: infos of an earlier episode stop scoring
+        self._copies_next = 0  # forks the next reset's session is made with (make_group; Backend.makes_copies)
         self._thread_lock = threading.Lock()
         self._rendered = 0
         self._tool_sets: tuple[tuple[str, ...], ...] | None = None  # names offered per task turn; None: all
@@ -523,8 +524,10 @@ class EnvFactoryEnv(gym.Env):
         reference.share_start(environments)  # in process: the episode starts on the reference's own records
         if self.session is not None:
             self.session.close()
+        copies, self._copies_next = self._copies_next, 0
         self.session = self.backend.create_session(environments, reference.initial_state,
-                                                   task.task_id if start == 0 else None)
+                                                   task.task_id if start == 0 else None,
+                                                   **({"copies": copies} if copies and getattr(self.backend, "makes_copies", False) else {}))
         self.task, self.reference = task, reference
         self.start_turn, self.end_turn = start, end
         self._tool_sets = None

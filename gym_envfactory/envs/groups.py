@@ -153,6 +153,10 @@ def make_group(env: str | EnvFactoryEnv, k: int, *, seed: int | None = None, opt
         base = cast(EnvFactoryEnv, gym.make(env, **make_kwargs).unwrapped)  # an envfactory/ id makes one
     else:
         base = EnvFactoryEnv(env, **make_kwargs)
-    obs, info = base.reset(seed=seed, options=options)
+    base._copies_next = k - 1  # a remote backend makes the members with the session: one round trip
+    try:
+        obs, info = base.reset(seed=seed, options=options)
+    finally:
+        base._copies_next = 0
     members = [base] + base.fork_many(k - 1)
     return RolloutGroup(members, obs, info)

@@ -4,7 +4,9 @@ Every request names its ``session_id``; a frame may carry one request or a JSON-
 so a GRPO group's k calls travel in one frame and come back in one frame (JSON-RPC 2.0 spec §6).
 Methods (params → result):
 
-- ``create`` {env: str | [str], task_id?, initial_state?, snapshot?, shared?} → {session_id, envs, tools}
+- ``create`` {env: str | [str], task_id?, initial_state?, snapshot?, shared?, copies?} → {session_id, envs, tools,
+  copies?}: with ``copies`` = k (1..1024), also k forks of the new session, made at once (``copies``: their
+  ids; a refusal of them refuses the create and leaves nothing), so a GRPO group costs one round trip
 - ``call`` {session_id, name, arguments, call_id?, tag?} → ToolResult dict (typed errors inside)
 - ``record_invalid`` {session_id, name, raw, message, call_id?, tag?, error_type?} → ToolResult dict
 - ``state`` / ``snapshot`` / ``action_log`` / ``info`` {session_id} → state dict / snapshot str / list / dict
@@ -101,13 +103,24 @@ class Caller:
 
 
 def _create(m: SessionManager, p: dict[str, Any], c: Caller) -> Any:
+    copies = p.get("copies", 0)
+    if not isinstance(copies, int) or isinstance(copies, bool) or not 0 <= copies <= 1024:
+        raise BadRequestError(f"copies must be an integer in 0..1024, got {copies!r}")
     ms = m.create(p["env"], task_id=p.get("task_id"), initial_state=p.get("initial_state"), snapshot=p.get("snapshot"),
                   client=c.client, shared=p.get("shared", False))
+    out = {"session_id": ms.session_id, "envs": ms.envs, "versions": {n: m.specs[n].version for n in ms.envs},
+           "tools": [t.name for t in ms.session.tools.values()]}
+    ids = [ms.session_id]
+    if copies:  # a GRPO group's members made with it: one round trip instead of create, then fork
+        try:
+            out["copies"] = [f.session_id for f in m.fork(ms.session_id, copies, client=c.client)]
+        except Exception:
+            m.close(ms.session_id)  # all or nothing: the refusal of the copies refuses the create
+            raise
+        ids += out["copies"]
     if c.created is not None:
-        c.created.add(ms.session_id)
-    return {"session_id": ms.session_id, "envs": ms.envs,
-            "versions": {n: m.specs[n].version for n in ms.envs},
-            "tools": [t.name for t in ms.session.tools.values()]}
+        c.created.update(ids)
+    return out
 
 
 def _fork(m: SessionManager, p: dict[str, Any], c: Caller) -> Any:

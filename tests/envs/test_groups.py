@@ -4,11 +4,13 @@ group is a sequence of its envs, and closing a url-backed group leaves no corout
 from __future__ import annotations
 
 import gc
+import json
 import os
 import subprocess
 import sys
 import warnings
 
+import gymnasium as gym
 import pytest
 
 from gym_envfactory import make_group
@@ -196,3 +198,66 @@ def test_a_failing_member_does_not_lose_the_others_results(library):
         assert results[1] is None and results[0] is not None and results[2] is not None
     finally:
         g.close()
+
+
+def test_a_remote_group_is_made_in_one_round_trip(catalog_server, monkeypatch):
+    """Issue 24: ``make_group`` on a remote backend asks for the members with the session (``create`` with
+    ``copies``), so no ``fork`` request follows; the members are independent sessions starting equal."""
+    from gym_envfactory.backends.remote import SessionClient
+
+    sent = []
+    real = SessionClient.request
+    monkeypatch.setattr(SessionClient, "request", lambda self, method, **p: sent.append((method, p.get("copies"))) or
+                        real(self, method, **p))
+    g = make_group("envfactory/HotelBooking-v0", k=4, options={"task_id": "hotel-003"}, backend="url",
+                   url=catalog_server, token=TOKEN)
+    try:
+        assert ("create", 3) in sent and not [m for m, _ in sent if m == "fork"]
+        assert len({e.session.session_id for e in g}) == 4
+        assert len({json.dumps(e.session.state(), sort_keys=True) for e in g}) == 1
+        g[1].session.call("update_guest_contact", {"guest_id": "G-001", "phone": "+1 555 0199"})
+        assert g[1].session.state() != g[2].session.state()  # independent
+    finally:
+        monkeypatch.undo()
+        g.close()
+
+
+def test_copies_of_a_changed_session_are_never_handed_out(catalog_server):
+    """A copy made with the session is a fork of it only while it is unchanged: after a call, the unused
+    copies are closed and ``fork_many`` asks the server, so the forks carry the call."""
+    from gym_envfactory.backends.remote import RemoteSession
+    from gym_envfactory.errors import EnvFactoryError
+
+    env = gym.make("envfactory/HotelBooking-v0", backend="url", url=catalog_server, token=TOKEN).unwrapped
+    try:
+        env.reset(options={"task_id": "hotel-003"})
+        client = env.session.client
+        s = RemoteSession.create(client, list(env.session.envs.values()), task_id="hotel-003", copies=2)
+        made = list(s._copies)
+        assert len(made) == 2
+        s.call("update_guest_contact", {"guest_id": "G-001", "phone": "+1 555 0199"})
+        for sid in made:  # closed (notifications reach the server before the next request)
+            with pytest.raises(EnvFactoryError):
+                client.request("info", session_id=sid)
+        (fork,) = s.fork_many(1)
+        assert fork.session_id not in made and fork.state() == s.state()
+        fork.close()
+        s.close()
+    finally:
+        env.close()
+
+
+def test_create_with_copies_is_all_or_nothing():
+    from gym_envfactory.server.fastproto import dispatch_frame
+    from gym_envfactory.server.manager import SessionManager
+
+    m = SessionManager(["HotelBooking"], max_sessions=4)
+
+    def create(copies):
+        return json.loads(dispatch_frame(m, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "create",
+                                                        "params": {"env": "HotelBooking", "copies": copies}})))
+
+    assert create(4)["error"]["code"] == -32002 and not m.sessions  # 5 sessions do not fit: none is left
+    assert create(-1)["error"]["code"] == -32003 and create(True)["error"]["code"] == -32003
+    out = create(3)["result"]
+    assert len(out["copies"]) == 3 and set(m.sessions) == {out["session_id"], *out["copies"]}
