@@ -12,7 +12,7 @@ the same probes with no heavy frame.
     python bench/bench_stall.py --heavy score --reads 5   # bench/results/stall-score.json
 
 ``--heavy score``: the heavy frame is ``--reads`` ``score`` requests of a session created from a task and
-restored to the large state (every score compares the whole state with the task's reference and lists
+restored to the large state with 20 times its hotels (3.1 MB; every score compares the whole state with the task's reference and lists
 the differences), the long single request of issue 24, part 4: the server computes them on its scoring
 thread, so the worker goes on serving others meanwhile.
 
@@ -62,7 +62,13 @@ from gym_envfactory.backends.remote import AsyncSessionClient
 async def main(url, n):
     async with AsyncSessionClient(url, token=sys.argv[3], timeout=900) as c:
         big = (await c.request("create", env="HotelBooking", initial_state="large"))["session_id"]
-        snap = await c.request("snapshot", session_id=big)
+        snap = json.loads(await c.request("snapshot", session_id=big))
+        hotels = snap["envs"]["HotelBooking"]["hotels"]
+        base = list(hotels.items())
+        for copy in range(1, 20):  # 20x the hotels: 3.1 MB of state (the request cap is 4 MiB)
+            for k, v in base:
+                hotels[f"{k}{copy:02d}"] = {**v, "hotel_id": f"{k}{copy:02d}"}
+        snap = json.dumps(snap)
         tid = get_environment("HotelBooking").tasks.ids()[0]
         s = (await c.request("create", env="HotelBooking", task_id=tid))["session_id"]
         await c.request("restore", session_id=s, snapshot=snap)

@@ -779,3 +779,29 @@ def test_a_frozen_base_holds_no_copy_on_write_dict():
     for other in (s, s.fork(), Session(spec, "small")):
         assert other.call("get_hotel_details", {"hotel_id": hotel}).ok
     assert cowdicts(base) == [] and base.model_dump_json() == before
+
+
+@pytest.mark.parametrize("env_name", ENVS)
+def test_a_comparison_read_in_chunks_reports_what_the_dicts_report(env_name, monkeypatch):
+    """Many differing records are dumped and parsed a chunk at a time (``state_compare.PART_CHUNK``, so a
+    score on the server's scoring thread never holds the GIL for one long C call): with chunks of one
+    record, the verdicts, paths, values and order are those of comparing the canonical dicts, and what a
+    turn changed is the same."""
+    import random
+
+    from gym_envfactory import state_compare
+    from gym_envfactory.state_compare import state_changes
+
+    monkeypatch.setattr(state_compare, "PART_CHUNK", 1)
+    spec, pool = get_environment(env_name), POOLS[env_name]
+    rng = random.Random(env_name)
+    a = Session(spec, "small")
+    before = a.frozen_state()
+    b = a.fork()
+    for s in (a, a, a, b) * 6:
+        name, args = pool[rng.randrange(len(pool))]
+        s.call(name, copy.deepcopy(args))
+    frozen, plain = _both(a, b, spec)
+    assert frozen == plain
+    kw = {"bookkeeping": spec.excluded_fields, "set_fields": spec.set_fields}
+    assert state_changes(before, a.frozen_state(), **kw) == state_changes(before.canonical(), a.state(), **kw)

@@ -15,6 +15,10 @@ from gym_envfactory.server.manager import ManagedSession, SessionManager
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError",
            "SessionOwnershipError", "serve", "listening_socket", "write_announcement", "ANNOUNCE_NONCE_VAR"]
 
+#: The GIL switch interval of a server process (``sys.setswitchinterval``; CPython's default is 5 ms):
+#: how long a thread waiting for the GIL may wait for one that holds it (see :func:`serve`).
+SWITCH_INTERVAL_S = 0.001
+
 
 def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
           ttl_s: float = 900.0, max_sessions: int = 10_000, max_sessions_per_client: int | None = None,
@@ -58,6 +62,11 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     # Live sessions are hundreds of thousands of long-lived, acyclic objects: small young passes, the
     # catalog frozen, full passes only by the idle worker (server/worker.py, "Garbage collection").
     configure_gc()
+    # Three threads share the GIL (event loop, session worker, scorer): a thread waiting for it gets it
+    # within the switch interval, and a bystander's request needs it about three times (loop, worker,
+    # loop), so CPython's 5 ms made it wait ~15 ms per request behind a long score and queue up
+    # (bench/bench_stall.py --heavy score).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     manager.worker.quiet = lambda: not manager.sessions
     config = ServerConfig(envs=envs, token=token, ttl_s=ttl_s, max_sessions=max_sessions, host=host,
                           close_on_disconnect=close_on_disconnect)

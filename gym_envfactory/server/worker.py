@@ -9,7 +9,9 @@ event loop between slices).  ``/healthz`` never waits for the worker at all: the
 GIL within the interpreter's switch interval (~5 ms) whenever it has something to do.
 
 One thread, not a pool: the GIL would not run two CPU-bound jobs at once anyway, and a FIFO of one
-keeps every session's operations in the order their frames arrived.
+keeps every session's operations in the order their frames arrived.  The one exception is a ``score``,
+whose comparison can run long in one piece: the worker reads what it needs and the manager's scorer
+thread computes it (``SessionManager.score_job``; :mod:`.fastproto`), while this thread goes on.
 
 Memory: closing sessions frees every object they held (the server's tables keep nothing per session:
 ``tests/server/test_memory.py``), but the allocators keep freed memory for reuse, so RSS after closing
