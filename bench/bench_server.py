@@ -15,7 +15,8 @@
 4. Memory rounds (issue 10 part 9): 8 rounds of 1,024 sessions created, played, read and closed over 8
    WebSocket connections; server RSS after close per round (target: round 8 within 10% of round 1).
 Prints figures and ratios and writes bench/results/server.json.
-Usage: python bench/bench_server.py [--quick] [--bystander-only [--reps N] | --memory-only [--no-trim] [--old-gc]]
+Usage: python bench/bench_server.py [--quick] [--fast-only | --bystander-only [--reps N] | --memory-only [--no-trim] [--old-gc]]
+(``--fast-only``: part 1 alone, bench/results/server_fast.json)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ QUICK = "--quick" in sys.argv
 SOAK_ONLY = "--soak-only" in sys.argv
 BYSTANDER_ONLY = "--bystander-only" in sys.argv
 MEMORY_ONLY = "--memory-only" in sys.argv
+FAST_ONLY = "--fast-only" in sys.argv
 REPS = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
 #: With --no-trim the server's idle worker never gives free heap back (the before of issue 10 part 9).
 NO_TRIM = "--no-trim" in sys.argv
@@ -537,6 +539,25 @@ async def main() -> None:
         print(f"wrote {HERE / 'results' / 'server_memory.json'}")
         return
     fastmcp = await bench_fastmcp(hotel_id, n // 2)
+    if FAST_ONLY:  # part 1 alone (T3): FastMCP against the fast protocol, side by side
+        proc, url = start_ours()
+        try:
+            fast = await bench_fast(url, hotel_id, n)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        s, b = fast["sequential"], fast["batched_64"]
+        ratios = {"ratio_sequential": s["calls_per_s"] / fastmcp["calls_per_s"],
+                  "ratio_batched": b["calls_per_s"] / fastmcp["calls_per_s"], "target_ratio": 10.0}
+        print(f"fast protocol / FastMCP streamable HTTP: sequential {ratios['ratio_sequential']:.1f}x (target >= 10x), "
+              f"64-call frames {ratios['ratio_batched']:.1f}x")
+        print(f"  FastMCP {fastmcp['calls_per_s']:.0f} calls/s (p50 {fastmcp['p50_ms']:.2f} ms); sequential "
+              f"{s['calls_per_s']:.0f} calls/s (p50 {s['p50_ms']:.2f} ms); frames {b['calls_per_s']:.0f} calls/s")
+        (HERE / "results").mkdir(exist_ok=True)
+        (HERE / "results" / "server_fast.json").write_text(json.dumps(
+            {"tool": "get_hotel_details", "state": "large", "fastmcp_streamable_http": fastmcp,
+             "fast_session_protocol": fast, **ratios}, indent=2))
+        return
     proc, url = start_ours()
     try:
         bystanders = [await bystander(url, hotel_id, k) for k in sizes]
