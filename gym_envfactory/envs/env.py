@@ -161,8 +161,8 @@ def no_tasks_message(spec: EnvironmentSpec) -> str:
     if spec.path is None:
         where = "define_environment(..., tasks=[...]) gives a code-defined environment its tasks"
     else:
-        where = (f"add a tasks.jsonl to {spec.path} (docs/authoring.md, \"Tasks\"); for an imported environment, "
-                 f"`envfactory import FILE --tasks tasks.jsonl --overwrite` copies one in")
+        where = (f"add a tasks.jsonl to {spec.path} (docs/authoring.md, \"Tasks\"): `envfactory tasks add {spec.name} "
+                 f"FILE` copies checked tasks in, and gym.make(..., tasks=FILE) plays a tasks file as it is")
     return (f"{spec.name} has no tasks, so reset() has no episode to start: {where}; "
             f"its tools still run in a Session (gym_envfactory.Session)")
 

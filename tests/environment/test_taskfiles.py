@@ -146,3 +146,16 @@ def test_a_ground_truth_that_does_not_replay_names_its_own_file_and_line(tmp_pat
     with pytest.raises(DatasetError) as ei:
         task_reference(spec, "nope")
     assert (ei.value.file, ei.value.line, ei.value.field) == (str(path), 2, "turns.0.ground_truth.0")
+
+
+def test_the_ui_shows_a_tasks_files_tasks_in_place_of_the_environments_own(hotel_file: Path) -> None:
+    pytest.importorskip("starlette")
+    from gym_envfactory.ui.app import create_app
+    from tests.ui.helpers import client_of
+
+    client = client_of(create_app([], check_images=False, tasks=read_tasks(hotel_file, env="HotelBooking")))
+    page = client.get("/env/HotelBooking").text
+    assert "mine-hotel-003" in page and "hotel-002" not in page
+    assert client.get("/env/HotelBooking/task/mine-hotel-x01").status_code == 200
+    assert "cal-001" in client.get("/env/TeamCalendar").text  # an environment the file does not name: its own
+    assert "3 (" in client.get("/").text
