@@ -26,6 +26,7 @@ from typing import Any
 
 from gym_envfactory.environment.catalog import get_environment, list_environments, strip_gym_id
 from gym_envfactory.environment.manifest import parse_json_text
+from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.tasks import Task, TaskSet, check_tool_names, parse_task
 from gym_envfactory.errors import DatasetError
 
@@ -37,14 +38,15 @@ of paths, task dicts and :class:`Task` objects (mixed freely; a dict's ``line`` 
 position in the list)."""
 
 
-def read_tasks(source: TasksSource, *, env: str | None = None) -> dict[str, TaskSet]:
+def read_tasks(source: TasksSource, *, env: str | EnvironmentSpec | None = None) -> dict[str, TaskSet]:
     """Read and check tasks, grouped by primary environment.
 
     Args:
         source: a tasks file path, a list of paths and task objects, or a :class:`TaskSet` (its tasks are
             checked like the others and keep the file and lines they were read from).
-        env: the environment (name or gym id) of the tasks that name none (``env`` left out, as in a
-            package's own ``tasks.jsonl``); ``None``: such a task is refused.
+        env: the environment (name, gym id, or the :class:`EnvironmentSpec` itself, which need not be
+            registered) of the tasks that name none (``env`` left out, as in a package's own
+            ``tasks.jsonl``); ``None``: such a task is refused.
 
     Returns:
         ``{environment name: TaskSet}``, environments in the order their first task appears, tasks in
@@ -56,12 +58,18 @@ def read_tasks(source: TasksSource, *, env: str | None = None) -> dict[str, Task
         UnknownEnvironmentError: ``env`` is not an environment.
         SpecError: an environment a task names exists but does not load.
     """
-    default = get_environment(env).name if env is not None else None
+    spec = env if isinstance(env, EnvironmentSpec) else get_environment(env) if env is not None else None
+    default = spec.name if spec is not None else None
     groups: dict[str, list[Task]] = {}
     lines: dict[str, int] = {}
     files: dict[str, Path] = {}
+    known = set(list_environments())
+    tools_of: dict[str, list[str]] = {}  # environment → its tool names, looked up once per call
+    if spec is not None:
+        known.add(spec.name)
+        tools_of[spec.name] = list(spec.tools)
     for task, file, line in _items(source, default):
-        _check_names(task, file=file, line=line)
+        _check_names(task, known, tools_of, file=file, line=line)
         if task.task_id in lines:
             tid = task.task_id
             first = f"{files[tid]}:{lines[tid]}" if tid in files else f"item {lines[tid]}"
@@ -127,18 +135,19 @@ def _file_items(path: Path, env: str | None) -> Iterable[tuple[Task, Path, int]]
         yield parse_task(obj, env=env, file=path, line=lineno), path, lineno
 
 
-def _check_names(task: Task, *, file: Path | None, line: int) -> None:
-    """Every environment ``task`` names exists, and every tool its ground truth calls, excludes or adds is
-    one of theirs."""
+def _check_names(task: Task, known: set[str], tools_of: dict[str, list[str]], *, file: Path | None,
+                 line: int) -> None:
+    """Every environment ``task`` names is ``known``, and every tool its ground truth calls, excludes or
+    adds is one of theirs (``tools_of`` caches each environment's tool names)."""
     at: dict[str, Any] = {"file": file, "line": line, "task_id": task.task_id}
-    known = set(list_environments())
-    tools: dict[str, str] = {}
+    tools: set[str] = set()
     for name in task.envs:
         if name not in known:
             raise DatasetError(f"unknown environment {name!r}; known: {', '.join(sorted(known)) or 'none'}",
                                **at, field="env")
-        for tool in get_environment(name).tools:
-            tools.setdefault(tool, name)
+        if name not in tools_of:
+            tools_of[name] = list(get_environment(name).tools)
+        tools.update(tools_of[name])
     spans = f"{task.envs}" if len(task.envs) > 1 else repr(task.envs[0])
     for ti, turn in enumerate(task.turns):
         for ci, call in enumerate(turn.ground_truth):

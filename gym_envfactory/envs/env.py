@@ -330,7 +330,7 @@ class EnvFactoryEnv(gym.Env):
         #: whether the tasks played are the environment's own (a server can then look a task up by id)
         self.own_tasks = tasks is None
         if tasks is not None:
-            given = read_tasks(tasks, env=self.environment.name)
+            given = read_tasks(tasks, env=self.environment)
             mine = tasks_for(given, self.environment.name)
             if given and not len(mine):
                 raise DatasetError(f"none of the tasks given is {self.environment.name}'s (their environments: "

@@ -17,6 +17,7 @@ from gym_envfactory.cli import app
 from gym_envfactory.cli.tasks import oracle_refusal
 from gym_envfactory.environment.tasks import Task, TaskSet
 from gym_envfactory.generators.tasks.querygen import ChainOutcome, write_tasks
+from tests.conftest import CATALOG_SERVER_TOKEN as TOKEN
 from tests.environment.test_taskfiles import catalog_tasks, write_jsonl
 
 STATE = '''
@@ -109,6 +110,16 @@ def test_rollout_plays_a_generated_tasks_file_and_the_oracle_earns_one(generated
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["task_id"] for r in records] == ["mine-hotel-002", "mine-hotel-003", "mine-hotel-x01"]
     assert all(r["reward"] == 1.0 and r["env"] == "HotelBooking" for r in records)
+
+
+def test_a_remote_backend_plays_tasks_the_server_does_not_have(generated: Path, catalog_server: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVFACTORY_TOKEN", TOKEN)
+    out = tmp_path / "traj.jsonl"
+    res = invoke("rollout", "--tasks", generated, "--policy", "oracle", "--backend", "url", "--url", catalog_server,
+                 "--out", out)
+    assert res.exit_code == 0, res.output  # sessions start from the file's initial states, never by task id
+    assert [json.loads(line)["reward"] for line in out.read_text().splitlines()] == [1.0, 1.0, 1.0]
 
 
 def test_rollout_says_which_environments_when_the_tasks_span_several_primaries(generated: Path, tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+from pydantic import BaseModel
 
-from gym_envfactory import DatasetError, EnvFactoryEnv, get_environment
+from gym_envfactory import DatasetError, EnvFactoryEnv, define_environment, get_environment, tool
 from gym_envfactory.environment.taskfiles import read_tasks, tasks_for
 from gym_envfactory.replay import task_reference
 from gym_envfactory.rollout.policies import OraclePolicy
@@ -159,3 +160,26 @@ def test_the_ui_shows_a_tasks_files_tasks_in_place_of_the_environments_own(hotel
     assert client.get("/env/HotelBooking/task/mine-hotel-x01").status_code == 200
     assert "cal-001" in client.get("/env/TeamCalendar").text  # an environment the file does not name: its own
     assert "3 (" in client.get("/").text
+
+
+class Tally(BaseModel):
+    n: int = 0
+
+
+@tool
+def add(state: Tally, *, k: int) -> int:
+    """Add k."""
+    state.n += k
+    return state.n
+
+
+def test_an_unregistered_code_defined_environment_takes_tasks_too() -> None:
+    spec = define_environment("TallyUnregistered", Tally, [add], register=False)
+    env = EnvFactoryEnv(spec, tasks=[{"task_id": "t", "turns": [{"user": "add 2", "ground_truth": [
+        {"name": "add", "arguments": {"k": 2}}]}]}])
+    try:
+        assert run_episode(env, OraclePolicy(), task_id="t").reward == 1.0
+        with pytest.raises(DatasetError, match="unknown tool 'sub'"):
+            EnvFactoryEnv(spec, tasks=[{"task_id": "u", "turns": [{"user": "x", "ground_truth": [{"name": "sub"}]}]}])
+    finally:
+        env.close()
