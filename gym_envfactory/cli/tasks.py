@@ -15,7 +15,7 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -25,7 +25,7 @@ from gym_envfactory.environment.taskfiles import read_tasks, tasks_for
 from gym_envfactory.environment.tasks import Task, TaskSet
 from gym_envfactory.errors import DatasetError, EnvFactoryError
 
-__all__ = ["tasks_app", "read_tasks_option", "left_out_note", "oracle_refusal", "task_line"]
+__all__ = ["tasks_app", "read_tasks_option", "left_out_note", "oracle_refusal", "task_line", "refuse", "append_tasks"]
 
 tasks_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Tasks files: add checked tasks to an environment package.")
@@ -106,14 +106,17 @@ def add_cmd(
                           f"define_environment(..., tasks=...) or gym.make(..., tasks=...)", style="red",
                           markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    given = read_tasks_option(files, spec.name)
-    refusals: list[DatasetError] = []
+    target = spec.path / "tasks.jsonl"
+    try:
+        given = read_tasks(list(files), env=spec.name)
+    except EnvFactoryError as exc:  # a file that does not load: refused as a whole
+        refuse([exc], target)
+    refusals: list[EnvFactoryError] = []
     for name, tasks in given.items():
         if name != spec.name:
             refusals += [DatasetError(f"the task's first environment is {name!r}, not {spec.name!r}: add it to "
                                       f"{name}", **task_line(tasks, t), field="env") for t in tasks]
     mine = tasks_for(given, spec.name)
-    target = spec.path / "tasks.jsonl"
     fresh: list[Task] = []
     for t in mine:
         if t.task_id in own.ids():
@@ -142,11 +145,7 @@ def add_cmd(
         finally:
             episodes.close()
     if refusals:
-        for refusal in refusals:
-            err_console.print(f"refused: {refusal}", style="red", markup=False, highlight=False, soft_wrap=True)
-        err_console.print(f"nothing written: {len(refusals)} task(s) refused; {target} is unchanged", style="red",
-                          markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        refuse(refusals, target)
     if not fresh:
         err_console.print("no task to add", style="red", markup=False, highlight=False)
         raise typer.Exit(1)
@@ -154,6 +153,15 @@ def add_cmd(
     del spec.tasks  # the cached set of the package's tasks: the next reader loads the file as it now is
     console.print(f"added {len(fresh)} task(s) to {target} ({len(own) + len(fresh)} in all)", markup=False,
                   highlight=False, soft_wrap=True)
+
+
+def refuse(refusals: Sequence[EnvFactoryError], target: Path) -> NoReturn:
+    """Print each refusal (``refused: FILE:LINE field 'F': ...``) and that ``target`` is unchanged; exit 1."""
+    for refusal in refusals:
+        err_console.print(f"refused: {refusal}", style="red", markup=False, highlight=False, soft_wrap=True)
+    err_console.print(f"nothing written: {len(refusals)} refusal(s); {target} is unchanged", style="red",
+                      markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
 
 
 def append_tasks(path: Path, tasks: Sequence[Task], env: str) -> None:

@@ -223,8 +223,8 @@ def test_tasks_add_refuses_a_file_that_does_not_load(counter: tuple[str, Path], 
     res = invoke("tasks", "add", name, new)
     text = res.output.replace("\n", "")
     assert res.exit_code == 1, res.output
-    assert f"{new}:2" + (f" field '{field}'" if field else "") in text and needle in text
-    assert (d / "tasks.jsonl").read_bytes() == before
+    assert f"refused: {new}:2" + (f" field '{field}'" if field else "") in text and needle in text
+    assert "nothing written" in text and (d / "tasks.jsonl").read_bytes() == before
 
 
 def test_oracle_refusal_names_the_turn_short_of_one(tmp_path: Path) -> None:
