@@ -251,7 +251,7 @@ def replay_ground_truth(spec: EnvironmentSpec, task: Task, tasks: TaskSet | None
         except SpecError:  # bytes that do not load: the first ground-truth call reports it
             frozen = False
     turn_calls: list[list[ReferenceCall]] = []
-    where: _Where = {"file": tasks.source, "line": tasks.line_of(task.task_id), "task_id": task.task_id}
+    where: _Where = {"file": tasks.file_of(task.task_id), "line": tasks.line_of(task.task_id), "task_id": task.task_id}
     try:
         if task.has_tool_sets:  # excluded_tools / added_tools name tools of the task's environments
             check_tool_names(task, session.tools, file=where["file"], line=where["line"])

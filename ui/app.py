@@ -28,6 +28,8 @@ from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.routing import Route
 
 from gym_envfactory.environment.catalog import get_environment, list_environments
+from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.errors import EnvFactoryError
 from gym_envfactory.server.middleware import BearerAuthMiddleware, OriginHostGuardMiddleware, require_token_off_loopback
 from gym_envfactory.ui import pages
@@ -115,7 +117,7 @@ def _graph_available() -> bool:
 
 def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | None = None,
                graph_source: GraphSource | None = None, check_images: bool = True, host: str = "127.0.0.1",
-               token: str | None = None) -> Starlette:
+               token: str | None = None, tasks: dict[str, TaskSet] | None = None) -> Starlette:
     """The UI's Starlette app.
 
     Args:
@@ -127,6 +129,9 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
         check_images: ask the Docker engine whether each environment's image is built (else "not checked").
         host: the address the UI binds: on a loopback one, a request's ``Host`` must be loopback too.
         token: the bearer token every page but ``/healthz`` requires (``None``: none).
+        tasks: tasks by primary environment (``--tasks FILE``,
+            :func:`~gym_envfactory.environment.taskfiles.read_tasks`): the environments they name show them
+            in place of their own.
 
     Raises:
         InsecureBindError: ``host`` is not loopback and no ``token`` is given (the server's rule).
@@ -137,10 +142,21 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
     def not_found(message: str) -> HTMLResponse:
         return HTMLResponse(pages.error_page(404, message), status_code=404)
 
+    shown: dict[str, EnvironmentSpec] = {}
+
+    def load(name: str) -> EnvironmentSpec:
+        """The environment ``name`` as the UI shows it: with the ``tasks`` given for it, if any."""
+        spec = get_environment(name)
+        if tasks is None or spec.name not in tasks:
+            return spec
+        if spec.name not in shown:
+            shown[spec.name] = spec.with_tasks(tasks[spec.name])
+        return shown[spec.name]
+
     def spec_or_404(request: Request) -> Any:
         name = request.path_params["name"]
         try:
-            return get_environment(name)
+            return load(name)
         except EnvFactoryError:
             return None
 
@@ -151,18 +167,18 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
         rows = []
         for n in names:
             try:
-                spec = get_environment(n)
-                tasks = list(spec.tasks)
+                spec = load(n)
+                env_tasks = list(spec.tasks)
             except EnvFactoryError as exc:  # one broken package must not hide the rest of the catalog
                 rows.append({"name": n, "domain": "?", "tools": 0, "writes": 0, "tasks": 0, "multi_turn": 0,
                              "splits": {}, "states": [], "image": f"does not load: {exc}"})
                 continue
             splits: dict[str, int] = {}
-            for t in tasks:
+            for t in env_tasks:
                 splits[t.split] = splits.get(t.split, 0) + 1
             rows.append({"name": n, "domain": spec.domain, "tools": len(spec.tools),
                          "writes": sum(1 for t in spec.tools.values() if not t.read_only),
-                         "tasks": len(tasks), "multi_turn": sum(1 for t in tasks if len(t.turns) > 1),
+                         "tasks": len(env_tasks), "multi_turn": sum(1 for t in env_tasks if len(t.turns) > 1),
                          "splits": splits, "states": spec.initial_state_names(),
                          "image": st.images.get(n, "not checked")})
         return HTMLResponse(pages.catalog_page(rows))

@@ -21,6 +21,8 @@ def ui_cmd(
     no_images: Annotated[bool, typer.Option("--no-images", help="do not ask Docker which images are built")] = False,
     token_file: Annotated[Path | None, typer.Option(
         "--token-file", help="read a bearer token from this file (first line; keep it mode 0600): every page then needs Authorization: Bearer <token>")] = None,
+    tasks_files: Annotated[list[Path] | None, typer.Option(
+        "--tasks", help="a tasks file (JSON Lines, e.g. from `envfactory gen tasks`): the environments its tasks name show them in place of their own; repeatable")] = None,
 ) -> None:
     """Browse the catalog, environments (tools, states, tasks), the tool graph and rollouts in a web browser."""
     try:
@@ -31,10 +33,12 @@ def ui_cmd(
         typer.echo(f"envfactory ui needs the 'server' extra (pip install '.[server]'): {exc}", err=True)
         raise typer.Exit(2) from None
     from gym_envfactory.cli.main import read_token_file
+    from gym_envfactory.cli.tasks import read_tasks_option
     from gym_envfactory.errors import InsecureBindError
     from gym_envfactory.ui.rollouts import read_rollouts
 
     token = read_token_file(token_file) if token_file is not None else None
+    tasks = read_tasks_option(tasks_files, None) if tasks_files else None  # a bad line: one line, exit 1
     for p in rollouts or []:
         try:
             found = read_rollouts(p)  # fail now, naming the file and line, rather than on the first page
@@ -47,7 +51,8 @@ def ui_cmd(
         typer.echo(f"envfactory ui: no graph file {graph}", err=True)
         raise typer.Exit(1)
     try:
-        app = create_app(rollouts or [], graph_file=graph, check_images=not no_images, host=host, token=token)
+        app = create_app(rollouts or [], graph_file=graph, check_images=not no_images, host=host, token=token,
+                         tasks=tasks)
     except InsecureBindError as exc:
         typer.echo(f"envfactory ui: {exc}", err=True)
         raise typer.Exit(2) from None

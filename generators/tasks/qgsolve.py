@@ -3,7 +3,7 @@ agent can solve it).
 
 Each attempt is one episode of :class:`~gym_envfactory.envs.env.EnvFactoryEnv` in its own session, on the
 candidate task given in memory: :func:`task_environment` wraps the environment in a new
-:class:`~gym_envfactory.environment.spec.EnvironmentSpec` (public constructor: same manifest, state model,
+:class:`~gym_envfactory.environment.spec.EnvironmentSpec` (:meth:`~gym_envfactory.environment.spec.EnvironmentSpec.with_tasks`: same manifest, state model,
 tools and initial states) whose task list is the candidate alone, so nothing is written to disk and the
 runtime is not touched.  The agent is :meth:`LLMClient.chat` with the episode's tools (stage ``solve``;
 one client per attempt, seeded ``seed + attempt``); conversational presets play the user with
@@ -49,16 +49,13 @@ SOLVE_STAGE = "solve"
 
 
 def task_environment(spec: EnvironmentSpec, tasks: Sequence[Task]) -> EnvironmentSpec:
-    """``spec`` with ``tasks`` as its only tasks (for episodes on in-memory tasks; not registered).
+    """``spec`` with ``tasks`` as its only tasks (for episodes on in-memory tasks; not registered):
+    :meth:`EnvironmentSpec.with_tasks`, the route every tasks file takes.
 
     Raises:
         SpecError: as :class:`EnvironmentSpec` (never for a spec that loaded).
     """
-    inline = None
-    if spec.path is None:  # a code-defined environment keeps its states inline: carry them over
-        inline = {n: json.loads(spec.initial_state_json(n)) for n in spec.initial_state_names()}
-    return EnvironmentSpec(spec.manifest, spec.state_model, list(spec.tools.values()), path=spec.path,
-                           initial_states=inline, tasks_source=list(tasks), scenarios_source=[])
+    return spec.with_tasks(list(tasks))
 
 
 def wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,8 +27,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from gym_envfactory.cli.tasks import TASKS_HELP, left_out_note, read_tasks_option
 from gym_envfactory.environment.catalog import get_environment, import_environment_module, list_environments
 from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.environment.taskfiles import tasks_for
 from gym_envfactory.errors import EnvFactoryError, UntrustedPackageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -153,23 +155,34 @@ def validate_cmd(
     env: Annotated[str | None, typer.Argument(help="environment name or gym id")] = None,
     all_: Annotated[bool, typer.Option("--all", help="validate every catalog environment")] = False,
     trust: Annotated[bool, typer.Option("--trust", help="validate untrusted packages too (provenance generated or imported): their code then runs in this process, with your environment variables, files and network")] = False,
+    tasks_files: Annotated[list[Path] | None, typer.Option("--tasks", help=TASKS_HELP + "; without ENV or --all, the environments the tasks name are validated")] = None,
 ) -> None:
     """Run validation scenarios (every tool's success and error paths), replay every task's ground
     truth (and, with the scenarios, once more in two child processes under different PYTHONHASHSEEDs,
     which must agree) and lint the package for nondeterminism.  Exit code 1 if anything fails.  Validation imports a package into this process, so an
-    untrusted one (written by EnvGen or the importer) is refused unless --trust."""
+    untrusted one (written by EnvGen or the importer) is refused unless --trust.  With --tasks FILE the
+    tasks of the files are replayed in place of the package's own tasks.jsonl."""
     from gym_envfactory.validation import validate_environment
 
+    given = read_tasks_option(tasks_files, env) if tasks_files else None
     if all_:
         names = list_environments()
     elif env:
         names = [env]
+    elif given is not None:
+        names = list(given)
     else:
-        raise typer.BadParameter("give an environment or --all")
+        raise typer.BadParameter("give an environment, --all or --tasks FILE")
+    if given is not None:
+        note = left_out_note(given, [_load(n).name for n in names])
+        if note:
+            err_console.print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
     ok = True
     for name in names:
         try:
             spec = get_environment(name)
+            if given is not None:
+                spec = spec.with_tasks(tasks_for(given, spec.name))
             if not trust and not spec.manifest.provenance.trusted:
                 raise UntrustedPackageError(
                     f"{spec.name} is untrusted (provenance {spec.manifest.provenance.kind}): validating it runs its code "
@@ -222,7 +235,7 @@ MAX_CONSECUTIVE_POLICY_FAILURES = 3
 @app.command("rollout")
 def rollout_cmd(
     ctx: typer.Context,
-    env_id: Annotated[str, typer.Argument(help="gym id (envfactory/HotelBooking-v0) or environment name")],
+    env_id: Annotated[str | None, typer.Argument(help="gym id (envfactory/HotelBooking-v0) or environment name (with --tasks whose tasks are all of one environment, it may be left out)")] = None,
     policy: Annotated[PolicyKind, typer.Option(help="oracle replays ground truth; noisy (default) perturbs it; random samples tools; openai calls an endpoint")] = PolicyKind.noisy,
     episodes: Annotated[int | None, typer.Option(help="number of episodes, >= 1 (default: every task once)")] = None,
     seed: Annotated[int, typer.Option(help="seed for task order and policy randomness")] = 0,
@@ -242,11 +255,14 @@ def rollout_cmd(
     trust: Annotated[bool, typer.Option("--trust", help="run an untrusted package (provenance generated or imported) like a trusted one: in this process by default, with your environment variables, files and network")] = False,
     url: Annotated[str | None, typer.Option(help="server URL for --backend url")] = None,
     token: Annotated[str | None, typer.Option(help="bearer token of the --backend url server (default $ENVFACTORY_TOKEN; visible in `ps` when given here)")] = None,
+    tasks_files: Annotated[list[Path] | None, typer.Option("--tasks", help=TASKS_HELP)] = None,
 ) -> None:
     """Run a policy through episodes and print a per-episode reward table and a summary.
 
-    An episode whose policy fails (an endpoint's failed request) is kept, marked with its error; the
-    run goes on (it stops after 3 such episodes in a row), writes --out, then exits 2."""
+    With --tasks FILE the episodes play the tasks of the files that are the environment's (a task
+    without env is its) instead of its own tasks.jsonl.  An episode whose policy fails (an endpoint's
+    failed request) is kept, marked with its error; the run goes on (it stops after 3 such episodes in a
+    row), writes --out, then exits 2."""
     from gym_envfactory.envs.env import EnvFactoryEnv
     from gym_envfactory.rollout.policies import make_policy
     from gym_envfactory.rollout.runner import (
@@ -262,11 +278,24 @@ def rollout_cmd(
     if token and _from_command_line(ctx, "token"):
         err_console.print("warning: a --token on the command line is visible to every user in `ps`; "
                           "prefer $ENVFACTORY_TOKEN", style="yellow", markup=False)
+    given = read_tasks_option(tasks_files, env_id) if tasks_files else None
+    if env_id is None:
+        if given is None or len(given) != 1:
+            many = f": the tasks are of {', '.join(given)}; name one" if given else ""
+            err_console.print(f"give an environment (gym id or name){many}", style="red", markup=False,
+                              highlight=False)
+            raise typer.Exit(2)
+        env_id = next(iter(given))
     spec = _load(env_id)
+    if given is not None:
+        note = left_out_note(given, [spec.name])
+        if note:
+            err_console.print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
     try:
         pol = make_policy(policy.value, seed=seed, noise=noise, model=model, base_url=base_url, api_key_env=api_key_env,
                           tool_format=tool_format.value, max_tokens=max_tokens, timeout=timeout)
-        env = EnvFactoryEnv(spec, reward={"alpha": alpha, "gamma": gamma}, max_steps=max_steps,
+        env = EnvFactoryEnv(spec, tasks=None if given is None else tasks_for(given, spec.name),
+                            reward={"alpha": alpha, "gamma": gamma}, max_steps=max_steps,
                             backend=None if backend is None else backend.value, url=url, token=token, trust=trust)
     except ValueError as exc:
         hint = " (--noise)" if "p must be" in str(exc) else ""
@@ -279,7 +308,8 @@ def rollout_cmd(
     ids = episode_task_ids(env, episodes, seed, split)
     if not ids:
         env.close()
-        err_console.print(f"[red]{spec.name} has no tasks{' in split ' + split if split else ''}[/red]")
+        where = " in the --tasks files" if given is not None else ""
+        err_console.print(f"[red]{spec.name} has no tasks{where}{' in split ' + split if split else ''}[/red]")
         raise typer.Exit(1)
     results = []
     code = 0
@@ -527,9 +557,11 @@ def _register_subcommands() -> None:
     from importlib.metadata import entry_points
 
     from gym_envfactory.cli.images import catalog_app, image_app
+    from gym_envfactory.cli.tasks import tasks_app
 
     app.add_typer(image_app, name="image")
     app.add_typer(catalog_app, name="catalog")
+    app.add_typer(tasks_app, name="tasks")
     for ep in entry_points(group="envfactory.cli"):
         try:
             obj = ep.load()

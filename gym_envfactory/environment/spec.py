@@ -194,9 +194,33 @@ class EnvironmentSpec:
             src = self.path / "tasks.jsonl"
         if src is None:
             return TaskSet(self.name, [], source=None)
+        if isinstance(src, TaskSet):
+            return src
         if isinstance(src, (str, Path)):
             return TaskSet.from_jsonl(self.name, Path(src))
         return TaskSet.from_objects(self.name, list(src))
+
+    def with_tasks(self, tasks: TaskSet | Sequence[Any] | str | Path) -> EnvironmentSpec:
+        """This environment with ``tasks`` as its tasks in place of its own (``tasks.jsonl`` or the
+        programmatic list): same manifest, state model, tools, initial states and validation scenarios,
+        a new spec that is not registered and writes nothing.  ``tasks``: a :class:`TaskSet` of this
+        environment (kept as it is, with the files and lines it was read from: what ``--tasks FILE`` and
+        ``gym.make(..., tasks=...)`` hand over, :func:`~gym_envfactory.environment.taskfiles.read_tasks`),
+        task dicts or :class:`~gym_envfactory.environment.tasks.Task` objects, or a ``tasks.jsonl`` path.
+
+        Raises:
+            ValueError: a :class:`TaskSet` of another environment.
+        """
+        if isinstance(tasks, TaskSet) and tasks.env_name != self.name:
+            raise ValueError(f"the task set is {tasks.env_name!r}'s, not {self.name!r}'s")
+        inline = None
+        if self.path is None:  # a code-defined environment keeps its states inline: carry them over
+            inline = {n: json.loads(self.initial_state_json(n)) for n in self.initial_state_names()}
+        source: Any = tasks if isinstance(tasks, (TaskSet, str, Path)) else list(tasks)
+        spec = EnvironmentSpec(self.manifest, self.state_model, list(self.tools.values()), path=self.path,
+                               initial_states=inline, tasks_source=source, scenarios_source=self._scenarios_source)
+        spec.defined_in = self.defined_in
+        return spec
 
     @cached_property
     def scenarios(self) -> list[Scenario]:

@@ -167,7 +167,7 @@ def task_initial_state(spec: EnvironmentSpec, task: Task | str, tasks: TaskSet |
     tasks = spec.tasks if tasks is None else tasks
     if isinstance(task, str):
         task = tasks.get(task)
-    where: dict[str, Any] = {"file": tasks.source, "line": tasks.line_of(task.task_id), "task_id": task.task_id}
+    where: dict[str, Any] = {"file": tasks.file_of(task.task_id), "line": tasks.line_of(task.task_id), "task_id": task.task_id}
     return resolve_initial_states(task_environments(spec, task), task.initial_state, task_form=True, where=where)
 
 

@@ -41,7 +41,7 @@ from gym_envfactory.environment.arguments import format_validation_error
 from gym_envfactory.environment.manifest import parse_json_text
 from gym_envfactory.errors import DatasetError, UnknownTaskError
 
-__all__ = ["GroundTruthCall", "Turn", "Task", "TaskSet", "check_tool_sets", "check_tool_names"]
+__all__ = ["GroundTruthCall", "Turn", "Task", "TaskSet", "parse_task", "check_tool_sets", "check_tool_names"]
 
 
 class GroundTruthCall(BaseModel):
@@ -169,6 +169,39 @@ def check_tool_names(task: Task, tools: Collection[str], *, file: Path | None = 
                                **at, field=field)
 
 
+def parse_task(obj: Any, *, env: str | None = None, file: Path | None = None, line: int | None = None) -> Task:
+    """One task from its JSON object (a line of a tasks file), checked on its own: the task schema, no
+    ground-truth call on a clarification turn, the tool-set fields (:func:`check_tool_sets`).  A task
+    without ``env`` gets ``env`` (the environment whose file it is); the environment and tool names are
+    not looked up here (:mod:`gym_envfactory.environment.taskfiles` does).
+
+    Raises:
+        DatasetError: naming ``file``, ``line``, the task (when it has an id) and the field; also for a
+            task without ``env`` when ``env`` is ``None``.
+    """
+    try:
+        task = Task.model_validate(obj)
+    except ValidationError as exc:
+        d = format_validation_error(exc)[0]
+        tid = obj.get("task_id") if isinstance(obj, dict) else None
+        raise DatasetError(d["message"], file=file, line=line, field=d["field"], task_id=tid) from None
+    if task.env is None:
+        if env is None:
+            raise DatasetError("the task names no environment (env) and none was given for it",
+                               file=file, line=line, field="env", task_id=task.task_id)
+        task.env = env
+    if not task.envs or len(set(task.envs)) != len(task.envs):
+        raise DatasetError(f"env names each environment of the task once, got {task.env!r}",
+                           file=file, line=line, field="env", task_id=task.task_id)
+    for ti, turn in enumerate(task.turns):
+        if turn.clarification and turn.ground_truth:
+            raise DatasetError("a clarification turn has no ground-truth calls",
+                               file=file, line=line, field=f"turns.{ti}.ground_truth", task_id=task.task_id)
+    if task.has_tool_sets:
+        check_tool_sets(task, file=file, line=line)
+    return task
+
+
 class TaskSet:
     """The tasks of one environment (its ``tasks.jsonl`` or programmatic list).
 
@@ -177,12 +210,13 @@ class TaskSet:
     """
 
     def __init__(self, env_name: str, tasks: list[Task], *, source: Path | None,
-                 lines: Mapping[str, int] | None = None) -> None:
+                 lines: Mapping[str, int] | None = None, files: Mapping[str, Path] | None = None) -> None:
         self.env_name = env_name
         self.source = source
         self._tasks = tasks
         self._by_id = {t.task_id: t for t in tasks}
         self._lines = dict(lines or {})
+        self._files = dict(files or {})
 
     # ---------------------------------------------------------------- loading
     @classmethod
@@ -223,23 +257,10 @@ class TaskSet:
 
     @staticmethod
     def _parse(env_name: str, obj: Any, *, file: Path | None, line: int) -> Task:
-        try:
-            task = Task.model_validate(obj)
-        except ValidationError as exc:
-            d = format_validation_error(exc)[0]
-            tid = obj.get("task_id") if isinstance(obj, dict) else None
-            raise DatasetError(d["message"], file=file, line=line, field=d["field"], task_id=tid) from None
-        if task.env is None:
-            task.env = env_name
+        task = parse_task(obj, env=env_name, file=file, line=line)
         if task.envs[0] != env_name:
             raise DatasetError(f"task belongs to {task.envs[0]!r}, this file is {env_name!r}'s",
                                file=file, line=line, field="env", task_id=task.task_id)
-        for ti, turn in enumerate(task.turns):
-            if turn.clarification and turn.ground_truth:
-                raise DatasetError("a clarification turn has no ground-truth calls",
-                                   file=file, line=line, field=f"turns.{ti}.ground_truth", task_id=task.task_id)
-        if task.has_tool_sets:
-            check_tool_sets(task, file=file, line=line)
         return task
 
     # ---------------------------------------------------------------- access
@@ -278,3 +299,9 @@ class TaskSet:
     def line_of(self, task_id: str) -> int | None:
         """The 1-based line of ``task_id`` in ``tasks.jsonl`` (``None`` for tasks not loaded from a file)."""
         return self._lines.get(task_id)
+
+    def file_of(self, task_id: str) -> Path | None:
+        """The file ``task_id`` was read from: its own when the set gathers several tasks files
+        (:func:`~gym_envfactory.environment.taskfiles.read_tasks`), else :attr:`source` (``None`` for tasks
+        not loaded from a file)."""
+        return self._files.get(task_id, self.source)

@@ -33,11 +33,12 @@ from gym_envfactory.environment.arguments import scrub
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.states import task_environments
+from gym_envfactory.environment.taskfiles import TasksSource, read_tasks, tasks_for
 from gym_envfactory.environment.tasks import Task, Turn
 from gym_envfactory.envs.options import BackendOptions, EpisodeLimits, PromptOptions, TaskSelection, fill
 from gym_envfactory.envs.parsing import MAX_RAW_CHARS, ParseError, ToolCall, parse_action
 from gym_envfactory.envs.spaces import AssistantActionSpace, MessagesSpace
-from gym_envfactory.errors import SpecError, UnknownTaskError
+from gym_envfactory.errors import DatasetError, SpecError, UnknownTaskError
 from gym_envfactory.replay import TaskReference, task_reference
 from gym_envfactory.reward import (
     EpisodeScore,
@@ -160,8 +161,8 @@ def no_tasks_message(spec: EnvironmentSpec) -> str:
     if spec.path is None:
         where = "define_environment(..., tasks=[...]) gives a code-defined environment its tasks"
     else:
-        where = (f"add a tasks.jsonl to {spec.path} (docs/authoring.md, \"Tasks\"); for an imported environment, "
-                 f"`envfactory import FILE --tasks tasks.jsonl --overwrite` copies one in")
+        where = (f"add a tasks.jsonl to {spec.path} (docs/authoring.md, \"Tasks\"): `envfactory tasks add {spec.name} "
+                 f"FILE` copies checked tasks in, and gym.make(..., tasks=FILE) plays a tasks file as it is")
     return (f"{spec.name} has no tasks, so reset() has no episode to start: {where}; "
             f"its tools still run in a Session (gym_envfactory.Session)")
 
@@ -216,6 +217,13 @@ class EnvFactoryEnv(gym.Env):
 
     Args:
         env: environment name (catalog or programmatic) or an :class:`EnvironmentSpec`.
+        tasks: tasks to play in place of the environment's own (docs/synthesis.md, "Using a tasks
+            file"): a tasks file path (``envfactory gen tasks`` writes them), a list of paths and task
+            dicts, or a :class:`~gym_envfactory.environment.tasks.TaskSet`
+            (:func:`~gym_envfactory.environment.taskfiles.read_tasks`).  A task without ``env`` is this
+            environment's; tasks whose first environment is another are left out.  Checked here: a
+            malformed line, an unknown environment or tool, a duplicate id is a ``DatasetError`` naming
+            file, line and field, and so is a non-empty ``tasks`` holding no task of this environment.
         task_id: always use this task (``reset`` options may still override it).
         split: sample tasks from this split (``"train"``, ``"test"``); ``None`` = all tasks.
         task_ids: restrict sampling to these task ids.
@@ -279,7 +287,8 @@ class EnvFactoryEnv(gym.Env):
         UnknownEnvironmentError, SpecError: bad environment.  BackendError, BackendUnavailableError: a
         remote backend that does not start within ``timeout`` or cannot be reached.  ValueError: bad
         limits or modes, or ``timeout`` given twice.  UnknownTaskError, DatasetError: at reset,
-        for an unknown task or one whose ground truth does not replay (docs/cases.md C06).
+        for an unknown task or one whose ground truth does not replay (docs/cases.md C06); DatasetError
+        also at construction for ``tasks`` that do not load.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
@@ -289,6 +298,7 @@ class EnvFactoryEnv(gym.Env):
         self,
         env: str | EnvironmentSpec,
         *,
+        tasks: TasksSource | None = None,
         task_id: str | None = None,
         split: str | None = None,
         task_ids: Sequence[str] | None = None,
@@ -317,6 +327,15 @@ class EnvFactoryEnv(gym.Env):
         self.prompt = fill(PromptOptions, prompt, "prompt", system_prompt=system_prompt, user=user, history=history)
         self.history = self.prompt.history
         self.environment: EnvironmentSpec = env if isinstance(env, EnvironmentSpec) else get_environment(env)
+        #: whether the tasks played are the environment's own (a server can then look a task up by id)
+        self.own_tasks = tasks is None
+        if tasks is not None:
+            given = read_tasks(tasks, env=self.environment)
+            mine = tasks_for(given, self.environment.name)
+            if given and not len(mine):
+                raise DatasetError(f"none of the tasks given is {self.environment.name}'s (their environments: "
+                                   f"{', '.join(given)})", field="env")
+            self.environment = self.environment.with_tasks(mine)
         if reward_mode not in ("episode", "turn"):
             raise ValueError(f"reward_mode must be 'episode' or 'turn', got {reward_mode!r}")
         if render_mode not in (None, "ansi"):
@@ -526,7 +545,7 @@ class EnvFactoryEnv(gym.Env):
             self.session.close()
         copies, self._copies_next = self._copies_next, 0
         self.session = self.backend.create_session(environments, reference.initial_state,
-                                                   task.task_id if start == 0 else None,
+                                                   task.task_id if start == 0 and self.own_tasks else None,
                                                    **({"copies": copies} if copies and getattr(self.backend, "makes_copies", False) else {}))
         self.task, self.reference = task, reference
         self.start_turn, self.end_turn = start, end

@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from gym_envfactory.environment.taskfiles import read_tasks, tasks_for
+from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.errors import DatasetError, EnvFactoryError
 from gym_envfactory.training.export.episodes import oracle_trajectories, read_trajectories, resolve_env_names
 from gym_envfactory.training.export.rl import rl_rows, write_parquet
@@ -40,16 +42,42 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(1)
 
 
+#: The help text of the ``--tasks`` option.
+TASKS_HELP = ("a tasks file (JSON Lines, e.g. from `envfactory gen tasks`) whose tasks stand in for the "
+              "environments' own tasks.jsonl; without ENVS, the environments its tasks name; repeatable")
+
+
+def _with_tasks(envs: list[str] | None, files: list[Path] | None) -> tuple[list[str], dict[str, TaskSet] | None]:
+    """The environment names to export and the ``--tasks`` files' tasks by environment (``None``: none
+    given).  Raises EnvFactoryError: a file that does not load, an unknown environment, nothing named."""
+    given = read_tasks(list(files), env=envs[0] if envs and len(envs) == 1 and envs[0] != "all" else None) \
+        if files else None
+    if envs:
+        names = resolve_env_names(envs)
+    elif given is not None:
+        names = list(given)
+    else:
+        raise EnvFactoryError("name environments (or 'all'), or give --tasks FILE")
+    if given is not None:
+        others = [n for n in given if n not in names]
+        if others:
+            typer.echo(f"note: left out the tasks of {', '.join(others)} (not among the environments named)", err=True)
+    return names, given
+
+
 @export_app.command("rl")
 def export_rl(
-    envs: Annotated[list[str], typer.Argument(help="gym ids or environment names; 'all' for the catalog")],
     out: Annotated[Path, typer.Option("--out", help="parquet file to write")],
+    envs: Annotated[list[str] | None, typer.Argument(help="gym ids or environment names; 'all' for the catalog")] = None,
     split: Annotated[str | None, typer.Option(help="only tasks of this split (train, test)")] = None,
     per: Annotated[Per, typer.Option(help="one row per task turn (the paper's unit) or per task")] = Per.turn,
+    tasks_files: Annotated[list[Path] | None, typer.Option("--tasks", help=TASKS_HELP)] = None,
 ) -> None:
-    """RL prompts as VeRL parquet rows; every row rebuilds its episode with env.reset(options=...)."""
+    """RL prompts as VeRL parquet rows; every row rebuilds its episode with env.reset(options=...)
+    (with --tasks, on gym.make(..., tasks=FILE))."""
     try:
-        rows = rl_rows(resolve_env_names(envs), split=split, per=per.value)
+        names, given = _with_tasks(envs, tasks_files)
+        rows = rl_rows(names, split=split, per=per.value, tasks=given)
         if not rows:
             raise EnvFactoryError(f"no task to export (split={split!r})")
         write_parquet(rows, out)
@@ -70,6 +98,7 @@ def export_sft(
                                                            help="trajectories.jsonl from `envfactory rollout --out`")] = None,
     min_reward: Annotated[float, typer.Option(help="keep trajectories with at least this reward")] = 1.0,
     name: Annotated[str, typer.Option(help="dataset name in dataset_info.json")] = "envfactory",
+    tasks_files: Annotated[list[Path] | None, typer.Option("--tasks", help=TASKS_HELP)] = None,
 ) -> None:
     """SFT conversations from the tasks' ground truth (oracle episodes) or from rollout trajectories
     filtered by reward; writes the data file and a dataset_info.json entry beside it.  A bad trajectory
@@ -84,9 +113,11 @@ def export_sft(
         if from_trajectories is not None:
             trajectories = list(read_trajectories(from_trajectories, min_reward=min_reward, on_bad=skip))
         else:
-            if not envs:
-                raise EnvFactoryError("name environments, or give --from-trajectories")
-            trajectories = [t for e in resolve_env_names(envs) for t in oracle_trajectories(e, split=split)]
+            if not envs and not tasks_files:
+                raise EnvFactoryError("name environments, or give --tasks FILE or --from-trajectories")
+            names, given = _with_tasks(envs, tasks_files)
+            trajectories = [t for e in names for t in oracle_trajectories(
+                e, split=split, tasks=None if given is None else tasks_for(given, e))]
         unread = len(skipped)
         records = (to_sharegpt(trajectories, on_bad=skip) if fmt is SFTFormat.sharegpt
                    else to_alpaca(trajectories, on_bad=skip))

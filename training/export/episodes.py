@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_envfactory import EnvFactoryEnv, get_environment, list_environments
+from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.errors import DatasetError, EnvFactoryError
 from gym_envfactory.rollout.policies import OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
@@ -57,13 +58,16 @@ def resolve_env_names(env_ids: Iterable[str]) -> list[str]:
     return out
 
 
-def oracle_trajectories(env_name: str, *, split: str | None = None) -> Iterator[Trajectory]:
-    """The ground truth of every task of ``env_name`` (optionally one split), played by the oracle.
+def oracle_trajectories(env_name: str, *, split: str | None = None,
+                        tasks: TaskSet | None = None) -> Iterator[Trajectory]:
+    """The ground truth of every task of ``env_name`` (optionally one split), played by the oracle;
+    ``tasks`` (``--tasks FILE``, :func:`~gym_envfactory.environment.taskfiles.read_tasks`) in place of the
+    environment's own.
 
     Raises:
         DatasetError: a task's oracle episode does not score 1.0 (its ground truth is inconsistent).
     """
-    env = EnvFactoryEnv(env_name)
+    env = EnvFactoryEnv(env_name, tasks=tasks)
     try:
         for task_id in env.tasks.ids(split):
             result = run_episode(env, OraclePolicy(), task_id=task_id)

@@ -31,11 +31,13 @@ episode with ``env.reset(options=row["extra_info"]["reset_options"])`` and steps
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from gym_envfactory import EnvFactoryEnv
+from gym_envfactory.environment.taskfiles import tasks_for
+from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.replay import task_reference
 from gym_envfactory.reward import turn_has_criteria
 
@@ -55,13 +57,18 @@ def _ground_truth(reference: Any, start: int, end: int) -> str:
     return json.dumps({"task_id": reference.task_id, "turns": turns}, ensure_ascii=False)
 
 
-def rl_rows(env_names: Iterable[str], *, split: str | None = None, per: str = "turn") -> list[dict[str, Any]]:
+def rl_rows(env_names: Iterable[str], *, split: str | None = None, per: str = "turn",
+            tasks: Mapping[str, TaskSet] | None = None) -> list[dict[str, Any]]:
     """VeRL rows (module docstring) for every task of ``env_names`` (optionally one split).
 
     Args:
         env_names: environment names.
         split: keep only tasks of this split.
         per: ``"turn"`` (one row per user turn) or ``"task"`` (one row per task).
+        tasks: tasks by primary environment
+            (:func:`~gym_envfactory.environment.taskfiles.read_tasks`, ``--tasks FILE``) played in place of
+            each environment's own; a trainer rebuilding a row's episode passes the same tasks to
+            ``gym.make(..., tasks=...)``.
 
     Raises:
         ValueError: ``per`` is neither.  DatasetError: a task's ground truth does not replay.
@@ -70,7 +77,7 @@ def rl_rows(env_names: Iterable[str], *, split: str | None = None, per: str = "t
         raise ValueError(f"per must be 'turn' or 'task', got {per!r}")
     rows: list[dict[str, Any]] = []
     for name in env_names:
-        env = EnvFactoryEnv(name)
+        env = EnvFactoryEnv(name, tasks=None if tasks is None else tasks_for(tasks, name))
         try:
             for task_id in env.tasks.ids(split):
                 task = env.tasks.get(task_id)
