@@ -246,10 +246,12 @@ class EnvMCPServer:
         return res
 
     @staticmethod
-    def _memory_error(exc: MemoryBudgetError) -> MCPError:
-        """The MCP error of a memory refusal: -32006 with the fast protocol's ``data``."""
-        return MCPError(ERR_MEMORY, str(exc), {"scope": exc.scope, "limit": exc.limit, "estimate": exc.estimate,
-                                               "used": exc.used, "headroom": exc.headroom})
+    def _memory_error(exc: MemoryBudgetError, hint: str = "") -> MCPError:
+        """The MCP error of a memory refusal: -32006 with the fast protocol's ``data`` (``hint`` appended to
+        the message)."""
+        return MCPError(ERR_MEMORY, str(exc) + hint, {"scope": exc.scope, "limit": exc.limit,
+                                                      "estimate": exc.estimate, "used": exc.used,
+                                                      "headroom": exc.headroom})
 
     def _create(self, client: str | None = None) -> ManagedSession:
         try:
@@ -324,8 +326,9 @@ class EnvMCPServer:
         self._remember(ctx)
         try:
             res = ToolResult(**self.admitted_call(ms, params.name, params.arguments))
-        except MemoryBudgetError as exc:
-            raise self._memory_error(exc) from None
+        except MemoryBudgetError as exc:  # MCP has no reset: an owned session's log empties with a new MCP session
+            raise self._memory_error(exc, "" if self._bound_id(ctx) is not None else
+                                     "; over MCP, end this MCP session (DELETE) and open a new one") from None
         out = types.CallToolResult(content=[types.TextContent(type="text", text=res.to_text())], is_error=not res.ok)
         tool = ms.session.tools.get(params.name)
         if res.ok and tool is not None and tool.output_schema is not None:

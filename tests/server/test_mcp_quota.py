@@ -168,6 +168,7 @@ def test_mcp_tool_calls_are_admitted_like_the_fast_protocols():
         assert refused, "a session's log grew past max_log_bytes through MCP"
         error = refused[0]["error"]
         assert error["code"] == protocol.ERR_MEMORY and error["data"]["scope"] == "memory"
+        assert "open a new one" in error["message"]  # MCP has no reset: what to do instead
         ms = next(iter(m.sessions.values()))
         logged = len(ms.session.action_log)
         assert logged == len(answers) - len(refused)  # a refused call is not logged
