@@ -36,6 +36,7 @@ import contextlib
 import json
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -79,7 +80,8 @@ from gym_envfactory.server.middleware import (
     require_token_off_loopback,
 )
 
-__all__ = ["build_app", "ServerConfig", "ServerState", "Metrics", "is_loopback", "host_header_name",
+__all__ = ["build_app", "ServerConfig", "ServerState", "Metrics", "is_loopback", "host_header_name", "FrameGate",
+           "frame_gate", "frame_refusal", "FRAME_FACTOR", "SMALL_FRAME_ESTIMATE",
            "InsecureBindError", "LOOPBACK", "CLOSE_ON_DISCONNECT_HEADER"]
 
 log = logging.getLogger(__name__)
@@ -155,7 +157,78 @@ FRAME_FACTOR = 48
 SMALL_FRAME_ESTIMATE = 1024 * 1024
 
 
-def _frame_refusal(exc: MemoryBudgetError) -> str:
+class FrameGate:
+    """Holds a large frame until the large frames already running leave room for it (issue 25 adversarial
+    pass: eight 3.9 MB frames, each parsed at once and interleaved on the worker, took a server to 831 MiB on
+    a 512 MiB budget with no refusal; the manager's admission runs only once a frame is parsed).  One per
+    :class:`SessionManager` (:func:`frame_gate`), shared by ``/v1/ws``, ``/v1/rpc`` and the MCP endpoint.
+
+    A frame of ``n`` bytes is estimated at :data:`FRAME_FACTOR` x ``n``; under :data:`SMALL_FRAME_ESTIMATE` it
+    passes at once, else it runs only while the large frames in flight hold at most :meth:`cap` with it
+    (one always runs alone)."""
+
+    def __init__(self, manager: SessionManager) -> None:
+        self.manager = manager
+        #: Estimated bytes of the large frames dispatched and not finished.
+        self.held = 0
+        self._room: tuple[asyncio.AbstractEventLoop, asyncio.Condition] | None = None
+
+    def cap(self) -> int:
+        """Most estimated bytes large frames may hold at once: a quarter of the budget's allowed bytes."""
+        return max(1, self.manager.admission.budget.allowed // 4)
+
+    def _condition(self) -> asyncio.Condition:
+        loop = asyncio.get_running_loop()  # an app may outlive a test's event loop
+        if self._room is None or self._room[0] is not loop:
+            self._room = (loop, asyncio.Condition())
+        return self._room[1]
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, nbytes: int, *, wait: bool) -> AsyncIterator[None]:
+        """Run the body once a frame of ``nbytes`` has room.  ``wait``: wait for it (a WebSocket, which runs
+        one frame at a time), else refuse.
+
+        Raises:
+            MemoryBudgetError: no room and ``wait`` is false; nothing of the frame ran.
+        """
+        est = FRAME_FACTOR * nbytes
+        if est < SMALL_FRAME_ESTIMATE:
+            yield
+            return
+        cap = self.cap()
+        room = self._condition()
+        async with room:
+            while self.held and self.held + est > cap:
+                if not wait:
+                    adm = self.manager.admission
+                    adm.refused += 1
+                    raise MemoryBudgetError(
+                        f"refused a frame of {nbytes} bytes: it may take an estimated {est >> 20} MiB while it is "
+                        f"parsed and run, and the large frames running already hold {self.held >> 20} MiB of the "
+                        f"{cap >> 20} MiB they may hold together; retry when they are done, or send smaller frames",
+                        estimate=est, used=self.held, budget=adm.budget.limit, headroom=adm.budget.headroom)
+                await room.wait()
+            self.held += est
+        try:
+            yield
+        finally:
+            async with room:
+                self.held -= est
+                room.notify_all()
+
+
+_GATES: weakref.WeakKeyDictionary[SessionManager, FrameGate] = weakref.WeakKeyDictionary()
+
+
+def frame_gate(manager: SessionManager) -> FrameGate:
+    """The :class:`FrameGate` of ``manager`` (made on first use)."""
+    gate = _GATES.get(manager)
+    if gate is None:
+        gate = _GATES[manager] = FrameGate(manager)
+    return gate
+
+
+def frame_refusal(exc: MemoryBudgetError) -> str:
     """The JSON-RPC error answering a frame refused before it was parsed (``id`` null: it was not read)."""
     return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": ERR_MEMORY, "message": str(exc), "data": {
         "scope": exc.scope, "limit": exc.limit, "estimate": exc.estimate, "used": exc.used, "headroom": exc.headroom}}})
@@ -182,57 +255,25 @@ class ServerState:
         self.config = config
         self.metrics = Metrics(manager)
         self.started = time.time()
-        #: Estimated bytes (:data:`FRAME_FACTOR` x their size) of the large frames dispatched and not finished.
-        self.frame_bytes = 0
-        self._frame_room: tuple[asyncio.AbstractEventLoop, asyncio.Condition] | None = None
+        #: Admits large frames before they are parsed (one per manager: the MCP endpoint's requests share it).
+        self.gate = frame_gate(manager)
 
-    def _room(self) -> asyncio.Condition:
-        """The condition large frames wait on, of the running event loop (an app may outlive a test's loop)."""
-        loop = asyncio.get_running_loop()
-        if self._frame_room is None or self._frame_room[0] is not loop:
-            self._frame_room = (loop, asyncio.Condition())
-        return self._frame_room[1]
+    @property
+    def frame_bytes(self) -> int:
+        """Estimated bytes of the large frames (and MCP requests) dispatched and not finished (:class:`FrameGate`)."""
+        return self.gate.held
+
+    @frame_bytes.setter
+    def frame_bytes(self, value: int) -> None:
+        self.gate.held = value
 
     def frame_cap(self) -> int:
-        """Most estimated bytes large frames may hold at once: a quarter of the memory budget's allowed bytes
-        (one frame always runs when no other large frame does)."""
-        return max(1, self.manager.admission.budget.allowed // 4)
+        """:meth:`FrameGate.cap`."""
+        return self.gate.cap()
 
-    @contextlib.asynccontextmanager
-    async def frame_admitted(self, nbytes: int, *, wait: bool) -> AsyncIterator[None]:
-        """Hold a frame of ``nbytes`` until the large frames already running leave room for it (issue 25
-        adversarial pass: eight 3.9 MB frames, each parsed at once and interleaved on the worker, took a
-        server to 831 MiB on a 512 MiB budget with no refusal; the manager's admission runs only once a
-        frame is parsed).  Frames estimated under :data:`SMALL_FRAME_ESTIMATE` pass at once.  ``wait``:
-        wait for room (a WebSocket, which runs one frame at a time), else refuse.
-
-        Raises:
-            MemoryBudgetError: no room and ``wait`` is false; nothing of the frame ran.
-        """
-        est = FRAME_FACTOR * nbytes
-        if est < SMALL_FRAME_ESTIMATE:
-            yield
-            return
-        cap = self.frame_cap()
-        room = self._room()
-        async with room:
-            while self.frame_bytes and self.frame_bytes + est > cap:
-                if not wait:
-                    adm = self.manager.admission
-                    adm.refused += 1
-                    raise MemoryBudgetError(
-                        f"refused a frame of {nbytes} bytes: it may take an estimated {est >> 20} MiB while it is "
-                        f"parsed and run, and the large frames running already hold {self.frame_bytes >> 20} MiB of "
-                        f"the {cap >> 20} MiB they may hold together; retry when they are done, or send smaller frames",
-                        estimate=est, used=self.frame_bytes, budget=adm.budget.limit, headroom=adm.budget.headroom)
-                await room.wait()
-            self.frame_bytes += est
-        try:
-            yield
-        finally:
-            async with room:
-                self.frame_bytes -= est
-                room.notify_all()
+    def frame_admitted(self, nbytes: int, *, wait: bool) -> contextlib.AbstractAsyncContextManager[None]:
+        """:meth:`FrameGate.admitted`."""
+        return self.gate.admitted(nbytes, wait=wait)
 
     async def dispatch(self, frame: str | bytes, transport: str, caller: Caller) -> str | None:
         """Run one frame (:func:`~.fastproto.dispatch_frame_async`, on the worker thread) and record its
@@ -318,7 +359,7 @@ async def rpc(request: Request) -> Response:
         async with state.frame_admitted(size, wait=False):
             out = await state.dispatch(b"".join(chunks), "http", caller)
     except MemoryBudgetError as exc:
-        return Response(_frame_refusal(exc), status_code=HTTP_STATUS[ERR_MEMORY], media_type="application/json")
+        return Response(frame_refusal(exc), status_code=HTTP_STATUS[ERR_MEMORY], media_type="application/json")
     if out is None:
         return Response(status_code=204)
     status = 200

@@ -100,6 +100,7 @@ from gym_envfactory.protocol import (
     SESSION_HEADER,
     mcp_path,
 )
+from gym_envfactory.server.app import frame_gate, frame_refusal
 from gym_envfactory.server.manager import ManagedSession, SessionManager, authenticated_client
 from gym_envfactory.server.middleware import BearerAuthMiddleware, is_loopback
 from gym_envfactory.session import INVALID_CALL_ERRORS, MAX_LOGGED_RAW, ToolResult
@@ -595,6 +596,23 @@ class _FastCalls:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
+        if scope["method"] == "POST":  # a large body is admitted before anyone parses it (FrameGate)
+            try:
+                size = int(headers.get("content-length") or self.max_body)
+            except ValueError:
+                size = self.max_body
+            try:
+                async with frame_gate(self.srv.manager).admitted(min(max(0, size), self.max_body), wait=False):
+                    await self._serve(scope, receive, send, headers)
+            except MemoryBudgetError as exc:
+                data = frame_refusal(exc).encode()
+                await send({"type": "http.response.start", "status": HTTP_STATUS[ERR_MEMORY], "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+                await send({"type": "http.response.body", "body": data})
+            return
+        await self._serve(scope, receive, send, headers)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
         msid = headers.get(_MCP_SESSION_ID)
         entry = self.srv.fast.get(msid) if msid else None
         live = self.live.get(msid) if msid else None

@@ -223,3 +223,28 @@ def test_an_mcp_session_serves_only_the_client_that_opened_it():
         assert len(ms.session.action_log) == 2 and ms.session_id in m.sessions
         assert "result" in await _call(http, alice, 3, "Lisbon")  # still alice's
     served(m, test, token=token)
+
+
+def test_a_large_mcp_request_is_refused_before_it_is_parsed_while_others_hold_the_room():
+    """The MCP endpoint shares the server's frame gate (``FrameGate``): concurrent 3.9 MB ``tools/call`` bodies
+    of nested empty lists were each parsed at once (690 MiB resident on a 512 MiB budget, six of them)."""
+    from gym_envfactory.server.app import FRAME_FACTOR, frame_gate
+
+    adm = Admission(MemoryBudget(400 * MiB, "test budget", 0), rss=lambda: 50 * MiB, trim=lambda: None)
+    m = SessionManager([ENV], memory_budget=adm)  # room for 100 MiB of large frames: bodies of ~2 MiB
+
+    async def test(http: Any) -> None:
+        h = await _open(http)
+        gate = frame_gate(m)
+        gate.held = gate.cap()  # another large frame is running
+        big = "[" + ",".join(["[]"] * (gate.cap() // FRAME_FACTOR // 3 + 10)) + "]"
+        body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "name": "search_hotels", "arguments": {"city": "Lisbon", "x": json.loads(big)}}})
+        r = await http.post(f"/mcp/{ENV}", headers=h, content=body)
+        assert r.status_code == 503 and json.loads(r.text)["error"]["code"] == protocol.ERR_MEMORY
+        assert m.sessions == {} or all(not ms.session.action_log for ms in m.sessions.values())  # nothing ran
+        assert "result" in await _call(http, h, 8, "Lisbon")  # small requests are served meanwhile
+        gate.held = 0
+        r = await http.post(f"/mcp/{ENV}", headers=h, content=body)
+        assert r.status_code == 200 and gate.held == 0
+    served(m, test)
