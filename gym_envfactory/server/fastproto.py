@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -265,6 +266,21 @@ def _encode(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str)
 
 
+_ENVELOPE = re.compile(r'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")\s*,\s*"method"')
+
+
+def _refused_unparsed(frame: str | bytes, exc: MemoryBudgetError) -> str:
+    """The answer to a frame refused before it was parsed: one error per request whose envelope opens
+    as this package's client writes it (``{"jsonrpc": "2.0", "id": ..., "method"``), found by a scan of
+    the text, so the client fails those requests only; ``id`` null when none is found."""
+    text = frame.decode("utf-8", "replace") if isinstance(frame, bytes) else frame
+    ids = [json.loads(m.group(1)) for m in _ENVELOPE.finditer(text)]
+    if not ids:
+        return _encode(_memory_error(None, exc))
+    parts = [_encode(_memory_error(i, exc)) for i in ids]
+    return "[" + ",".join(parts) + "]" if text.lstrip().startswith("[") else parts[0]
+
+
 class FrameJob:
     """One frame's dispatch, resumable: each :meth:`step` parses (the first time), runs and encodes
     requests until a slice is spent, and returns ``True`` once the response (:attr:`text`) is ready.
@@ -327,7 +343,7 @@ class FrameJob:
         try:
             self.manager.admit_parse(frame or b"")  # what parsing may take, before parsing
         except MemoryBudgetError as exc:
-            return self._finish(_encode(_memory_error(None, exc)))
+            return self._finish(_refused_unparsed(frame or b"", exc))
         try:
             msg = json.loads(frame)  # type: ignore[arg-type]
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, nesting too deep

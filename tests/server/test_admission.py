@@ -448,7 +448,11 @@ def test_a_call_is_admitted_against_the_memory_budget():
     the server is full, nothing logged, the session unchanged."""
     m = manager(RSS + 16 * MiB)
     sid = m.create(ENV).session_id
-    out = json.loads(fastproto.dispatch_frame(m, nested_lists_frame(sid, 3_000_000)))
+    frame = nested_lists_frame(sid, 3_000_000)
+    out = json.loads(fastproto.dispatch_frame(m, frame))  # now refused before it is parsed (admit_parse)
+    assert out["error"]["code"] == fastproto.ERR_MEMORY and out["id"] == 1 and "parsing it" in out["error"]["message"]
+    m.admit_parse = lambda frame: None  # the call's own admission, behind the frame's
+    out = json.loads(fastproto.dispatch_frame(m, frame))
     assert out["error"]["code"] == fastproto.ERR_MEMORY and out["id"] == 1
     assert "refused a call" in out["error"]["message"]
     assert m.action_log(sid) == [] and m.sessions[sid].calls == 0
@@ -515,8 +519,14 @@ def test_a_dense_frame_is_refused_before_it_is_parsed_on_a_server_near_its_budge
     dense = dense.replace('{"x": 0}', '{"x": ' + junk + '}')
     assert parse_estimate(dense) > 48 * MiB
     out = json.loads(fastproto.dispatch_frame(m, dense))
-    assert out["id"] is None and out["error"]["code"] == fastproto.ERR_MEMORY and "parsing it" in out["error"]["message"]
+    # refused by its own id (the envelope found by a scan, not a parse), so a client fails that request only
+    assert out["id"] == 1 and out["error"]["code"] == fastproto.ERR_MEMORY and "parsing it" in out["error"]["message"]
     assert m.sessions[sid].calls == 0 and m.action_log(sid) == []
+    batch = "[" + dense.replace('"id": 1', '"id": 7') + ", " + dense.replace('"id": 1', '"id": "b"') + "]"
+    assert [r["id"] for r in json.loads(fastproto.dispatch_frame(m, batch))] == [7, "b"]
+    other_order = dense.replace('{"jsonrpc": "2.0", "id": 1, ', '{"id": 1, "jsonrpc": "2.0", ')
+    assert json.loads(fastproto.dispatch_frame(m, other_order))["id"] is None  # not found: unattributed
+    assert m.sessions[sid].calls == 0
     plain = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "call",
                         "params": {"session_id": sid, "name": "get_hotel_details", "arguments": {"hotel_id": "x" * 800_000}}})
     assert len(plain) > len(dense) / 2 and parse_estimate(plain) < 8 * MiB

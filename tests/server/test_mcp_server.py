@@ -58,7 +58,7 @@ def _start_server(extra_env: dict[str, str] | None = None) -> tuple[subprocess.P
     line: list[str] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
     reader.start()
-    reader.join(30)
+    reader.join(120)  # a liveness bound: a loaded 2-core machine starts a server in tens of seconds
     if not line or not line[0].strip():
         proc.kill()
         raise RuntimeError("the server did not announce its address")
