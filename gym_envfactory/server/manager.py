@@ -94,6 +94,10 @@ def parse_estimate(frame: str | bytes) -> int:
 MAX_SCORE_TEXTS = 10_000
 #: Most characters of ``score``'s ``texts`` in all.
 MAX_SCORE_TEXT_CHARS = 4 * 1024 * 1024
+#: Bytes a ``score`` job holds per logged call and per turn until it has run (measured: ~71 and ~200 in
+#: CPython 3.11; :meth:`SessionManager.score_job` reserves them in the memory budget meanwhile).
+SCORE_CALL_BYTES = 96
+SCORE_TURN_BYTES = 256
 #: Default most bytes one session's action log may grow by (``SessionManager(max_log_bytes=...)``).
 MAX_LOG_BYTES = 32 * 1024 * 1024
 #: Bytes a call may need for a moment per byte of its request (the parsed arguments' copy and their
@@ -264,6 +268,8 @@ class SessionManager:
         #: The thread a ``score``'s job runs on (:meth:`score_job`; started on first use), so that a long
         #: score holds neither the worker nor the lock: other requests run meanwhile, sharing the GIL.
         self.scorer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="envfactory-score")
+        #: Bytes reserved by score jobs not yet run (:meth:`score_job`).
+        self.score_held = 0
         #: Memory-aware admission: the budget, reservations and checks (:mod:`.admission`).
         self.admission = memory_budget if isinstance(memory_budget, Admission) else Admission(
             memory_budget if isinstance(memory_budget, MemoryBudget) else detect_budget(memory_budget))
@@ -679,7 +685,12 @@ class SessionManager:
         grouped into turns, and the state as :meth:`Session.frozen_state` (O(records' pointers) for a
         plain state model; a copy otherwise), so later calls cannot change what the job scores.
 
-        Raises: as :meth:`score` (the job itself raises only on a server bug).
+        What the job holds until it has run is reserved in the memory budget meanwhile
+        (:data:`SCORE_CALL_BYTES`, :data:`SCORE_TURN_BYTES`, its texts, a copied state), so scores
+        queued for the scoring thread cannot outgrow the budget.
+
+        Raises: as :meth:`score` (the job itself raises only on a server bug), and
+            MemoryBudgetError: what the job would hold does not fit (nothing is held).
         """
         ms = self.get(session_id, client)
         if ms.task_id is None:
@@ -696,7 +707,9 @@ class SessionManager:
             raise BadRequestError(f"texts hold {chars} characters; at most {MAX_SCORE_TEXT_CHARS} in all")
         spec, task_id = self.spec(ms.envs[0]), ms.task_id
         records: list[TurnRecord] = [TurnRecord()]
+        n_calls = 0
         for rec in ms.session.action_records():
+            n_calls += 1
             turn = rec.tag if isinstance(rec.tag, int) and not isinstance(rec.tag, bool) and 0 <= rec.tag < 10_000 else 0
             while len(records) <= turn:
                 records.append(TurnRecord())
@@ -713,14 +726,29 @@ class SessionManager:
                 records.append(TurnRecord())
             records[i].text = text
         session = ms.session
-        state = session.frozen_state() if session.frozen_in_place else session.state()
+        frozen = session.frozen_in_place
+        # what the job holds until it has run (its turns, its calls' pointers, its texts, a copied state),
+        # reserved meanwhile: jobs wait for the scoring thread, and a frame of 500 scores of one session
+        # with 5,000 logged calls held 708 MiB on a 512 MiB budget before this (issue 25, second pass)
+        held = (SCORE_CALL_BYTES * n_calls + SCORE_TURN_BYTES * len(records) + 4 * sum(len(x) for x in texts or ())
+                + (0 if frozen else int(DICT_FACTOR * ms.nbytes)))
+        self.admission.check(f"a score of {n_calls} calls in {len(records)} turns (an estimated {held >> 10} KiB "
+                             f"held until it is computed; scores waiting hold {self.score_held >> 10} KiB)", held)
+        state = session.frozen_state() if frozen else session.state()
+        self.admission.reserve(held)
+        self.score_held += held
 
         def job() -> dict[str, Any]:
-            reference = task_reference(spec, task_id)  # cached per task; built by whoever asks first
-            result = score_episode(records, reference, state, cfg)
-            out = result.to_dict()
-            out["state_diff"] = [str(d) for d in result.state_diff]
-            return out
+            try:
+                reference = task_reference(spec, task_id)  # cached per task; built by whoever asks first
+                result = score_episode(records, reference, state, cfg)
+                out = result.to_dict()
+                out["state_diff"] = [str(d) for d in result.state_diff]
+                return out
+            finally:
+                with self.lock:
+                    self.admission.release(held)
+                    self.score_held -= held
 
         return job
 

@@ -254,3 +254,43 @@ def test_a_long_score_holds_no_other_request():
         gate.set()
         pool.shutdown()
     assert "reward" in score["result"] and "result" in call and info["result"]["session_id"] == a
+
+
+def test_scores_waiting_for_the_scoring_thread_are_held_within_the_memory_budget():
+    """Issue 25, second adversarial pass: a 56 KB frame of 500 scores of one session with 5,000 logged
+    calls queued 500 jobs behind a busy scoring thread, each holding its turns and calls (708 MiB on a
+    512 MiB budget).  Each waiting job now reserves what it holds: past the budget a score is refused
+    -32006, and what the jobs reserved is given back once they have run."""
+    import threading
+
+    from gym_envfactory.server.admission import Admission, MemoryBudget
+    from gym_envfactory.server.fastproto import ERR_MEMORY, Caller, FrameJob
+
+    mib = 1024 * 1024
+    admission = Admission(MemoryBudget(64 * mib, "test", 0), rss=lambda: 16 * mib, trim=lambda: None)
+    m = SessionManager([ENV], memory_budget=admission)
+    tid = next(t.task_id for t in get_environment(ENV).tasks if t.n_ground_truth_calls)
+    sid = m.create(ENV, task_id=tid, client="a").session_id
+    c = get_environment(ENV).tasks.get(tid).turns[0].ground_truth[0]
+    for i in range(2000):
+        m.call(sid, c.name, c.arguments, tag=i)
+    reserved = admission.reserved
+    gate = threading.Event()
+    m.scorer.submit(gate.wait)  # a long score running: the others wait
+    try:
+        frame = json.dumps([{"jsonrpc": "2.0", "id": j, "method": "score", "params": {"session_id": sid}}
+                            for j in range(400)])
+        job = FrameJob(m, frame, caller=Caller("a"), submit=m.scorer.submit)
+        while not job.step():
+            pass
+        waiting = len(job.pending)
+        assert 0 < waiting < 400  # some queued, the rest refused instead of held
+        assert admission.reserved <= 64 * mib and m.score_held > 0
+        refused = [p for p in job._parts if p]
+        assert len(refused) == 400 - waiting and all(json.loads(p)["error"]["code"] == ERR_MEMORY for p in refused)
+    finally:
+        gate.set()
+    for _, _, fut in job.pending:
+        assert fut.result(timeout=120)["r_traj"] is not None
+    assert job.complete() and m.score_held == 0 and admission.reserved == reserved
+    m.scorer.shutdown()
