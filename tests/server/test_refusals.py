@@ -15,8 +15,6 @@ pytest.importorskip("mcp")
 pytest.importorskip("starlette")
 
 import anyio  # noqa: E402
-from mcp.client import Client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from gym_envfactory import protocol  # noqa: E402
