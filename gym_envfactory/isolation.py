@@ -38,7 +38,7 @@ CHILD_ENV_ALLOW: tuple[str, ...] = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "LC_
 def child_environment(home: Path, *, hash_seed: int = 0) -> dict[str, str]:
     """The environment of an isolated child: :data:`CHILD_ENV_ALLOW` from ours, ``HOME`` a fresh
     empty folder, ``PYTHONHASHSEED=<hash_seed>`` (default 0; the determinism probe replays a package
-    under two seeds: :func:`gym_envfactory.validation.hash_seed_differences`), no user site-packages, no
+    under several seeds: :func:`gym_envfactory.validation.hash_seed_differences`), no user site-packages, no
     bytecode written next to the package."""
     env = {k: os.environ[k] for k in CHILD_ENV_ALLOW if k in os.environ}
     env.update(HOME=str(home), PYTHONHASHSEED=str(int(hash_seed)), PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1")

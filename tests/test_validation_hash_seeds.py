@@ -48,7 +48,7 @@ SORTED_TOOLS = TOOLS.replace("list(set(t for t in state.tags if t.startswith(pre
 TAGS = ["red", "green", "blue", "amber", "violet", "teal", "coral", "olive", "red"]
 
 
-def write_package(root: Path, name: str, tools: str) -> Path:
+def write_package(root: Path, name: str, tools: str, tags: list[str] = TAGS) -> Path:
     d = root / name
     (d / "initial_states").mkdir(parents=True)
     (d / "environment.toml").write_text(f'name = "{name}"\nversion = "1.0.0"\ndomain = "utilities"\n'
@@ -56,7 +56,7 @@ def write_package(root: Path, name: str, tools: str) -> Path:
     (d / "__init__.py").write_text("")
     (d / "state.py").write_text(STATE)
     (d / "tools.py").write_text(tools)
-    (d / "initial_states" / "small.json").write_text(json.dumps({"tags": TAGS}))
+    (d / "initial_states" / "small.json").write_text(json.dumps({"tags": tags}))
     task = {"task_id": "all-tags", "turns": [{"user": "Which tags are there?",
                                               "ground_truth": [{"name": "list_tags", "arguments": {}}]}]}
     (d / "tasks.jsonl").write_text(json.dumps(task) + "\n")
@@ -166,3 +166,67 @@ def test_child_environment_sets_the_hash_seed(tmp_path, seed):
 
     assert child_environment(tmp_path, hash_seed=seed)["PYTHONHASHSEED"] == str(seed)
     assert child_environment(tmp_path)["PYTHONHASHSEED"] == "0"
+
+
+HIDDEN_TOOLS = TOOLS.replace("@tool(read_only=True)", "def distinct(xs):\n    return set(xs)\n\n\n@tool(read_only=True)").replace(
+    "return list(set(t for t in state.tags if t.startswith(prefix)))",
+    "return list(distinct(t for t in state.tags if t.startswith(prefix)))")
+
+
+def _orders(candidates: list[list[str]], seed: int) -> list[list[str]]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", f"import json; print(json.dumps([list(set(c)) for c in {candidates!r}]))"],
+                         capture_output=True, text=True, env={"PYTHONHASHSEED": str(seed)}, check=True).stdout
+    return json.loads(out)
+
+
+def test_two_tags_that_seeds_0_and_1_order_alike_are_still_caught(tmp_path):
+    """Under two seeds a set of two strings was ordered alike about half the time, and a helper returning the
+    set hid it from the lint: such a tool passed validation and its result still differed in other processes.
+    The lint now follows module functions that return sets, and the probe replays under four seeds."""
+    candidates = [[f"t{i}", f"u{i}"] for i in range(60)]
+    orders = {seed: _orders(candidates, seed) for seed in range(4)}
+    pair = next(c for i, c in enumerate(candidates) if orders[0][i] == orders[1][i]
+                and any(orders[s][i] != orders[0][i] for s in (2, 3)))
+    assert "def distinct" in HIDDEN_TOOLS and "list(distinct(" in HIDDEN_TOOLS
+    spec = load_environment(write_package(tmp_path, "TagPairSeeds", HIDDEN_TOOLS, tags=[*pair, pair[0]]))
+    report = validate_environment(spec)
+    assert not report.passed
+    assert any("task all-tags: turn 0 call 0 (list_tags): the result differs" in f for f in report.determinism_failures), \
+        report.failures()
+    assert any("tools.py:" in f and "list() of a set" in f for f in report.lint_failures), report.lint_failures
+
+
+def test_the_lint_follows_functions_of_the_module_that_return_sets():
+    source = '''
+def distinct(xs):
+    return set(xs)
+
+
+def distinct_again(xs):
+    return distinct(xs)
+
+
+def annotated(xs) -> frozenset[str]:
+    return make(xs)
+
+
+def maybe(xs):
+    if xs:
+        return set(xs)
+    return list(xs)
+
+
+def tool(tags):
+    a = list(distinct(tags))
+    b = [t for t in distinct_again(tags)]
+    for t in annotated(tags):
+        pass
+    c = list(maybe(tags))
+    d = sorted(distinct(tags))
+    return a, b, c, d
+'''
+    lines = {int(p.split(":")[1]) for p in lint_source(source, "tools.py")}
+    assert lines == {21, 22, 23}, lines

@@ -190,8 +190,8 @@ def read_rollouts(path: str | Path) -> RolloutFile:
 
     Raises:
         DatasetError: the file is missing, or a (complete) line is not UTF-8, not a JSON object with
-            ``messages``, or holds values the pages cannot show (naming the file, line and field);
-            nothing is loaded then.
+            ``messages``, nested too deeply to parse, or holds values the pages cannot show (naming the file,
+            line and field); nothing is loaded then.
     """
     p = Path(path)
     try:
@@ -215,6 +215,9 @@ def read_rollouts(path: str | Path) -> RolloutFile:
             continue
         try:
             rec = json.loads(raw)
+        except RecursionError:  # a line nested deeper than the parser goes: this line is bad, not the server
+            raise DatasetError("nested too deeply to read (JSON arrays or objects inside one another beyond "
+                               "Python's recursion limit)", file=str(p), line=n) from None
         except ValueError as exc:
             if last:
                 out.notes.append(f"{p}:{n}: skipped an incomplete last line (no newline at its end and not JSON "

@@ -87,7 +87,7 @@ async def validate_in_child(pkg: Path, metadata_file: Path, out: Path, attempt: 
     except SandboxError as exc:
         raise EnvGenError(str(exc)) from None
     outcome = outcome_of_child(pkg.name, attempt, timeout_s, run, out)
-    if outcome.n_tasks or outcome.scenarios:  # the package loaded and ran: replay it under two hash seeds
+    if outcome.n_tasks or outcome.scenarios:  # the package loaded and ran: replay it under the probe's hash seeds
         outcome.findings += await hash_seed_probe(pkg, out, mode=mode, timeout_s=timeout_s, limits=limits,
                                                   image=image)
         outcome.finish()

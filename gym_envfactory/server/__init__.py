@@ -18,6 +18,8 @@ __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityE
 #: The GIL switch interval of a server process (``sys.setswitchinterval``; CPython's default is 5 ms):
 #: how long a thread waiting for the GIL may wait for one that holds it (see :func:`serve`).
 SWITCH_INTERVAL_S = 0.001
+#: Frames one WebSocket connection may have received and not yet run (uvicorn's ``ws_max_queue``).
+WS_MAX_QUEUE = 4
 
 
 def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
@@ -90,8 +92,11 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
         where = f"http://{host}:{sock.getsockname()[1]}"
     # no permessage-deflate (issue 24, part 4): compressing a large answer runs on the event loop and
     # holds every other client's frames behind it; the sessions' answers travel as they are
+    # a connection runs one frame at a time: frames received and not yet run wait in its queue, each up to
+    # the frame cap (uvicorn's default of 32 let one connection hold 128 MiB of them; issue 25); a full
+    # queue stops reading that socket (TCP back-pressure), it refuses nothing
     ucfg = uvicorn.Config(app, log_level=log_level, ws_max_size=config.max_body_bytes, lifespan="on",
-                          ws_per_message_deflate=False,
+                          ws_per_message_deflate=False, ws_max_queue=WS_MAX_QUEUE,
                           timeout_graceful_shutdown=5)
     server = uvicorn.Server(ucfg)
 

@@ -325,6 +325,10 @@ class FrameJob:
         frame, self.frame = self.frame, None
         size = len(frame) if frame is not None else 0
         try:
+            self.manager.admit_parse(frame or b"")  # what parsing may take, before parsing
+        except MemoryBudgetError as exc:
+            return self._finish(_encode(_memory_error(None, exc)))
+        try:
             msg = json.loads(frame)  # type: ignore[arg-type]
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, nesting too deep
             return self._finish(_encode(_error(None, ERR_PARSE,

@@ -74,12 +74,22 @@ from gym_envfactory.session import Session
 
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "MemoryBudgetError",
            "BadRequestError", "SessionOwnershipError", "CLIENT_HEADER", "ANONYMOUS_CLIENT", "client_from_header",
-           "authenticated_client", "READ_METHODS"]
+           "authenticated_client", "READ_METHODS", "parse_estimate"]
 
 log = logging.getLogger(__name__)
 
 #: the most calls one "not recorded" summary record may stand for (a message cannot hold more blocks)
 MAX_NOT_RECORDED = 1_000_000
+def parse_estimate(frame: str | bytes) -> int:
+    """Bytes the Python objects of ``json.loads(frame)`` may take, counted without parsing: 4 per byte of
+    text, plus 96 per array, 232 per object and 64 per element separator (an element's object and its
+    pointer), the measured costs of CPython 3.11's lists, dicts and small values (a frame of nested empty
+    lists parses to ~98 bytes per list; ordinary records to 4-6 times their text)."""
+    if isinstance(frame, str):  # counted on the text as it came (a WebSocket text frame): no copy
+        return 4 * len(frame) + 96 * frame.count("[") + 232 * frame.count("{") + 64 * frame.count(",")
+    return 4 * len(frame) + 96 * frame.count(b"[") + 232 * frame.count(b"{") + 64 * frame.count(b",")
+
+
 #: Most entries of ``score``'s ``texts`` (one per turn; turns are tags below 10,000).
 MAX_SCORE_TEXTS = 10_000
 #: Most characters of ``score``'s ``texts`` in all.
@@ -713,6 +723,20 @@ class SessionManager:
             return out
 
         return job
+
+    def admit_parse(self, frame: str | bytes) -> None:
+        """Check, before a frame is parsed, that what parsing it may take fits in the memory budget
+        (:func:`parse_estimate`; an estimate under 1 MiB is not measured).  The gate of
+        ``server/app.py`` bounds how many large frames run at once; this refuses one large frame on a
+        server already near its budget (issue 25 adversarial pass: one 3.9 MB frame of nested empty lists
+        takes ~180 MiB once parsed).
+
+        Raises:
+            MemoryBudgetError: it would not fit; nothing of the frame was parsed.
+        """
+        estimate = parse_estimate(frame)
+        self.admission.check(f"a frame of {len(frame)} bytes (parsing it takes an estimated "
+                             f"{estimate >> 20} MiB)", estimate, transient=True)
 
     @_locked
     def admit_frame(self, requests: Sequence[Any]) -> None:

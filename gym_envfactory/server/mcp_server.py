@@ -102,6 +102,7 @@ from gym_envfactory.protocol import (
     UNAUTHORIZED_MESSAGE,
     mcp_path,
 )
+from gym_envfactory.server.app import frame_gate, frame_refusal
 from gym_envfactory.server.manager import ManagedSession, SessionManager, authenticated_client
 from gym_envfactory.server.middleware import (
     BearerAuthMiddleware,
@@ -109,7 +110,7 @@ from gym_envfactory.server.middleware import (
     is_loopback,
     jsonrpc_error_body,
 )
-from gym_envfactory.session import ToolResult
+from gym_envfactory.session import INVALID_CALL_ERRORS, MAX_LOGGED_RAW, ToolResult
 
 __all__ = ["SESSION_HEADER", "EnvMCPServer", "junk_line_reply", "mcp_routes", "run_stdio"]
 
@@ -226,12 +227,45 @@ class EnvMCPServer:
                            f"not of {self.env}; use the endpoint /mcp/{ms.envs[0]}")
         return ms
 
+    def admitted_call(self, ms: ManagedSession, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        """Run one ``tools/call`` on ``ms`` as the fast protocol runs a ``call``: admitted first
+        (:meth:`SessionManager.admit_call`: the session's action-log cap and the memory budget, for the
+        arguments' JSON size), then counted (:meth:`SessionManager.note_log_growth`: the arguments the log
+        keeps, a bounded rendering for an invalid call, and the result), all under the manager's lock.
+        Without it an MCP client could grow a session's log without bound (issue 25, item 1, over MCP).
+
+        Raises:
+            MemoryBudgetError: the call was refused; it did not run and nothing was logged.
+        """
+        m = self.manager
+        try:
+            nbytes = len(pydantic_core.to_json(arguments)) if arguments is not None else 0
+        except (ValueError, TypeError, RecursionError):  # not JSON data: the call refuses it, logged bounded
+            nbytes = 2 * MAX_LOGGED_RAW
+        with m.lock:
+            m.admit_call(ms.session_id, nbytes)
+            res = m.call(ms.session_id, name, arguments)
+            kept = min(nbytes, 2 * MAX_LOGGED_RAW + 1024) if res.get("error_type") in INVALID_CALL_ERRORS else nbytes
+            try:  # the log keeps the result too (a tool's error may echo its arguments)
+                kept += len(pydantic_core.to_json({k: v for k, v in res.items() if k != "arguments"}, fallback=repr))
+            except (ValueError, TypeError, RecursionError):
+                kept += nbytes
+            m.note_log_growth(ms.session_id, kept)
+        return res
+
+    @staticmethod
+    def _memory_error(exc: MemoryBudgetError, hint: str = "") -> MCPError:
+        """The MCP error of a memory refusal: -32006 with the fast protocol's ``data`` (``hint`` appended to
+        the message)."""
+        return MCPError(ERR_MEMORY, str(exc) + hint, {"scope": exc.scope, "limit": exc.limit,
+                                                      "estimate": exc.estimate, "used": exc.used,
+                                                      "headroom": exc.headroom})
+
     def _create(self, client: str | None = None) -> ManagedSession:
         try:
             return self.manager.create(self.env, client=client)
         except MemoryBudgetError as exc:  # the same code and figures as the fast protocol's
-            raise MCPError(ERR_MEMORY, str(exc), {"scope": exc.scope, "limit": exc.limit, "estimate": exc.estimate,
-                                                  "used": exc.used, "headroom": exc.headroom}) from None
+            raise self._memory_error(exc) from None
         except CapacityError as exc:
             raise MCPError(ERR_CAPACITY, str(exc)) from None
         except BadRequestError as exc:  # pragma: no cover - the default initial state always exists
@@ -298,7 +332,11 @@ class EnvMCPServer:
         ms = self._session(ctx, create=True)
         assert ms is not None
         self._remember(ctx)
-        res = ToolResult(**self.manager.call(ms.session_id, params.name, params.arguments))
+        try:
+            res = ToolResult(**self.admitted_call(ms, params.name, params.arguments))
+        except MemoryBudgetError as exc:  # MCP has no reset: an owned session's log empties with a new MCP session
+            raise self._memory_error(exc, "" if self._bound_id(ctx) is not None else
+                                     "; over MCP, end this MCP session (DELETE) and open a new one") from None
         out = types.CallToolResult(content=[types.TextContent(type="text", text=res.to_text())], is_error=not res.ok)
         tool = ms.session.tools.get(params.name)
         if res.ok and tool is not None and tool.output_schema is not None:
@@ -338,7 +376,10 @@ class EnvMCPServer:
                 return None
         except (MCPError, BadRequestError):
             return None
-        res = self.manager.call(ms.session_id, name, arguments)
+        try:
+            res = self.admitted_call(ms, name, arguments)
+        except MemoryBudgetError:
+            return None  # the SDK path answers it, refused there with its -32006 error
         self.fast_calls += 1
         ok = res["ok"]
         out: dict[str, Any] = {"content": [{"type": "text", "text": ToolResult(**res).to_text()}], "isError": not ok}
@@ -562,9 +603,28 @@ class _FastCalls:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
+        if scope["method"] == "POST":  # a large body is admitted before anyone parses it (FrameGate)
+            try:
+                size = int(headers.get("content-length") or self.max_body)
+            except ValueError:
+                size = self.max_body
+            try:
+                async with frame_gate(self.srv.manager).admitted(min(max(0, size), self.max_body), wait=False):
+                    await self._serve(scope, receive, send, headers)
+            except MemoryBudgetError as exc:
+                data = frame_refusal(exc).encode()
+                await send({"type": "http.response.start", "status": HTTP_STATUS[ERR_MEMORY], "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+                await send({"type": "http.response.body", "body": data})
+            return
+        await self._serve(scope, receive, send, headers)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
         msid = headers.get(_MCP_SESSION_ID)
         entry = self.srv.fast.get(msid) if msid else None
         live = self.live.get(msid) if msid else None
+        if live is not None and live.client is not None and not await self._same_client(scope, send, headers, live):
+            return
         if (scope["method"] != "POST" or "user" in scope or entry is None or live is None or not self.srv.fast_enabled
                 or headers.get(_MCP_PROTOCOL_VERSION) != entry.protocol_version):
             await self._to_sdk(scope, receive, send, msid)
@@ -576,6 +636,25 @@ class _FastCalls:
         finally:
             live.in_flight -= 1
             live.last = time.monotonic()
+
+    async def _same_client(self, scope: Scope, send: Send, headers: Headers, live: _LiveSession) -> bool:
+        """Whether a request of an MCP session counts as the client that opened it (:meth:`EnvMCPServer.client_of`);
+        else it is answered here, -32005 (HTTP 403), and reaches neither the SDK nor the session: an
+        ``Mcp-Session-Id`` someone else learnt does not let them call, stream or end another client's
+        episode (issue 25, finding 3, over MCP)."""
+        try:
+            client: str | None = self.srv.client_of(headers)
+        except BadRequestError:
+            client = None
+        if client == live.client:
+            return True
+        data = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+            "code": ERR_OWNERSHIP, "message": f"this MCP session belongs to another client (this request counts as "
+                                              f"client {client!r}); open your own with initialize"}}).encode()
+        await send({"type": "http.response.start", "status": HTTP_STATUS[ERR_OWNERSHIP], "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+        return False
 
     async def _fast(self, scope: Scope, receive: Receive, send: Send, headers: Headers, msid: str,
                     entry: _FastEntry) -> None:

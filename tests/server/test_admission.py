@@ -498,3 +498,26 @@ def test_a_call_label_that_is_not_a_small_scalar_is_refused_and_logs_nothing(fie
     ok = {"session_id": sid, "name": "find_person", "arguments": {"query": "Omar"}, "tag": 3, "call_id": "c1"}
     assert "result" in json.loads(fastproto.dispatch_frame(m, json.dumps({"jsonrpc": "2.0", "id": 2, "method": "call",
                                                                           "params": ok})))
+
+
+def test_a_dense_frame_is_refused_before_it_is_parsed_on_a_server_near_its_budget():
+    """Issue 25 adversarial pass (residual high): one frame of nested empty lists took ~180 MiB once parsed,
+    more than a near-full server's headroom.  Its parse is estimated from its text (containers and
+    separators counted) and refused with -32006 before anything is parsed or run; a frame of the same size
+    made of ordinary text still runs."""
+    from gym_envfactory.server.manager import parse_estimate
+
+    m = manager(RSS + 48 * MiB)
+    sid = m.create("HotelBooking").session_id
+    junk = "[" + ",".join(["[]"] * 400_000) + "]"
+    dense = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "call",
+                        "params": {"session_id": sid, "name": "get_hotel_details", "arguments": {"x": 0}}})
+    dense = dense.replace('{"x": 0}', '{"x": ' + junk + '}')
+    assert parse_estimate(dense) > 48 * MiB
+    out = json.loads(fastproto.dispatch_frame(m, dense))
+    assert out["id"] is None and out["error"]["code"] == fastproto.ERR_MEMORY and "parsing it" in out["error"]["message"]
+    assert m.sessions[sid].calls == 0 and m.action_log(sid) == []
+    plain = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "call",
+                        "params": {"session_id": sid, "name": "get_hotel_details", "arguments": {"hotel_id": "x" * 800_000}}})
+    assert len(plain) > len(dense) / 2 and parse_estimate(plain) < 8 * MiB
+    assert "result" in json.loads(fastproto.dispatch_frame(m, plain))

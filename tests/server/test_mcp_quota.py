@@ -135,3 +135,116 @@ def test_admit_mcp_session_caps_the_server_and_releases():
         m.release_mcp_session(client)
     assert m.mcp_owned == {} and m.admission.reserved == 0
     assert SessionManager([ENV], max_sessions=10).max_mcp_sessions_per_client == 5
+
+
+async def _open(http: Any, headers: dict[str, str] | None = None) -> dict[str, str]:
+    """An initialised handshake-era MCP session's request headers."""
+    r = await initialize(http, headers)
+    assert r.status_code == 200, r.text
+    h = {**ACCEPT, **(headers or {}), "Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": PV}
+    await http.post(f"/mcp/{ENV}", headers=h, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return h
+
+
+async def _call(http: Any, h: dict[str, str], id_: int, city: str) -> Any:
+    r = await http.post(f"/mcp/{ENV}", headers=h, json={"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {
+        "name": "search_hotels", "arguments": {"city": city}}})
+    assert r.status_code == 200, r.text
+    return json.loads(r.text)
+
+
+def test_mcp_tool_calls_are_admitted_like_the_fast_protocols():
+    """An MCP ``tools/call`` counts against its session's action-log cap and the memory budget, as a fast
+    protocol ``call`` does: before, each call's arguments (and a tool error echoing them) were kept in the
+    log uncounted, so one MCP session grew the server's memory without bound (3 MiB a call, no refusal)."""
+    m = SessionManager([ENV], max_log_bytes=1 * MiB)
+
+    async def test(http: Any) -> None:
+        h = await _open(http, {protocol.CLIENT_HEADER: "greedy"})
+        big = "x" * (300 * 1024)
+        answers = [await _call(http, h, i, big) for i in range(1, 5)]  # the first via the SDK, the rest fast
+        assert all("result" in a for a in answers[:1])
+        refused = [a for a in answers if "error" in a]
+        assert refused, "a session's log grew past max_log_bytes through MCP"
+        error = refused[0]["error"]
+        assert error["code"] == protocol.ERR_MEMORY and error["data"]["scope"] == "memory"
+        assert "open a new one" in error["message"]  # MCP has no reset: what to do instead
+        ms = next(iter(m.sessions.values()))
+        logged = len(ms.session.action_log)
+        assert logged == len(answers) - len(refused)  # a refused call is not logged
+        # admitted while under the cap; the last admitted call's result may take it a call beyond
+        assert 0 < ms.log_held < 2 * m.max_log_bytes and m.admission.reserved >= ms.log_held
+        # small calls of a bystander's session still run
+        other = await _open(http, {protocol.CLIENT_HEADER: "bystander"})
+        assert "result" in await _call(http, other, 1, "Lisbon")
+    served(m, test)
+
+
+def test_mcp_tool_calls_are_refused_beyond_the_memory_budget():
+    rss = 100 * MiB
+    adm = Admission(MemoryBudget(rss + 4 * MiB, "test budget", 0), rss=lambda: rss, trim=lambda: None)
+    m = SessionManager([ENV], memory_budget=adm)
+
+    async def test(http: Any) -> None:
+        h = await _open(http)
+        answers = [await _call(http, h, i, "y" * (400 * 1024)) for i in range(1, 12)]
+        refused = [a for a in answers if "error" in a]
+        assert refused and all(a["error"]["code"] == protocol.ERR_MEMORY for a in refused)
+        assert adm.reserved <= adm.budget.allowed
+    served(m, test)
+
+
+def test_an_mcp_session_serves_only_the_client_that_opened_it():
+    """A client that learns another's ``Mcp-Session-Id`` cannot call tools on its episode (either path),
+    open its stream or end it: -32005, HTTP 403, and the owner's session and log are untouched."""
+    token = "t0k"
+    m = SessionManager([ENV])
+
+    def cred(name: str) -> dict[str, str]:
+        return {protocol.CLIENT_HEADER: name, **protocol.bearer_authorization(protocol.client_key(token, name))}
+
+    async def test(http: Any) -> None:
+        alice = await _open(http, cred("alice"))
+        assert "result" in await _call(http, alice, 1, "Lisbon")  # alice's own call, the SDK path
+        assert "result" in await _call(http, alice, 2, "Lisbon")  # and the fast path
+        ms = next(iter(m.sessions.values()))
+        assert ms.owner == "alice" and len(ms.session.action_log) == 2
+        session = {k: v for k, v in alice.items() if k not in (protocol.CLIENT_HEADER, "Authorization")}
+        bearer = protocol.bearer_authorization(token)
+        # another client with its own credential; the operator's token naming alice without her key (anonymous)
+        for thief in (cred("mallory"), {**bearer, protocol.CLIENT_HEADER: "alice"}, bearer):
+            stolen = {**session, **thief}
+            for _ in range(2):
+                r = await http.post(f"/mcp/{ENV}", headers=stolen, json={"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                                                                         "params": {"name": "search_hotels",
+                                                                                    "arguments": {"city": "Paris"}}})
+                assert r.status_code == 403 and json.loads(r.text)["error"]["code"] == protocol.ERR_OWNERSHIP
+            assert (await http.delete(f"/mcp/{ENV}", headers=stolen)).status_code == 403
+        assert len(ms.session.action_log) == 2 and ms.session_id in m.sessions
+        assert "result" in await _call(http, alice, 3, "Lisbon")  # still alice's
+    served(m, test, token=token)
+
+
+def test_a_large_mcp_request_is_refused_before_it_is_parsed_while_others_hold_the_room():
+    """The MCP endpoint shares the server's frame gate (``FrameGate``): concurrent 3.9 MB ``tools/call`` bodies
+    of nested empty lists were each parsed at once (690 MiB resident on a 512 MiB budget, six of them)."""
+    from gym_envfactory.server.app import FRAME_FACTOR, frame_gate
+
+    adm = Admission(MemoryBudget(400 * MiB, "test budget", 0), rss=lambda: 50 * MiB, trim=lambda: None)
+    m = SessionManager([ENV], memory_budget=adm)  # room for 100 MiB of large frames: bodies of ~2 MiB
+
+    async def test(http: Any) -> None:
+        h = await _open(http)
+        gate = frame_gate(m)
+        gate.held = gate.cap()  # another large frame is running
+        big = "[" + ",".join(["[]"] * (gate.cap() // FRAME_FACTOR // 3 + 10)) + "]"
+        body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "name": "search_hotels", "arguments": {"city": "Lisbon", "x": json.loads(big)}}})
+        r = await http.post(f"/mcp/{ENV}", headers=h, content=body)
+        assert r.status_code == 503 and json.loads(r.text)["error"]["code"] == protocol.ERR_MEMORY
+        assert m.sessions == {} or all(not ms.session.action_log for ms in m.sessions.values())  # nothing ran
+        assert "result" in await _call(http, h, 8, "Lisbon")  # small requests are served meanwhile
+        gate.held = 0
+        r = await http.post(f"/mcp/{ENV}", headers=h, content=body)
+        assert r.status_code == 200 and gate.held == 0
+    served(m, test)

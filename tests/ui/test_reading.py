@@ -81,3 +81,19 @@ def test_a_broken_line_before_the_last_still_rejects_the_file_naming_it(tmp_path
     f.write_bytes(_line(_rec("a")).encode() + middle + b"\n" + _line(_rec("b")).encode())
     with pytest.raises(DatasetError, match=r"t\.jsonl:2"):
         read_rollouts(f)
+
+
+def test_a_line_nested_beyond_the_parser_is_that_file_refused_not_a_server_error(tmp_path):
+    """A record nested deeper than ``json.loads`` goes raised RecursionError, which no one caught: every page
+    of the UI answered 500.  Now the file is refused naming the line, and the other files are served."""
+    deep = '{"messages": [{"role": "assistant", "content": "x", "args": ' + "[" * 50_000 + "]" * 50_000 + "}]}"
+    bad, good = tmp_path / "bad.jsonl", tmp_path / "good.jsonl"
+    bad.write_text(_line(_rec("a")) + deep + "\n" + _line(_rec("b")), encoding="utf-8")
+    good.write_text(_line(_rec("c")), encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"bad\.jsonl:2.*nested too deeply"):
+        read_rollouts(bad)
+    client = client_of(create_app([bad, good]))
+    index = client.get("/rollouts")
+    assert index.status_code == 200 and "nested too deeply" in index.text
+    assert client.get("/rollouts/1/0").status_code == 200
+    assert client.get("/rollouts/0/0").status_code != 500
