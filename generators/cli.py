@@ -50,10 +50,10 @@ def print_results(results: list[Any], usage_by_stage: dict[str, dict[str, int]] 
         colour = {"passed": "green", "quarantined": "yellow"}.get(r.status, "red")
         rep = r.report
         counts = rep.counts() if rep else {}
-        table.add_row(r.name, f"[{colour}]{r.status}[/{colour}]", str(r.attempts),
+        table.add_row(escape(r.name), f"[{colour}]{escape(r.status)}[/{colour}]", str(r.attempts),
                       f"{rep.scenarios_passed}/{len(rep.scenarios)}" if rep else "-",
                       *(_fmt_counts(counts.get(d, {})) for d in ("interface", "execution", "results", "state")),
-                      str(r.path or r.checkpoint))
+                      escape(str(r.path or r.checkpoint)))
     console.print(table)
     stages: dict[str, dict[str, int]] = {}
     for r in results:
@@ -75,25 +75,28 @@ def print_results(results: list[Any], usage_by_stage: dict[str, dict[str, int]] 
     for r in results:
         for h in r.history:
             console.print(f"  {r.name} attempt {h['attempt']}: {'passed' if h['passed'] else str(h['blocking']) + ' blocking'}"
-                          f", scenarios {h.get('scenarios', '-')}")
+                          f", scenarios {h.get('scenarios', '-')}", markup=False)
         if r.status == "crashed":
-            console.print(f"[red]{r.name} stopped: {escape(str(r.error))}[/red]\n  resume with: envfactory gen resume {r.checkpoint}",
+            console.print(f"[red]{escape(r.name)} stopped: {escape(str(r.error))}[/red]\n  resume with: envfactory gen resume "
+                          f"{escape(str(r.checkpoint))}",
                           soft_wrap=True)
         elif r.report and not r.report.passed:
             blocking = r.report.blocking()
-            console.print(f"[yellow]{r.name}: {len(blocking)} blocking finding(s); report {r.path}/report.json[/yellow]")
+            console.print(f"[yellow]{escape(r.name)}: {len(blocking)} blocking finding(s); report "
+                          f"{escape(str(r.path))}/report.json[/yellow]")
             for f in blocking[:12]:
                 console.print(escape(f"    [{f.severity}] {f.dimension}/{f.check}: {f.message[:240]}"), soft_wrap=True)
         elif r.status == "passed":
             from gym_envfactory.environment.catalog import catalog_dirs
 
-            console.print(f"[green]{r.name}: registered as {r.gym_id}[/green]")
+            console.print(f"[green]{escape(r.name)}: registered as {escape(r.gym_id)}[/green]")
             if r.path and not any(Path(r.path).parent.resolve() == d.resolve() for d in catalog_dirs()):
-                console.print(f"  outside the catalog path: ENVFACTORY_CATALOG={Path(r.path).parent} envfactory validate --trust {r.name}")
+                console.print(f"  outside the catalog path: ENVFACTORY_CATALOG={Path(r.path).parent} envfactory validate --trust {r.name}",
+                              markup=False)
 
 
 def _progress_printer(name: str, event: str, detail: str) -> None:
-    err_console.print(f"[dim]{name}[/dim] {event}: {escape(detail)}", soft_wrap=True)
+    err_console.print(f"[dim]{escape(name)}[/dim] {escape(event)}: {escape(detail)}", soft_wrap=True)
 
 
 #: Where ``gen env`` and ``import`` write environments by default: a folder of the user's, beside the
@@ -145,6 +148,7 @@ def gen_env(
 ) -> None:
     """Generate environments from tool metadata, an OpenAPI document or a live MCP server; validate them
     by execution, revise, and write the ones that pass to the catalog."""
+    need_extras("gen env", "gen")
     from gym_envfactory.llm.client import LLMConfig
 
     from . import inputs
@@ -194,6 +198,7 @@ def gen_resume(
     api_key_env: Annotated[str | None, typer.Option("--api-key-env")] = None,
 ) -> None:
     """Continue runs from their checkpoints; answered LLM requests replay from the cache."""
+    need_extras("gen resume", "gen")
     import json
 
     from .envgen import resume_checkpoint
@@ -211,7 +216,7 @@ def gen_resume(
     else:
         files = [checkpoint]
     if not files:
-        err_console.print(f"[yellow]nothing to resume in {checkpoint}[/yellow]")
+        err_console.print(f"[yellow]nothing to resume in {escape(str(checkpoint))}[/yellow]")
         raise typer.Exit(0)
     overrides = {k: v for k, v in (("base_url", base_url), ("model", model), ("api_key_env", api_key_env)) if v}
 
@@ -326,7 +331,7 @@ def import_cmd(
     # the importer's policy: failing scenarios, tasks or lint are fatal (refused above); coverage gaps are warnings
     ok = report["scenarios_passed"] == report["scenarios"] and not report["task_failures"] and not report["lint_failures"]
     status = "[green]✓[/green]" if ok else "[red]✗[/red]"
-    console.print(f"{status} {done.name}: scenarios {report['scenarios_passed']}/{report['scenarios']} passed, "
+    console.print(f"{status} {escape(done.name)}: scenarios {report['scenarios_passed']}/{report['scenarios']} passed, "
                   f"tools covered {report['tools_covered']}/{report['tools']}, "
                   f"tasks replayed {report['tasks'] - report['task_failures']}/{report['tasks']}")
     for f in report["failures"]:
@@ -374,13 +379,13 @@ def _import_one(src: Path, options: ImportOptions) -> dict[str, Any]:
 def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
     """The import summary: file, environment, tools, reads/writes, result (imported + validated, or the
     refusal with file:line and reason), and notes (no-op writes the probe observed, tools read-only after it)."""
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for col in ("file", "environment", "tools", "reads/writes", "result", "notes"):
         table.add_column(col, overflow="fold")
     for r in rows:
         done = r["done"]
         if done is None:
-            table.add_row(r["file"].name, "-", "-", "-", f"[red]refused: {escape(r['error'])}[/red]", "")
+            table.add_row(escape(r["file"].name), "-", "-", "-", f"[red]refused: {escape(r['error'])}[/red]", "")
             continue
         writes = sum(not ro for ro in done.tools.values())
         if r["error"] is not None:
@@ -395,7 +400,7 @@ def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
             notes.append("no-op writes observed: " + ", ".join(done.noop_writes))
         if done.reclassified:
             notes.append("read-only (probe saw no change): " + ", ".join(done.reclassified))
-        table.add_row(r["file"].name, done.name, str(len(done.tools)), f"{len(done.tools) - writes}/{writes}", result,
+        table.add_row(escape(r["file"].name), escape(done.name), str(len(done.tools)), f"{len(done.tools) - writes}/{writes}", result,
                       escape("; ".join(notes)))
     console.print(table)
 
@@ -436,6 +441,43 @@ def _fail_line(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+#: A module of each extra a ``gen`` command needs: the LLM client's (``gen``) and the tool graph's (``synthesis``).
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {"gen": ("openai", "tenacity", "jsonschema"), "synthesis": ("networkx",)}
+
+
+def need_extras(command: str, *extras: str) -> None:
+    """Exit (code 2) with one line naming the extras ``command`` needs and how to install them when a
+    module of one of ``extras`` (keys of :data:`EXTRA_MODULES`) is missing, instead of a traceback."""
+    import importlib
+
+    missing: list[str] = []
+    why: list[str] = []
+    for extra in extras:
+        for module in EXTRA_MODULES[extra]:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                missing.append(extra)
+                why.append(str(exc))
+                break
+    if missing:
+        names = " and ".join(f"'{e}'" for e in missing) + (" extras" if len(missing) > 1 else " extra")
+        spec = ",".join(missing)
+        _fail_line(f"envfactory {command} needs the {names}: pip install 'gym-envfactory[{spec}]' (in a checkout: "
+                   f"pip install '.[{spec}]'); {'; '.join(why)}")
+
+
+def endpoint_failure_line(outcomes: list[Any], base_url: str | None) -> str | None:
+    """One line for the chains QueryGen dropped because the LLM endpoint failed (``llm_request_failed``):
+    how many, the endpoint and the first error (the client's message names the cause); ``None`` when none was."""
+    failed = [o for o in outcomes if getattr(o, "reason", None) == "llm_request_failed"]
+    if not failed:
+        return None
+    detail = failed[0].detail
+    where = "" if base_url and base_url in detail else f" ({base_url or 'the openai default endpoint'})"
+    return f"{len(failed)} of {len(outcomes)} chain(s) dropped, the LLM endpoint failed{where}: {detail}"
+
+
 @gen_app.command("tasks")
 def gen_tasks(
     envs: Annotated[list[str], typer.Argument(help="environment names or gym ids")],
@@ -462,6 +504,7 @@ def gen_tasks(
     """QueryGen (arXiv 2605.18703 §3.4): sample tool chains and turn them into verified multi-turn tasks
     (scenario, initial state, turns, refinement, pass@k solving); writes tasks.jsonl, their verified
     trajectories and statistics."""
+    need_extras("gen tasks", "gen", "synthesis")
     from rich.progress import Progress
 
     from gym_envfactory.environment.catalog import get_environment, strip_gym_id
@@ -510,6 +553,9 @@ def gen_tasks(
     stats = write_tasks(outcomes, out, extra={"model": model, "preset": chosen.to_dict(), "seed": seed, "k": k,
                                               "llm_usage": gen.usage_by_stage, "user_simulator": gen.user_stats})
     print_task_stats(stats)
+    failure = endpoint_failure_line(outcomes, base_url)
+    if failure:
+        err_console.print(failure, style="red", markup=False, highlight=False, soft_wrap=True)
     console.print(f"wrote {stats['tasks']} task(s) to {out}; verified trajectories: {stats['trajectories_path']} "
-                  f"({stats['trajectories']}); statistics: {stats['stats_path']}", highlight=False)
+                  f"({stats['trajectories']}); statistics: {stats['stats_path']}", highlight=False, markup=False)
     raise typer.Exit(0 if stats["tasks"] else 1)

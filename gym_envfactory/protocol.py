@@ -33,7 +33,7 @@ __all__ = [
     "CLIENT_QUERY", "CLOSE_ON_DISCONNECT_QUERY", "bearer_authorization", "bearer_credentials", "bearer_token_matches",
     "ERR_PARSE", "ERR_INVALID_REQUEST", "ERR_METHOD", "ERR_PARAMS", "ERR_INTERNAL", "ERR_UNKNOWN_SESSION",
     "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED", "ERR_OWNERSHIP", "ERR_MEMORY", "ERROR_CODES",
-    "HTTP_STATUS",
+    "HTTP_STATUS", "UNAUTHORIZED_MESSAGE",
     "ANONYMOUS_CLIENT", "CLIENT_ENV_VAR", "CLIENT_ID_RULE", "is_valid_client_id", "default_client_id",
     "client_key", "client_key_matches",
     "ANNOUNCE_NONCE_VAR", "announcement", "parse_announcement", "STATE_DIGEST_ALGORITHM",
@@ -137,7 +137,10 @@ ERR_CAPACITY = -32002
 ERR_BAD_REQUEST = -32003
 """A control request the server refused (unknown environment or task, bad snapshot, version mismatch)."""
 ERR_UNAUTHORIZED = -32004
-"""Missing or wrong bearer token."""
+"""Missing or wrong bearer token: the HTTP 401 answer of ``/v1/rpc`` and ``/mcp`` is this error object (``id``
+null, :data:`UNAUTHORIZED_MESSAGE`); a WebSocket without the token is refused at the handshake (close 4401)."""
+UNAUTHORIZED_MESSAGE = "unauthorized: send Authorization: Bearer <token>"
+"""The message of an :data:`ERR_UNAUTHORIZED` answer: names the header to send."""
 ERR_OWNERSHIP = -32005
 """The session belongs to another client and is not shared (``SessionOwnershipError``)."""
 ERR_MEMORY = -32006
@@ -153,7 +156,7 @@ ERROR_CODES: Mapping[str, int] = {
 """Every error code of the protocol by a short name (``{name: code}``)."""
 
 HTTP_STATUS: Mapping[int, int] = {ERR_UNKNOWN_SESSION: 404, ERR_CAPACITY: 429, ERR_BAD_REQUEST: 400,
-                                  ERR_OWNERSHIP: 403, ERR_MEMORY: 503}
+                                  ERR_UNAUTHORIZED: 401, ERR_OWNERSHIP: 403, ERR_MEMORY: 503}
 """HTTP status of a ``POST /v1/rpc`` answer that is one error object, by its code (any other code: 400)."""
 
 # ------------------------------------------------------------------------------------ client identity

@@ -211,7 +211,8 @@ def test_control_plane_and_mcp_accept_the_same_authorization():
             assert (ready.status_code != 401) is want and (mcp.status_code != 401) is want, header
             if not want:
                 assert mcp.headers["www-authenticate"] == ready.headers["www-authenticate"] == "Bearer"
-                assert mcp.json() == {"error": "unauthorized: send Authorization: Bearer <token>"}
+                assert mcp.json() == {"jsonrpc": "2.0", "id": None, "error": {
+                    "code": protocol.ERR_UNAUTHORIZED, "message": "unauthorized: send Authorization: Bearer <token>"}}
                 assert ready.json() == {"error": "unauthorized"}
         assert client.get(protocol.HEALTH_PATH).status_code == 200  # no token needed
 
@@ -279,7 +280,8 @@ def test_build_app_guards_every_route_but_health_foreign_first():
         assert client.get(path, headers=protocol.bearer_authorization("t0k")).status_code == 200
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {}}
     r = client.post(protocol.RPC_PATH, json=ping)
-    assert r.status_code == 401 and r.json() == {"error": "unauthorized: send Authorization: Bearer <token>"}
+    assert r.status_code == 401 and r.json() == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": protocol.ERR_UNAUTHORIZED, "message": "unauthorized: send Authorization: Bearer <token>"}}
     assert client.post(protocol.RPC_PATH, json=ping, headers=protocol.bearer_authorization("t0k")).status_code == 200
     assert client.get("/no/such/route").status_code == 404  # not a route: no token asked
     with pytest.raises(WebSocketDisconnect) as refused:

@@ -8,7 +8,11 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["ui_cmd"]
+__all__ = ["ui_cmd", "UI_PORT"]
+
+#: ``envfactory ui``'s default port: its own, beside ``envfactory serve``'s 8765 and ``envfactory catalog up``'s
+#: 8765 and up, so the README's order (serve, then ui) runs both.
+UI_PORT = 8760
 
 
 def ui_cmd(
@@ -17,7 +21,7 @@ def ui_cmd(
     graph: Annotated[Path | None, typer.Option(
         "--graph", help="tool graph JSON from `envfactory graph build` (default: built over the catalog when first shown)")] = None,
     host: Annotated[str, typer.Option("--host", help="interface to listen on (default: this machine only); beyond loopback a --token-file is required")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="TCP port")] = 8765,
+    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port); `envfactory serve` uses 8765")] = UI_PORT,
     no_images: Annotated[bool, typer.Option("--no-images", help="do not ask Docker which images are built")] = False,
     token_file: Annotated[Path | None, typer.Option(
         "--token-file", help="read a bearer token from this file (first line; keep it mode 0600): every page then needs Authorization: Bearer <token>")] = None,
@@ -56,5 +60,18 @@ def ui_cmd(
     except InsecureBindError as exc:
         typer.echo(f"envfactory ui: {exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"envfactory ui: http://{host}:{port}/  (Ctrl-C stops it)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    from gym_envfactory.server import listening_socket
+
+    try:
+        sock = listening_socket(host, port)  # bound before the URL is announced: a busy port is one line
+    except OSError as exc:
+        typer.echo(f"envfactory ui: cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port "
+                   f"(`envfactory serve` defaults to 8765)", err=True)
+        raise typer.Exit(1) from None
+    bound = sock.getsockname()[1]
+    try:
+        sock.listen(128)
+        typer.echo(f"envfactory ui: http://{f'[{host}]' if ':' in host else host}:{bound}/  (Ctrl-C stops it)")
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    finally:
+        sock.close()

@@ -93,12 +93,12 @@ def build_cmd(
     _out.print(f"wrote {out}: {len(G.graph['envs'])} environments, {tools} tools, {len(deps)} depends edges "
                f"({cross} across environments), {links} parameter links; {timings.get('texts', 0)} texts, "
                f"{timings.get('encoded', 0)} encoded in {timings.get('encode', 0.0):.1f} s, "
-               f"{timings.get('cached', 0)} from the cache", highlight=False)
+               f"{timings.get('cached', 0)} from the cache", highlight=False, markup=False)
     if report is not None:
         r = report.as_dict()
         _out.print(f"refinement: +{r['added']} -{r['dropped']} edges, {r['classified']} inputs classified, "
                    f"{r['invalid']} invalid references ignored, {len(r['failed'])} environments failed"
-                   + (f" ({', '.join(r['failed'])})" if r["failed"] else ""), highlight=False)
+                   + (f" ({', '.join(r['failed'])})" if r["failed"] else ""), highlight=False, markup=False)
 
 
 @graph_app.command("show")
@@ -121,18 +121,18 @@ def show_cmd(
     rows = edge_rows(G)
     _out.print(f"{graph}: {len(tool_nodes(G))} tools in {len(G.graph.get('envs', []))} environments, "
                f"{len(depends_edges(G))} depends edges, {len(rows)} parameter links "
-               f"(model {G.graph.get('model')}, threshold {G.graph.get('threshold')})", highlight=False)
+               f"(model {G.graph.get('model')}, threshold {G.graph.get('threshold')})", highlight=False, markup=False)
     if top > 0 and rows:
         table = Table("producer", "output", "consumer", "input", "score", "origin")
         for r in rows[:top]:
-            table.add_row(r["producer"], r["output"], r["consumer"], r["input"], f"{r['score']:.3f}", r["origin"])
+            table.add_row(*map(escape, (r["producer"], r["output"], r["consumer"], r["input"], f"{r['score']:.3f}", r["origin"])))
         _out.print(table)
     if out is not None:
         try:
             write_picture(G, out)
         except EnvFactoryError as exc:
             _fail(exc)
-        _out.print(f"wrote {out}", highlight=False)
+        _out.print(f"wrote {out}", highlight=False, markup=False)
 
 
 @graph_app.command("sample")
@@ -176,6 +176,6 @@ def sample_cmd(
     except (EnvFactoryError, ValueError) as exc:
         _fail(exc)
     _out.print(f"wrote {len(chains)} chains to {out} ({sampled} sampled"
-               + (f", {sampled - len(chains)} dropped by the check" if check else "") + ")", highlight=False)
+               + (f", {sampled - len(chains)} dropped by the check" if check else "") + ")", highlight=False, markup=False)
     for reason, count in reasons.most_common():
-        _out.print(f"  {count:5d}  {reason}", highlight=False)
+        _out.print(f"  {count:5d}  {reason}", highlight=False, markup=False)

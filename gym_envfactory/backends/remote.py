@@ -59,9 +59,16 @@ __all__ = ["AsyncSessionClient", "SessionClient", "RemoteSession", "BackendUnava
 
 def ws_url(url: str) -> str:
     """``http://host:port`` (or ``ws://...``) → ``ws://host:port/v1/ws`` (:data:`~gym_envfactory.protocol.WS_PATH`);
-    a Unix domain socket's ``unix:PATH`` (the ``isolated`` backend's server) stays as it is."""
+    a Unix domain socket's ``unix:PATH`` (the ``isolated`` backend's server) stays as it is.
+
+    Raises:
+        BackendError: ``url`` has no ``http://``/``https://`` (or ``ws://``/``wss://``) scheme.
+    """
     if url.startswith("unix:"):
         return url
+    if not url.lower().startswith(("http://", "https://", "ws://", "wss://")):
+        raise BackendError(f"the server url {url!r} needs a scheme: http://host:port (https:// behind TLS), "
+                           f"e.g. http://127.0.0.1:8765")
     u = url.rstrip("/")
     if u.startswith("http://"):
         u = "ws://" + u[7:]

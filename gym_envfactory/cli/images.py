@@ -28,6 +28,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gym_envfactory.containers.compose import (
@@ -58,7 +59,7 @@ def _say(msg: str) -> None:
 
 
 def _fail(exc: Exception, code: int = 1) -> None:
-    err_console.print(f"[red]{exc}[/red]")
+    err_console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)  # markup would eat '[docker]'
     raise typer.Exit(code)
 
 
@@ -78,7 +79,7 @@ def image_base(
         res = build_base(suite=suite, tag=tag, mirror=mirror, force=force, say=_say)
     except EnvFactoryError as exc:
         _fail(exc)
-    console.print(f"{res.tag} {res.id[7:19]} {res.size / 1e6:.0f} MB {'built' if res.built else 'reused'}")
+    console.print(f"{res.tag} {res.id[7:19]} {res.size / 1e6:.0f} MB {'built' if res.built else 'reused'}", markup=False)
 
 
 @image_app.command("runtime")
@@ -95,7 +96,7 @@ def image_runtime(
         res = build_runtime(base_image=base, tag=tag, force=force, say=_say)
     except EnvFactoryError as exc:
         _fail(exc)
-    console.print(f"{res.tag} {res.id[7:19]} {res.size / 1e6:.0f} MB {'built' if res.built else 'reused'}")
+    console.print(f"{res.tag} {res.id[7:19]} {res.size / 1e6:.0f} MB {'built' if res.built else 'reused'}", markup=False)
 
 
 @image_app.command("build")
@@ -122,9 +123,9 @@ def image_build(
         table.add_column(col)
     for r in results:
         lab = r.labels
-        table.add_row(r.tag, r.id[7:19], f"{r.size / 1e6:.0f} MB", lab.get("org.envfactory.envs", ""),
-                      lab.get("org.envfactory.tool-count", ""), lab.get("org.envfactory.content-hash", "")[:12],
-                      "built" if r.built else "unchanged")
+        table.add_row(*map(escape, (r.tag, r.id[7:19], f"{r.size / 1e6:.0f} MB", lab.get("org.envfactory.envs", ""),
+                                    lab.get("org.envfactory.tool-count", ""), lab.get("org.envfactory.content-hash", "")[:12],
+                                    "built" if r.built else "unchanged")))
     console.print(table)
 
 
@@ -143,9 +144,9 @@ def image_ls() -> None:
     for img in sorted(client.images.list(filters={"label": f"{LABEL}.kind"}), key=lambda i: (i.tags or [""])[0]):
         lab = img.labels or {}
         for tag in img.tags:  # untagged build stages are left out
-            table.add_row(tag, lab.get(f"{LABEL}.kind", ""), f"{img.attrs.get('Size', 0) / 1e6:.0f} MB",
-                          lab.get(f"{LABEL}.envs", ""), lab.get(f"{LABEL}.version", ""),
-                          lab.get(f"{LABEL}.content-hash", "")[:12])
+            table.add_row(*map(escape, (tag, lab.get(f"{LABEL}.kind", ""), f"{img.attrs.get('Size', 0) / 1e6:.0f} MB",
+                                        lab.get(f"{LABEL}.envs", ""), lab.get(f"{LABEL}.version", ""),
+                                        lab.get(f"{LABEL}.content-hash", "")[:12])))
     console.print(table)
 
 
@@ -197,9 +198,10 @@ def catalog_up(
         _fail(exc)
     _print_ps(rows, name)
     console.print(f"compose project {name}, file {path}; token in {directory / '.env'} "
-                  f"(export ENVFACTORY_TOKEN=$(sed -n 's/^ENVFACTORY_TOKEN=//p' {directory / '.env'}))")
+                  f"(export ENVFACTORY_TOKEN=$(sed -n 's/^ENVFACTORY_TOKEN=//p' {directory / '.env'}))", markup=False)
     if wait > 0 and any(r["health"] != "healthy" for r in rows):
-        err_console.print(f"[red]not every service is healthy: see `docker-compose -p {name} logs`[/red]")
+        err_console.print(f"not every service is healthy: see `docker-compose -p {name} logs`", style="red", markup=False,
+                          highlight=False)
         raise typer.Exit(1)
 
 
@@ -220,9 +222,10 @@ def catalog_down(
     if before:
         names = ", ".join(f"{r['name']} ({r['env'] or r['service']})" for r in before)
         console.print(f"stopped and removed {len(before)} container(s) of compose project {name} ({directory}): {names}",
-                      highlight=False, soft_wrap=True)
+                      highlight=False, soft_wrap=True, markup=False)
     else:
-        console.print(f"compose project {name} ({directory}) had no containers; its network is removed", highlight=False)
+        console.print(f"compose project {name} ({directory}) had no containers; its network is removed", highlight=False,
+                      markup=False)
 
 
 @catalog_app.command("ps")
@@ -245,12 +248,13 @@ def catalog_ps(
 
 
 def _print_ps(rows: list[dict[str, Any]], project: str) -> None:
-    table = Table(title=f"compose project {project}")
+    table = Table(title=escape(f"compose project {project}"))
     for col in ("service", "gym id", "image", "state", "health", "url"):
         table.add_column(col)
     for r in rows:
         color = {"healthy": "green", "unhealthy": "red"}.get(r["health"], "yellow")
-        table.add_row(r["service"], r["gym_id"], r["image"], r["state"], f"[{color}]{r['health']}[/{color}]", r["url"])
+        table.add_row(escape(r["service"]), escape(r["gym_id"]), escape(r["image"]), escape(r["state"]),
+                      f"[{color}]{escape(r['health'])}[/{color}]", escape(r["url"]))
     if not rows:
         table.caption = "no containers: `envfactory catalog up`"
     console.print(table)

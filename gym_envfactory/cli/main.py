@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console, JustifyMethod
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -97,12 +98,12 @@ def list_cmd() -> None:
             spec = get_environment(name)
             tasks = spec.tasks
         except Exception as exc:  # noqa: BLE001 - a broken package is reported and skipped, never fatal
-            table.add_row(name, "-", "-", "-", "-", "[red]broken (see below)[/red]")
+            table.add_row(escape(name), "-", "-", "-", "-", "[red]broken (see below)[/red]")
             broken.append(f"{name}: {exc if isinstance(exc, EnvFactoryError) else repr(exc)[:500]}")
             continue
         writes = sum(not t.read_only for t in spec.tools.values())
-        table.add_row(spec.gym_id, spec.domain, spec.version, f"{len(spec.tools)} ({writes})",
-                      f"{len(tasks)} ({sum(t.multi_turn for t in tasks)})", ", ".join(spec.initial_state_names()))
+        table.add_row(escape(spec.gym_id), escape(spec.domain), escape(spec.version), f"{len(spec.tools)} ({writes})",
+                      f"{len(tasks)} ({sum(t.multi_turn for t in tasks)})", escape(", ".join(spec.initial_state_names())))
     console.print(table)
     for line in broken:
         err_console.print(f"broken: {line}", style="red", soft_wrap=True, markup=False, highlight=False)
@@ -114,8 +115,9 @@ def list_cmd() -> None:
 def info_cmd(env: Annotated[str, typer.Argument(help="environment name or gym id")]) -> None:
     """Show an environment's manifest, tools, initial states and task statistics."""
     spec = _load(env)
-    console.print(f"[bold]{spec.name}[/bold] v{spec.version} ({spec.domain}) — {spec.description}")
-    console.print(f"gym id: {spec.gym_id}   provenance: {spec.manifest.provenance.kind}   path: {spec.path}")
+    console.print(f"[bold]{escape(spec.name)}[/bold] " + escape(f"v{spec.version} ({spec.domain}) — {spec.description}"))
+    console.print(f"gym id: {spec.gym_id}   provenance: {spec.manifest.provenance.kind}   path: {spec.path}",
+                  markup=False)
     table = Table(title="tools")
     for col in ("tool", "kind", "parameters", "description"):
         table.add_column(col)
@@ -123,23 +125,23 @@ def info_cmd(env: Annotated[str, typer.Argument(help="environment name or gym id
         kind = "read" if t.read_only else ("write, destructive" if t.annotations.destructive else "write")
         params = ", ".join(f"{p}{'' if p in t.input_schema.get('required', []) else '?'}"
                            for p in t.input_schema.get("properties", {}))
-        table.add_row(t.name, kind, params, _first_sentence(t.description))
+        table.add_row(escape(t.name), kind, escape(params), escape(_first_sentence(t.description)))
     console.print(table)
     try:
         tasks = spec.tasks
         n_scenarios = len(spec.scenarios)
     except EnvFactoryError as exc:
-        err_console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        err_console.print(str(exc), style="red", soft_wrap=True, markup=False, highlight=False)
         raise typer.Exit(1) from None
     clar = sum(any(tt.clarification for tt in t.turns) for t in tasks)
     cross = [t.task_id for t in tasks if len(t.envs) > 1]
-    console.print(f"initial states: {', '.join(spec.initial_state_names())}")
+    console.print(f"initial states: {', '.join(spec.initial_state_names())}", markup=False)
     console.print(f"tasks: {len(tasks)} (multi-turn {sum(t.multi_turn for t in tasks)}, with clarification {clar}, "
                   f"splits {', '.join(f'{s}={len(tasks.ids(s))}' for s in tasks.splits()) or 'none'}); "
-                  f"validation scenarios: {n_scenarios}")
+                  f"validation scenarios: {n_scenarios}", markup=False)
     if cross:
         console.print(f"tasks spanning several environments (their episodes also get those environments' tools): "
-                      f"{', '.join(cross)}")
+                      f"{', '.join(cross)}", markup=False)
 
 
 def _first_sentence(text: str) -> str:
@@ -196,11 +198,11 @@ def validate_cmd(
             continue
         n_pass = sum(s.passed for s in report.scenarios)
         status = "[green]✓[/green]" if report.passed else "[red]✗[/red]"
-        console.print(f"{status} {spec.name}: scenarios {n_pass}/{len(report.scenarios)} passed, "
+        console.print(f"{status} {escape(spec.name)}: scenarios {n_pass}/{len(report.scenarios)} passed, "
                       f"tools covered {sum(len(v) == 2 for v in report.coverage.values())}/{len(report.coverage)}, "
                       f"tasks replayed {report.n_tasks - len(report.task_failures)}/{report.n_tasks}")
         for f in report.failures():
-            console.print(f"    [red]{f}[/red]")
+            console.print(f"    {f}", style="red", markup=False, highlight=False)
         ok &= report.passed
     raise typer.Exit(0 if ok else 1)
 
@@ -212,10 +214,10 @@ def _validation_progress(env_name: str) -> Iterator[Callable[[str, int, int], No
     callback of :func:`gym_envfactory.validation.validate_environment`."""
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
-        tid = bar.add_task(f"{env_name} · scenarios", total=None)
+        tid = bar.add_task(escape(f"{env_name} · scenarios"), total=None)
 
         def progress(stage: str, done: int, total: int) -> None:
-            bar.update(tid, description=f"{env_name} · {stage}", completed=done, total=total)
+            bar.update(tid, description=escape(f"{env_name} · {stage}"), completed=done, total=total)
 
         yield progress
 
@@ -240,6 +242,7 @@ def rollout_cmd(
     episodes: Annotated[int | None, typer.Option(help="number of episodes, >= 1 (default: every task once)")] = None,
     seed: Annotated[int, typer.Option(help="seed for task order and policy randomness")] = 0,
     split: Annotated[str | None, typer.Option(help="only tasks of this split (train/test)")] = None,
+    task_ids: Annotated[list[str] | None, typer.Option("--task-id", help="only this task (repeatable; each once, in the order given; with --episodes N, N episodes over them)")] = None,
     out: Annotated[Path | None, typer.Option(help="write trajectories as JSON Lines")] = None,
     noise: Annotated[float, typer.Option(help="perturbation probability per call (noisy policy)")] = 0.3,
     model: Annotated[str | None, typer.Option(help="model name (openai policy)")] = None,
@@ -259,7 +262,7 @@ def rollout_cmd(
 ) -> None:
     """Run a policy through episodes and print a per-episode reward table and a summary.
 
-    With --tasks FILE the episodes play the tasks of the files that are the environment's (a task
+    With --task-id ID (repeatable) only those tasks run.  With --tasks FILE the episodes play the tasks of the files that are the environment's (a task
     without env is its) instead of its own tasks.jsonl.  An episode whose policy fails (an endpoint's
     failed request) is kept, marked with its error; the run goes on (it stops after 3 such episodes in a
     row), writes --out, then exits 2."""
@@ -303,20 +306,26 @@ def rollout_cmd(
     except EnvFactoryError as exc:
         text = str(exc).replace("url='http://host:port'", "--url http://host:port")
         err_console.print(f"backend {backend.value if backend else 'default'}: {text}", style="red", markup=False,
-                          highlight=False)
+                          highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    ids = episode_task_ids(env, episodes, seed, split)
+    try:
+        ids = episode_task_ids(env, episodes, seed, split, task_ids)
+    except EnvFactoryError as exc:
+        env.close()
+        err_console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     if not ids:
         env.close()
         where = " in the --tasks files" if given is not None else ""
-        err_console.print(f"[red]{spec.name} has no tasks{where}{' in split ' + split if split else ''}[/red]")
+        err_console.print(f"{spec.name} has no tasks{where}{' in split ' + split if split else ''}", style="red",
+                          markup=False, highlight=False)
         raise typer.Exit(1)
     results = []
     code = 0
     in_a_row = 0
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as progress:
-        bar = progress.add_task(f"{spec.name} · {pol.name} · {env.backend.name}", total=len(ids))
+        bar = progress.add_task(escape(f"{spec.name} · {pol.name} · {env.backend.name}"), total=len(ids))
         for i, tid in enumerate(ids):
             try:
                 r = run_episode(env, pol, task_id=tid, seed=seed + i, keep_policy_errors=True)
@@ -347,7 +356,8 @@ def rollout_cmd(
     if out:
         n = write_trajectories(out, results)
         failed = sum(r.error is not None for r in results)
-        console.print(f"wrote {n} trajectories to {out}" + (f" ({failed} failed, marked with an error)" if failed else ""))
+        console.print(f"wrote {n} trajectories to {out}" + (f" ({failed} failed, marked with an error)" if failed else ""),
+                      markup=False, highlight=False)
     if code:
         raise typer.Exit(code)
 
@@ -459,13 +469,14 @@ def serve_cmd(
               announce_fd=announce_fd, memory_budget=memory_budget, uds=None if uds is None else str(uds),
               max_mcp_sessions_per_client=max_mcp_sessions_per_client)
     except InsecureBindError as exc:
-        err_console.print(f"[red]{exc}[/red]")
+        err_console.print(str(exc), style="red", markup=False, highlight=False)
         raise typer.Exit(2) from None
     except EnvFactoryError as exc:
         err_console.print(str(exc), style="red", markup=False, highlight=False)
         raise typer.Exit(1) from None
     except OSError as exc:
-        err_console.print(f"[red]cannot listen on {host}:{port}: {exc}[/red]")
+        err_console.print(f"cannot listen on {host}:{port}: {exc}; pick another --port", style="red", markup=False,
+                          highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
 
@@ -501,8 +512,8 @@ def _print_results(gym_id: str, policy: str, results: list[EpisodeResult]) -> No
         table.add_column(col, justify=just)
     for r in results:
         if r.error is not None:
-            table.add_row(r.task_id, "-", str(r.steps), "-", "-", "-", "-", "[red]failed[/red]",
-                          f"policy error: {r.error}"[:300])
+            table.add_row(escape(r.task_id), "-", str(r.steps), "-", "-", "-", "-", "[red]failed[/red]",
+                          escape(f"policy error: {r.error}"[:300]))
             continue
         c = r.components
         why = list(r.perturbations)
@@ -519,9 +530,9 @@ def _print_results(gym_id: str, policy: str, results: list[EpisodeResult]) -> No
         if r.truncated:
             why.append("truncated")
         style = "green" if r.reward >= 0.999 else ("yellow" if r.reward >= 0.5 else "red")
-        table.add_row(r.task_id, str(len(c.get("turns", []))), str(r.steps), f"{c.get('matched', 0)}/{c.get('n_ground_truth', 0)}",
+        table.add_row(escape(r.task_id), str(len(c.get("turns", []))), str(r.steps), f"{c.get('matched', 0)}/{c.get('n_ground_truth', 0)}",
                       _fmt(c.get("r_traj")), _fmt(c.get("r_state")), str(c.get("p_len", 0)),
-                      f"[{style}]{r.reward:.2f}[/{style}]", "; ".join(why))
+                      f"[{style}]{r.reward:.2f}[/{style}]", escape("; ".join(why)))
     console.print(table)
     scored = [r for r in results if r.error is None]
     rewards = [r.reward for r in scored]
@@ -546,7 +557,7 @@ def _load(env_name: str) -> EnvironmentSpec:
     try:
         return get_environment(env_name)
     except EnvFactoryError as exc:
-        err_console.print(f"[red]{exc}[/red]")
+        err_console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
 
@@ -577,7 +588,8 @@ def _register_subcommands() -> None:
 def _missing_extra(name: str, exc: ImportError) -> None:
     def stub() -> None:
         extra = {"gen": "gen", "import": "gen", "export": "export"}.get(name, name)
-        err_console.print(f"[red]envfactory {name} needs the '{extra}' extra (pip install '.[{extra}]'): {exc}[/red]")
+        err_console.print(f"envfactory {name} needs the '{extra}' extra (pip install '.[{extra}]'): {exc}", style="red",
+                          markup=False, highlight=False, soft_wrap=True)  # markup would eat '[{extra}]'
         raise typer.Exit(2)
 
     stub.__doc__ = f"(unavailable: install its extra) {exc}"

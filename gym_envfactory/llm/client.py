@@ -428,9 +428,10 @@ class LLMClient:
                 f"{stage}: {self.config.base_url or 'default endpoint'} answered HTTP {exc.status_code} {why}: "
                 f"{exc.message}", status=exc.status_code, attempts=attempts, stage=stage) from exc
         except openai.APIConnectionError as exc:
+            cause = f" {exc.__cause__}" if exc.__cause__ is not None and str(exc.__cause__) else ""  # "Connection refused"
             raise LLMRequestError(
                 f"{stage}: no answer from {self.config.base_url or 'default endpoint'} after {attempts} attempts "
-                f"({type(exc).__name__}: {exc}); check base_url and that the server is up",
+                f"({type(exc).__name__}: {exc}{cause}); check base_url and that the server is up",
                 attempts=attempts, stage=stage) from exc
         try:
             completion = json.loads(text)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gym_envfactory.envs.env import EnvFactoryEnv
-from gym_envfactory.errors import PolicyError
+from gym_envfactory.errors import PolicyError, UnknownTaskError
 from gym_envfactory.rollout.policies import Policy
 
 __all__ = ["EpisodeResult", "run_episode", "episode_task_ids", "write_trajectories"]
@@ -113,10 +113,25 @@ def run_episode(env: EnvFactoryEnv, policy: Policy, *, task_id: str | None = Non
     )
 
 
-def episode_task_ids(env: EnvFactoryEnv, episodes: int | None, seed: int, split: str | None = None) -> list[str]:
+def episode_task_ids(env: EnvFactoryEnv, episodes: int | None, seed: int, split: str | None = None,
+                     task_ids: Sequence[str] | None = None) -> list[str]:
     """Task ids for a run: every task once in file order when ``episodes`` is ``None``, else
-    ``episodes`` ids cycling through a seeded shuffle."""
+    ``episodes`` ids cycling through a seeded shuffle.  ``task_ids``: only these tasks (each once, in the
+    order given, before ``episodes`` applies).
+
+    Raises:
+        UnknownTaskError: a ``task_ids`` entry is not a task of ``env`` (of ``split``, when given).
+    """
     ids = env.tasks.ids(split)
+    if task_ids:
+        known = set(ids)
+        unknown = [t for t in task_ids if t not in known]
+        if unknown:
+            where = f" in split {split!r}" if split else ""
+            shown = ", ".join(ids[:12]) + (f", ... ({len(ids)} in all)" if len(ids) > 12 else "")
+            raise UnknownTaskError(f"{env.environment.name} has no task {', '.join(map(repr, unknown))}{where}; "
+                                   f"its tasks: {shown or 'none'}")
+        ids = list(dict.fromkeys(task_ids))
     if episodes is None:
         return ids
     order = list(ids)

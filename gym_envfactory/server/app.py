@@ -67,6 +67,7 @@ from gym_envfactory.protocol import (
     READY_PATH,
     RPC_PATH,
     SPLIT_HEADER,
+    UNAUTHORIZED_MESSAGE,
     WS_PATH,
 )
 from gym_envfactory.server.fastproto import Caller, dispatch_frame_async, dispatch_frame_split
@@ -453,9 +454,9 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
     require_token_off_loopback(config.host, config.token)
     state = ServerState(manager, config)
 
-    def guarded(message: str = "unauthorized") -> list[Middleware]:
+    def guarded(message: str = "unauthorized", jsonrpc: bool = False) -> list[Middleware]:
         return [Middleware(OriginHostGuardMiddleware, host=config.host, allowed_origins=config.allowed_origins),
-                Middleware(BearerAuthMiddleware, token=config.token, message=message)]
+                Middleware(BearerAuthMiddleware, token=config.token, message=message, jsonrpc=jsonrpc)]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -474,7 +475,7 @@ def build_app(manager: SessionManager, config: ServerConfig, *, extra_routes: li
         Route(HEALTH_PATH, healthz),
         Route(READY_PATH, readyz, middleware=guarded()),
         Route(METRICS_PATH, metrics_endpoint, middleware=guarded()),
-        Route(RPC_PATH, rpc, methods=["POST"], middleware=guarded("unauthorized: send Authorization: Bearer <token>")),
+        Route(RPC_PATH, rpc, methods=["POST"], middleware=guarded(UNAUTHORIZED_MESSAGE, jsonrpc=True)),
         WebSocketRoute(WS_PATH, session_socket, middleware=guarded()),
     ] + list(extra_routes or [])
     app = Starlette(routes=routes, lifespan=lifespan)

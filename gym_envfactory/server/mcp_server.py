@@ -91,6 +91,7 @@ from gym_envfactory.protocol import (
     AUTHORIZATION_HEADER,
     CLIENT_HEADER,
     CLIENT_KEY_HEADER,
+    ERR_BAD_REQUEST,
     ERR_CAPACITY,
     ERR_MEMORY,
     ERR_OWNERSHIP,
@@ -98,11 +99,17 @@ from gym_envfactory.protocol import (
     HTTP_STATUS,
     MCP_PATH,
     SESSION_HEADER,
+    UNAUTHORIZED_MESSAGE,
     mcp_path,
 )
 from gym_envfactory.server.app import frame_gate, frame_refusal
 from gym_envfactory.server.manager import ManagedSession, SessionManager, authenticated_client
-from gym_envfactory.server.middleware import BearerAuthMiddleware, is_loopback
+from gym_envfactory.server.middleware import (
+    BearerAuthMiddleware,
+    OriginHostGuardMiddleware,
+    is_loopback,
+    jsonrpc_error_body,
+)
 from gym_envfactory.session import INVALID_CALL_ERRORS, MAX_LOGGED_RAW, ToolResult
 
 __all__ = ["SESSION_HEADER", "EnvMCPServer", "junk_line_reply", "mcp_routes", "run_stdio"]
@@ -726,6 +733,29 @@ def _replay(seen: list[Message], receive: Receive) -> Receive:
     return again
 
 
+class UnknownMCPEnvironment:
+    """The answer of ``/mcp/<name>`` for a name this server does not serve (and of ``/mcp`` when it serves
+    several): HTTP 404 with a JSON-RPC error object (``-32003``, ``id`` null) whose message lists the
+    endpoints served, so an MCP client shows where to go instead of a bare "Not Found"."""
+
+    def __init__(self, served: list[str]) -> None:
+        self.served = list(served)
+
+    def message(self, name: str | None) -> str:
+        """The error message for a request of ``/mcp/<name>`` (``None``: of ``/mcp`` itself)."""
+        what = (f"no environment {name!r} is served over MCP here" if name is not None else
+                f"{MCP_PATH} alone is the endpoint of a server with one environment; this one serves {len(self.served)}")
+        return f"{what}; served: {', '.join(mcp_path(n) for n in self.served) or 'none'}"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI entry: answer 404 with the served endpoints."""
+        from starlette.responses import JSONResponse
+
+        name = (scope.get("path_params") or {}).get("name")
+        body = jsonrpc_error_body(ERR_BAD_REQUEST, self.message(name), {"envs": self.served})
+        await JSONResponse(body, status_code=404)(scope, receive, send)
+
+
 def mcp_routes(manager: SessionManager, config: Any) -> tuple[list[Route], Callable[[Any], Any]]:
     """Routes ``/mcp/<EnvName>`` for every environment of ``manager`` (and ``/mcp`` when it serves exactly
     one), guarded by ``config.token`` (:class:`~.middleware.BearerAuthMiddleware`; the SDK checks Host and
@@ -759,11 +789,19 @@ def mcp_routes(manager: SessionManager, config: Any) -> tuple[list[Route], Calla
                           max_body=getattr(config, "max_body_bytes", 4 * 1024 * 1024),
                           idle_timeout=getattr(config, "ttl_s", 900.0), path=path)
         fasts.append(fast)
-        endpoint = BearerAuthMiddleware(fast, token=getattr(config, "token", None),
-                                        message="unauthorized: send Authorization: Bearer <token>")
+        endpoint = BearerAuthMiddleware(fast, token=getattr(config, "token", None), message=UNAUTHORIZED_MESSAGE,
+                                        jsonrpc=True)
         routes.append(Route(path, endpoint=endpoint))
         if len(manager.specs) == 1:
             routes.append(Route(MCP_PATH, endpoint=endpoint))
+    # any other name (after the environments' own routes): 404 listing them, behind the same guards
+    unknown = OriginHostGuardMiddleware(
+        BearerAuthMiddleware(UnknownMCPEnvironment(list(manager.specs)), token=getattr(config, "token", None),
+                             message=UNAUTHORIZED_MESSAGE, jsonrpc=True),
+        host=host, allowed_origins=tuple(getattr(config, "allowed_origins", ())))
+    routes.append(Route(f"{MCP_PATH}/{{name}}", endpoint=unknown))
+    if len(manager.specs) != 1:
+        routes.append(Route(MCP_PATH, endpoint=unknown))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:

@@ -24,10 +24,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from gym_envfactory.errors import InsecureBindError
-from gym_envfactory.protocol import CLIENT_HEADER, CLIENT_QUERY, bearer_token_matches
+from gym_envfactory.protocol import CLIENT_HEADER, CLIENT_QUERY, ERR_UNAUTHORIZED, bearer_token_matches
 
 __all__ = ["LOOPBACK", "is_loopback", "host_header_name", "foreign_request", "OriginHostGuardMiddleware",
-           "BearerAuthMiddleware", "require_token_off_loopback"]
+           "BearerAuthMiddleware", "require_token_off_loopback", "jsonrpc_error_body"]
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 """Loopback names and addresses taken as they are (any other ``127.0.0.0/8`` or ``::1`` form is parsed)."""
@@ -124,6 +124,16 @@ class OriginHostGuardMiddleware:
         await self.app(scope, receive, send)
 
 
+def jsonrpc_error_body(code: int, message: str, data: object | None = None) -> dict[str, object]:
+    """A JSON-RPC 2.0 error response with ``id`` null (the request was refused before its id was read):
+    what an HTTP refusal on a JSON-RPC route (``/v1/rpc``, ``/mcp``) carries, so a client (the MCP SDK
+    among them) shows ``message`` instead of a bare status."""
+    error: dict[str, object] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": None, "error": error}
+
+
 class BearerAuthMiddleware:
     """Refuses requests without ``Authorization: Bearer <token>`` (:func:`gym_envfactory.protocol.bearer_token_matches`:
     scheme in any case, constant-time comparison; the credential of the client the request names,
@@ -135,12 +145,15 @@ class BearerAuthMiddleware:
         app: the ASGI app guarded.
         token: the server's bearer token, or ``None`` for none.
         message: the ``error`` text of the 401 answer.
+        jsonrpc: the 401 body is a JSON-RPC error object instead (:func:`jsonrpc_error_body`, code
+            ``-32004``, :data:`~gym_envfactory.protocol.ERR_UNAUTHORIZED`): for ``/v1/rpc`` and ``/mcp``.
     """
 
-    def __init__(self, app: ASGIApp, *, token: str | None, message: str = "unauthorized") -> None:
+    def __init__(self, app: ASGIApp, *, token: str | None, message: str = "unauthorized", jsonrpc: bool = False) -> None:
         self.app = app
         self.token = token
         self.message = message
+        self.body = jsonrpc_error_body(ERR_UNAUTHORIZED, message) if jsonrpc else {"error": message}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry: answer an HTTP or WebSocket request without the token, else hand it to the wrapped app."""
@@ -155,7 +168,7 @@ class BearerAuthMiddleware:
                 if kind == "websocket":
                     await WebSocket(scope, receive, send).close(code=4401, reason="unauthorized")
                 else:
-                    await JSONResponse({"error": self.message}, status_code=401,
+                    await JSONResponse(self.body, status_code=401,
                                        headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
                 return
         await self.app(scope, receive, send)

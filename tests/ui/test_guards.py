@@ -62,10 +62,11 @@ def _cli(monkeypatch, *args: str):
     import uvicorn
 
     served: list[dict] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append({"app": app, **kw}))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: served.append(
+        {"app": self.config.app, "host": sockets[0].getsockname()[0], "port": sockets[0].getsockname()[1]}))
     app = typer.Typer()
     app.command()(ui_cmd)
-    return CliRunner().invoke(app, ["--no-images", *args]), served
+    return CliRunner().invoke(app, ["--no-images", "--port", "0", *args]), served
 
 
 def test_the_cli_refuses_a_public_bind_without_a_token(monkeypatch):
