@@ -655,7 +655,8 @@ def private_fingerprint(obj: Any) -> str:
     JSON text, objects that are not JSON data by ``repr``: compared before and after a call in validation
     mode (:attr:`LiveInstance.hidden_write`)."""
     try:
-        attrs = {k: v for k, v in vars(obj).items() if k.startswith("_")}
+        # an iterator (an itertools.count id counter) by repr: serialising it would drain it, forever
+        attrs = {k: repr(v) if isinstance(v, Iterator) else v for k, v in vars(obj).items() if k.startswith("_")}
     except TypeError:  # no __dict__ (slots)
         return ""
     return json.dumps(pydantic_core.to_jsonable_python(attrs, fallback=repr), sort_keys=True, default=repr)

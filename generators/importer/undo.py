@@ -69,7 +69,7 @@ class Journal:
 
     __slots__ = ("api", "root", "entries", "seen", "keys", "whole", "containers", "exact", "budget", "spent")
 
-    def __init__(self, api: Any, budget: int = BUDGET) -> None:
+    def __init__(self, api: Any, budget: int | None = None) -> None:
         self.api = api
         self.root: dict[str, Any] = {}
         self.entries: list[tuple[Any, ...]] = []  # undo records, applied in reverse
@@ -78,7 +78,7 @@ class Journal:
         self.whole: set[int] = set()  # containers whose slots were copied whole
         self.containers: list[Any] = []  # journal containers attached to this journal
         self.exact = True
-        self.budget = budget
+        self.budget = BUDGET if budget is None else budget
         self.spent = False  # over budget (the instance's later calls skip journaling)
 
     # ---------------------------------------------------------------- saving
@@ -567,12 +567,12 @@ def _journaled(value: Any) -> Any:
     return None
 
 
-def begin(api: Any, budget: int = BUDGET) -> Journal:
+def begin(api: Any, budget: int | None = None) -> Journal:
     """Open a journal on ``api`` before a write call: its plain container attributes become journal
     containers (once; the same data), the containers are attached, every other mutable attribute value
     is saved (:meth:`Journal.protect`).  Close it after the call (:meth:`Journal.close`); undo it
     (:meth:`Journal.undo`) when the call failed and the journal is :attr:`~Journal.exact`."""
-    journal = Journal(api, budget)
+    journal = Journal(api, BUDGET if budget is None else budget)
     attrs = getattr(api, "__dict__", None)
     if not isinstance(attrs, dict):
         journal.exact = False
