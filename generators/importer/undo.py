@@ -35,6 +35,7 @@ import datetime
 import decimal
 import enum
 import random
+import re
 import types
 import uuid
 from collections import OrderedDict, defaultdict, deque
@@ -48,15 +49,17 @@ BUDGET = 4096
 _MISSING: Any = object()
 _ATOMIC = frozenset({str, int, float, bool, type(None), bytes, complex, datetime.date, datetime.datetime,
                      datetime.time, datetime.timedelta, datetime.timezone, decimal.Decimal, uuid.UUID, frozenset,
-                     range, type(Ellipsis), type(NotImplemented)})
+                     range, type(Ellipsis), type(NotImplemented), re.Pattern, re.Match})
 #: Objects that are code, not state: never saved.
 _CODE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, type,
          types.CodeType, staticmethod, classmethod, property)
 
 
+_SKIP = (enum.Enum, *_CODE)
+
+
 def _atomic(value: Any) -> bool:
-    t = type(value)
-    return t in _ATOMIC or isinstance(value, (enum.Enum, *_CODE))
+    return type(value) in _ATOMIC or isinstance(value, _SKIP)
 
 
 class Journal:
@@ -269,6 +272,10 @@ def _truncate(lst: list, n: int) -> None:
 
 
 # ---------------------------------------------------------------- journal containers
+#: ``dict`` for the mixin (its methods take the subclass instance).
+_dict: Any = dict
+
+
 class _DictMixin:
     """The journaling methods of :class:`JournalDict` and :class:`JournalDefaultDict`."""
 
@@ -276,14 +283,14 @@ class _DictMixin:
     _j: Journal | None
 
     def __getitem__(self, key: Any) -> Any:
-        value = dict.__getitem__(self, key)  # type: ignore[index]
+        value = _dict.__getitem__(self, key)
         if self._j is not None and not _atomic(value):
             self._j.protect(value)
         return value
 
     def get(self, key: Any, default: Any = None) -> Any:
         """``dict.get`` (a mutable value is saved first while a journal is open)."""
-        value = dict.get(self, key, default)  # type: ignore[call-overload]
+        value = _dict.get(self, key, default)
         if self._j is not None and not _atomic(value):
             self._j.protect(value)
         return value
@@ -291,23 +298,23 @@ class _DictMixin:
     def values(self) -> Any:
         """``dict.values`` (every mutable value saved first while a journal is open)."""
         if self._j is not None:
-            self._j.protect_all(dict.values(self))  # type: ignore[call-overload]
-        return dict.values(self)  # type: ignore[call-overload]
+            self._j.protect_all(_dict.values(self))
+        return _dict.values(self)
 
     def items(self) -> Any:
         """``dict.items`` (every mutable value saved first while a journal is open)."""
         if self._j is not None:
-            self._j.protect_all(dict.values(self))  # type: ignore[call-overload]
-        return dict.items(self)  # type: ignore[call-overload]
+            self._j.protect_all(_dict.values(self))
+        return _dict.items(self)
 
     def __iter__(self) -> Any:  # a Python __iter__: dict(d), {**d}, update(d) go through keys() and d[k]
-        return dict.__iter__(self)  # type: ignore[call-overload]
+        return _dict.__iter__(self)
 
     def copy(self) -> dict:
         """A plain ``dict`` with the same values (saved first while a journal is open)."""
         if self._j is not None:
-            self._j.protect_all(dict.values(self))  # type: ignore[call-overload]
-        return dict(dict.items(self))  # type: ignore[call-overload]
+            self._j.protect_all(_dict.values(self))
+        return dict(_dict.items(self))
 
     def __or__(self, other: Any) -> Any:
         out = self.copy()
@@ -322,18 +329,18 @@ class _DictMixin:
     def __setitem__(self, key: Any, value: Any) -> None:
         if self._j is not None:
             self._j.record_key(self, key)
-        dict.__setitem__(self, key, value)  # type: ignore[index]
+        _dict.__setitem__(self, key, value)
 
     def __delitem__(self, key: Any) -> None:
         if self._j is not None:
             self._j.record_whole(self)
-        dict.__delitem__(self, key)  # type: ignore[arg-type]
+        _dict.__delitem__(self, key)
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
         """``dict.setdefault`` (journaled)."""
         if self._j is not None:
             self._j.record_key(self, key)
-        value = dict.setdefault(self, key, default)  # type: ignore[call-overload]
+        value = _dict.setdefault(self, key, default)
         if self._j is not None and not _atomic(value):
             self._j.protect(value)
         return value
@@ -342,15 +349,15 @@ class _DictMixin:
         """``dict.pop`` (journaled)."""
         if self._j is not None:
             self._j.record_whole(self)
-            if dict.__contains__(self, key):  # type: ignore[operator]
-                self._j.protect(dict.__getitem__(self, key))  # type: ignore[index]
-        return dict.pop(self, key, *default)  # type: ignore[call-overload]
+            if _dict.__contains__(self, key):
+                self._j.protect(_dict.__getitem__(self, key))
+        return _dict.pop(self, key, *default)
 
     def popitem(self) -> tuple[Any, Any]:
         """``dict.popitem`` (journaled)."""
         if self._j is not None:
             self._j.record_whole(self)
-        key, value = dict.popitem(self)  # type: ignore[call-overload]
+        key, value = _dict.popitem(self)
         if self._j is not None:
             self._j.protect(value)
         return key, value
@@ -361,7 +368,7 @@ class _DictMixin:
         if self._j is not None:
             for k in new:
                 self._j.record_key(self, k)
-        dict.update(self, new)  # type: ignore[call-overload]
+        _dict.update(self, new)
 
     def __ior__(self, other: Any) -> Any:
         self.update(other)
@@ -371,10 +378,10 @@ class _DictMixin:
         """``dict.clear`` (journaled)."""
         if self._j is not None:
             self._j.record_whole(self)
-        dict.clear(self)  # type: ignore[call-overload]
+        _dict.clear(self)
 
 
-class JournalDict(_DictMixin, dict):  # type: ignore[misc]
+class JournalDict(_DictMixin, dict):
     """A ``dict`` attribute of a live instance that records a write call's changes (module docstring)."""
 
     __slots__ = ("_j",)

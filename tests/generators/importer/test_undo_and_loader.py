@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gym_envfactory.environment.package import load_environment
 from gym_envfactory.generators.importer import import_python_class, import_tool_server
 from gym_envfactory.generators.importer.python_class import import_class_package
 from gym_envfactory.generators.packages import purge_modules
-from gym_envfactory.environment.package import load_environment
 from gym_envfactory.session import Session
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "undo"
@@ -49,10 +49,15 @@ def run(session, calls):
 
 def _count_calls(monkeypatch, cls, names):
     calls: list[str] = []
+
+    def counting(name, real):
+        def method(self, *a, **k):
+            calls.append(name)
+            return real(self, *a, **k)
+        return method
+
     for name in names:
-        real = getattr(cls, name)
-        monkeypatch.setattr(cls, name, (lambda real, name: lambda self, *a, **k: calls.append(name) or real(
-            self, *a, **k))(real, name))
+        monkeypatch.setattr(cls, name, counting(name, getattr(cls, name)))
     return calls
 
 
