@@ -31,6 +31,7 @@ It imports only the standard library.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import decimal
 import enum
@@ -393,6 +394,12 @@ class JournalDict(_DictMixin, dict):
     def __reduce_ex__(self, protocol: Any) -> Any:
         return (type(self), (), None, None, iter(dict.items(self)))
 
+    def __deepcopy__(self, memo: dict) -> JournalDict:
+        new = JournalDict()
+        memo[id(self)] = new
+        dict.update(new, [(copy.deepcopy(k, memo), copy.deepcopy(v, memo)) for k, v in dict.items(self)])
+        return new
+
 
 class JournalDefaultDict(_DictMixin, defaultdict):  # type: ignore[misc]
     """A ``defaultdict`` attribute of a live instance that records a write call's changes."""
@@ -439,6 +446,12 @@ class JournalList(list):
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return (type(self), (), None, iter(list.__iter__(self)))
+
+    def __deepcopy__(self, memo: dict) -> JournalList:
+        new = JournalList()
+        memo[id(self)] = new
+        list.extend(new, [copy.deepcopy(v, memo) for v in list.__iter__(self)])
+        return new
 
     def __getitem__(self, index: Any) -> Any:
         value = list.__getitem__(self, index)
