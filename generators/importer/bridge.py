@@ -633,7 +633,8 @@ class LiveInstance:
 
     def sync(self, model: BaseModel) -> None:
         """Bring ``model``'s fields up to date from the instance (``owner.saved_model``); a failure leaves
-        the instance dirty and raises."""
+        the instance dirty and raises.  Writing the fields back is not a read: ``observed`` stays as it was
+        (else a sync inside a call would make the next call sync again, and so on: every call O(state))."""
         self.dirty = False
         try:
             with drawing_from(self.entropy):
@@ -641,7 +642,9 @@ class LiveInstance:
         except BaseException:
             self.dirty = True
             raise
+        observed = self.observed
         write_back(model, saved)
+        self.observed = observed
 
     def expose(self, model: BaseModel) -> None:
         """A field of ``model`` was handed out or written: remember its JSON now (once)."""

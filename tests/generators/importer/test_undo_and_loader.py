@@ -96,6 +96,16 @@ def test_undo_keeps_aliases_and_the_next_failure_is_undone_too(depot):
     assert run(fork, step) == run(clean_fork, step) and fork.state_bytes() == clean_fork.state_bytes()
 
 
+def test_one_state_read_costs_one_serialisation_not_one_per_later_call(depot, monkeypatch):
+    s = Session(depot)
+    run(s, [("stock", {"bin_id": "A", "sku": "bolt", "qty": 1})])
+    api_cls = sys.modules["gym_envfactory._envs.UndoDepot._source"].DepotAPI
+    calls = _count_calls(monkeypatch, api_cls, ("save_scenario",))
+    assert s.state()["bins"]["A"]["qty"] == 6 and calls == ["save_scenario"]
+    run(s, [("stock", {"bin_id": "A", "sku": "bolt", "qty": 1})] * 5)  # the first is brought up to date in the call
+    assert calls == ["save_scenario"] * 2 and s.state()["bins"]["A"]["qty"] == 11
+
+
 def test_a_call_that_reaches_too_much_falls_back_to_the_replay(depot, monkeypatch):
     undo = sys.modules["gym_envfactory._envs.UndoDepot._undo"]
     monkeypatch.setattr(undo, "BUDGET", 1)  # every journal goes over budget
