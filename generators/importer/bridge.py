@@ -21,6 +21,9 @@ session's fork, rebase or rollback view) deep-copies the instance, private attri
 rolled-back session replays onto the instance as it was at its rollback point.  A model edited from
 outside (``Session.state_model()``) is reloaded into a fresh instance before the next call when its
 content changed.  A state built from bytes (reset, restore, a new session) gets a fresh instance.
+A write call runs under an undo journal (:mod:`.undo`, issue 26): when it fails, the session asks the
+state model (``__envfactory_undo_last__``, :func:`undo_last`) to undo it in place, at the cost of what it
+touched; only an inexact journal falls back to the session's rebuild-and-replay rollback.
 
 **Determinism without editing** (issue 12, part 3): the server's ``import random``, ``import uuid``,
 ``import time``, ``import datetime`` (and ``from X import ...``) resolve to stand-ins that draw from the

@@ -16,7 +16,8 @@ This module is ``generators/importer/classbridge.py``; :func:`import_python_clas
   (:class:`ClassImportError`, naming the class and the ways out), never an empty environment.
 - **Tools**: public methods with typed parameters (keyword-only in the schema).  Each call runs the
   method on the session's **live instance** (:class:`~.bridge.LiveInstance`, built on the session's
-  first call), so private attributes (``self._logged_in``) survive between calls; the state's fields are
+  first call the way the class builds itself: constructor, its loader on the stored scenario, then the
+  public fields), so private attributes (``self._logged_in``, what the loader sets) survive between calls; the state's fields are
   refreshed from the instance only when read, and copied with it on forks and rollbacks (:mod:`.bridge`).
 
 It imports only the standard library, pydantic, ``gym_envfactory.tool`` and the
