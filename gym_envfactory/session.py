@@ -72,7 +72,8 @@ class _LiveState:
     """One environment's materialised state: the model (a copy-on-write view of ``base``, or the model
     handed out by :meth:`Session.state_model`), the frozen base it started from (never mutated; shared
     with other sessions), and the successful write calls applied since (``redo``: ``(tool, canonical
-    arguments, result fingerprint)``, so a rollback can tell a replay that diverges).  ``exposed``: the
+    arguments the caller gave (defaults it left out are not logged), result fingerprint)``, so a rollback
+    can tell a replay that diverges).  ``exposed``: the
     model was handed out by :meth:`Session.state_model`, so it may change outside calls: every write call
     first takes a frozen copy of it as the new base, and a fork copies it instead of freezing it.
     ``pristine``: the model is a view of ``base`` that no call has touched yet, so a fork can share ``base``
@@ -630,8 +631,13 @@ class Session:
             if not read_only:  # validation mode: the write is checked, make it the rollback point
                 self._rebase(live)
         elif not read_only:
-            # the result as JSON text, not the object: the caller may edit the content it was handed
-            live.redo.append((tool, normalized, _fingerprint(result.content)))
+            # the result as JSON text, not the object: the caller may edit the content it was handed.  The
+            # arguments as the caller gave them: a default it left out is not logged (an explicit None for
+            # ``x: str = None`` would fail re-validation when the rollback replays the call)
+            given = validated.model_fields_set
+            redo_args = normalized if len(given) == len(normalized) else {
+                k: v for k, v in normalized.items() if k in given}
+            live.redo.append((tool, redo_args, _fingerprint(result.content)))
             if len(live.redo) > REDO_LIMIT:
                 self._rebase(live)
         return result
@@ -754,7 +760,10 @@ class Session:
         JSON): on a mismatch see :meth:`_keep_after_divergence`.  The state before the failed call itself is
         never serialised (successful calls pay nothing), so a write that is not deterministic but gives the
         same result and the same state in both replays, only not the first time (a clock read at coarse
-        resolution), goes unnoticed.
+        resolution), goes unnoticed.  Before any of that, a state model whose class defines
+        ``__envfactory_undo_last__(model) -> bool`` (an imported environment's live instance,
+        ``generators/importer/undo.py``) is asked to undo the failed call in place; when it does, nothing
+        is rebuilt or replayed (a failing write then costs about what a successful one does).
         """
         model_cls = self.envs[tool.env].state_model
         if before is not None:
@@ -765,6 +774,9 @@ class Session:
             live.model, live.redo, live.exposed = cow.make_view(live.base), [], False
             return None
         if tool.read_only:
+            return None
+        undo_last = getattr(type(live.model), "__envfactory_undo_last__", None)
+        if undo_last is not None and undo_last(live.model):  # an imported API instance undid the call itself
             return None
         if not live.redo and live.exposed:
             try:

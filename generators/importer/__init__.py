@@ -24,6 +24,7 @@ The package written to ``out_dir/<Name>/``::
     __init__.py             loads _source.py through _bridge (FastMCP stubbed out)
     _source.py              the server, copied byte for byte
     _bridge.py              the runtime bridge (:mod:`.bridge`, copied byte for byte)
+    _undo.py                undo of a failed write in place (:mod:`.undo`, copied byte for byte)
     state.py                re-exports the root scenario model (the state model)
     tools.py                one generated @tool per FastMCP wrapper
     initial_states/small.json   the scenario given, or the API's empty save_scenario()

@@ -21,6 +21,9 @@ session's fork, rebase or rollback view) deep-copies the instance, private attri
 rolled-back session replays onto the instance as it was at its rollback point.  A model edited from
 outside (``Session.state_model()``) is reloaded into a fresh instance before the next call when its
 content changed.  A state built from bytes (reset, restore, a new session) gets a fresh instance.
+A write call runs under an undo journal (:mod:`.undo`, issue 26): when it fails, the session asks the
+state model (``__envfactory_undo_last__``, :func:`undo_last`) to undo it in place, at the cost of what it
+touched; only an inexact journal falls back to the session's rebuild-and-replay rollback.
 
 **Determinism without editing** (issue 12, part 3): the server's ``import random``, ``import uuid``,
 ``import time``, ``import datetime`` (and ``from X import ...``) resolve to stand-ins that draw from the
@@ -60,6 +63,11 @@ from pydantic import BaseModel
 
 from gym_envfactory import ToolError
 from gym_envfactory.authoring import TOOL_ATTR
+
+try:  # inside an imported package the undo journal is its _undo.py (copied beside this file)
+    undo: Any = importlib.import_module(f"{__package__}._undo")
+except ImportError:  # inside the importer
+    from . import undo
 
 STUBBED_MODULES = ("fastmcp", "mcp.server")
 SERVER_CLASSES = ("FastMCP", "MCPServer")
@@ -589,7 +597,7 @@ class LiveInstance:
     """
 
     __slots__ = ("owner", "api", "entropy", "dirty", "observed", "exposed", "seen", "holder", "hidden_write",
-                 "fresh")
+                 "fresh", "journal", "journal_off", "undo_clock")
 
     def __init__(self, owner: Any, api: Any, entropy: Entropy) -> None:
         self.owner, self.api, self.entropy = owner, api, entropy
@@ -597,6 +605,9 @@ class LiveInstance:
         self.fresh = True  # no call ran on it yet
         self.seen: str | None = None
         self.holder: int | None = None
+        self.journal: Any = None  # the undo journal of this call, when it writes (cleared per call)
+        self.journal_off = False  # a call went over the journal's budget: failures replay instead
+        self.undo_clock = 0.0  # the Entropy's mark when that journal opened
 
     def __deepcopy__(self, memo: dict) -> LiveInstance:
         try:
@@ -609,6 +620,7 @@ class LiveInstance:
         new = LiveInstance(self.owner, api, copy.deepcopy(self.entropy, memo))
         new.dirty, new.exposed, new.seen = self.dirty and api is not None, self.exposed, self.seen
         new.fresh, new.observed = False, self.observed  # read since its last call: so is the copy
+        new.journal_off = self.journal_off
         return new
 
     def __copy__(self) -> LiveInstance:
@@ -624,7 +636,8 @@ class LiveInstance:
 
     def sync(self, model: BaseModel) -> None:
         """Bring ``model``'s fields up to date from the instance (``owner.saved_model``); a failure leaves
-        the instance dirty and raises."""
+        the instance dirty and raises.  Writing the fields back is not a read: ``observed`` stays as it was
+        (else a sync inside a call would make the next call sync again, and so on: every call O(state))."""
         self.dirty = False
         try:
             with drawing_from(self.entropy):
@@ -632,7 +645,9 @@ class LiveInstance:
         except BaseException:
             self.dirty = True
             raise
+        observed = self.observed
         write_back(model, saved)
+        self.observed = observed
 
     def expose(self, model: BaseModel) -> None:
         """A field of ``model`` was handed out or written: remember its JSON now (once)."""
@@ -646,7 +661,8 @@ def private_fingerprint(obj: Any) -> str:
     JSON text, objects that are not JSON data by ``repr``: compared before and after a call in validation
     mode (:attr:`LiveInstance.hidden_write`)."""
     try:
-        attrs = {k: v for k, v in vars(obj).items() if k.startswith("_")}
+        # an iterator (an itertools.count id counter) by repr: serialising it would drain it, forever
+        attrs = {k: repr(v) if isinstance(v, Iterator) else v for k, v in vars(obj).items() if k.startswith("_")}
     except TypeError:  # no __dict__ (slots)
         return ""
     return json.dumps(pydantic_core.to_jsonable_python(attrs, fallback=repr), sort_keys=True, default=repr)
@@ -657,12 +673,20 @@ def run_on_live(slot: LiveInstance, state: BaseModel, read_only: bool, run: Any)
     :class:`Entropy` (rewound after a read-only tool), marking the instance dirty, turning domain failures
     into :class:`ToolError` (programming errors pass), and, when the state was read since the last call
     (validation mode), bringing it up to date inside the call; then, and on an instance's first call,
-    noting whether its private attributes changed (:attr:`LiveInstance.hidden_write`)."""
+    noting whether its private attributes changed (:attr:`LiveInstance.hidden_write`).
+
+    A write tool runs under an undo journal (:func:`undo.begin`, kept as ``slot.journal`` until the next
+    call), so that when the session finds the call failed it is undone in place at the cost of what it
+    touched (the state model's ``__envfactory_undo_last__()``, :func:`undo_last`)."""
     eager, slot.observed = slot.observed, False
     watch, slot.fresh = eager or slot.fresh, False  # a session's first call may be validation mode's too
     before = private_fingerprint(slot.api) if watch else None
     slot.dirty, slot.hidden_write = True, False
     mark = slot.entropy.mark() if read_only else None
+    journal = None
+    if not read_only and not slot.journal_off:
+        slot.undo_clock = slot.entropy.mark()
+        journal = slot.journal = undo.begin(slot.api)
     try:
         with drawing_from(slot.entropy):
             result = run()
@@ -677,6 +701,10 @@ def run_on_live(slot: LiveInstance, state: BaseModel, read_only: bool, run: Any)
     finally:
         if mark is not None:
             slot.entropy.rewind(mark)
+        if journal is not None:
+            journal.close()
+            if journal.spent:  # this instance's calls reach too much to journal: failures replay
+                slot.journal_off = True
     problem = error_in(result)
     if problem is not None:
         raise ToolError(problem[0], code=problem[1])
@@ -762,6 +790,7 @@ def install_live_hooks(model_cls: type[BaseModel]) -> None:
     type.__setattr__(model_cls, "__setattr__", __setattr__)
     type.__setattr__(model_cls, "__delattr__", __delattr__)
     type.__setattr__(model_cls, "__envfactory_hidden_write__", _hidden_write)
+    type.__setattr__(model_cls, "__envfactory_undo_last__", undo_last)
     type.__setattr__(model_cls, "__envfactory_live_hooks__", True)
 
 
@@ -772,11 +801,31 @@ def _hidden_write(self: Any) -> bool:
     return bool(slot is not None and slot.hidden_write)
 
 
+def undo_last(self: Any) -> bool:
+    """Undo the last tool call on the live instance of ``self`` (a state model) in place, when it was a
+    write whose journal is exact (:mod:`.undo`): the instance's attributes, the containers and objects the
+    call touched, and the :class:`Entropy`'s draws and clock go back to where they were before the call.
+    Returns whether it did; False (the session then rebuilds and replays) when there is no instance, the
+    call was not journaled (a read, a failure before the call ran) or the journal is inexact.  The
+    session calls it on a failed write (``Session._roll_back``)."""
+    slot = live_slot(self)
+    journal = slot.journal if slot is not None else None
+    if slot is None or journal is None or not journal.exact:
+        return False
+    slot.journal = None
+    journal.undo()
+    slot.entropy.rewind(slot.undo_clock)
+    slot.dirty = True  # the fields are brought up to date from the instance when read
+    return True
+
+
 def live_instance(owner: Any, state: BaseModel) -> LiveInstance:
     """The live instance of ``state`` for a tool call: its own, else one built from its fields
     (``owner.build(data)``); a model whose exposed fields changed since they were handed out is reloaded
     into a fresh instance (keeping the :class:`Entropy`)."""
     slot = live_slot(state, take=True)
+    if slot is not None:
+        slot.journal = None  # a new call: the last one's journal no longer applies
     if slot is None or slot.api is None:
         data = state.model_dump(mode="json")
         fresh = owner.build(data)

@@ -16,7 +16,8 @@ This module is ``generators/importer/classbridge.py``; :func:`import_python_clas
   (:class:`ClassImportError`, naming the class and the ways out), never an empty environment.
 - **Tools**: public methods with typed parameters (keyword-only in the schema).  Each call runs the
   method on the session's **live instance** (:class:`~.bridge.LiveInstance`, built on the session's
-  first call), so private attributes (``self._logged_in``) survive between calls; the state's fields are
+  first call the way the class builds itself: constructor, its loader on the stored scenario, then the
+  public fields), so private attributes (``self._logged_in``, what the loader sets) survive between calls; the state's fields are
   refreshed from the instance only when read, and copied with it on forks and rollbacks (:mod:`.bridge`).
 
 It imports only the standard library, pydantic, ``gym_envfactory.tool`` and the
@@ -136,12 +137,18 @@ class ClassBridge:
         fields: the state's field names (public attributes, or the hook's keys).
         hook: :func:`serializer_hook` of ``cls``.
         init_args, init_kwargs: how to construct an instance (no hook).
+        loader, scenario: the class's own loader (a method name) and the scenario it loads (JSON data)
+            when the class loads scenarios: each instance runs it before its public fields are set, so
+            what the loader alone sets (a seeded ``self._random``, an id counter) exists (issue 26).
     """
 
     def __init__(self, cls: type[Any], state_model: type[BaseModel], fields: Sequence[str], hook: str | None,
-                 init_args: Sequence[Any] = (), init_kwargs: Mapping[str, Any] | None = None) -> None:
+                 init_args: Sequence[Any] = (), init_kwargs: Mapping[str, Any] | None = None,
+                 loader: str | None = None, scenario: Mapping[str, Any] | None = None) -> None:
         self.cls, self.state_model, self.fields, self.hook = cls, state_model, tuple(fields), hook
         self.init_args, self.init_kwargs = tuple(init_args), dict(init_kwargs or {})
+        self.loader = loader if scenario is not None else None
+        self.scenario = copy.deepcopy(dict(scenario)) if scenario is not None else None
 
     def dump(self, obj: Any) -> dict[str, Any]:
         """The state of an instance: ``to_dict()``, ``__getstate__()`` or its public attributes."""
@@ -152,7 +159,9 @@ class ClassBridge:
         return {f: getattr(obj, f) for f in self.fields}
 
     def load(self, values: dict[str, Any]) -> Any:
-        """A new instance holding ``values`` (typed values, owned by the caller)."""
+        """A new instance holding ``values`` (typed values, owned by the caller), built the way the class
+        builds itself: ``from_dict``/``__setstate__`` with a hook, else the constructor, then the loader on
+        a copy of the stored scenario (when there is one), then the public fields."""
         if self.hook == "to_dict":
             return self.cls.from_dict(values)
         if self.hook == "getstate":
@@ -161,6 +170,8 @@ class ClassBridge:
             obj.__setstate__(values)
             return obj
         obj = self.cls(*self.init_args, **self.init_kwargs)
+        if self.loader is not None:
+            getattr(obj, self.loader)(copy.deepcopy(self.scenario))
         for f in self.fields:
             setattr(obj, f, values[f])
         return obj
@@ -308,7 +319,8 @@ def class_environment(
     exclude = tuple(exclude) + ((loader,) if loader else ())
     state_model = _class_state(cls, proto, name, hook, exclude)
     bridge.install_live_hooks(state_model)
-    owner = ClassBridge(cls, state_model, tuple(state_model.model_fields), hook, init_args, init_kwargs)
+    owner = ClassBridge(cls, state_model, tuple(state_model.model_fields), hook, init_args, init_kwargs,
+                        loader=loader, scenario=initial_state)
     try:
         if loader is None and initial_state is not None:
             start = state_model.model_validate(dict(initial_state))

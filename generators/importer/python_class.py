@@ -162,7 +162,7 @@ def import_class_package(
     from gym_envfactory.validation import validate_environment
 
     from ..packages import purge_modules, write_environment_package
-    from .server import DEFAULT_OUT_DIR, bridge_source
+    from .server import DEFAULT_OUT_DIR, bridge_source, undo_source
 
     src = Path(path).resolve()
     if not src.is_file():
@@ -203,6 +203,7 @@ def import_class_package(
     files: dict[str, str | bytes] = {
         "_source.py": src_bytes,
         "_bridge.py": bridge_source(),
+        "_undo.py": undo_source(),
         "_classbridge.py": Path(classbridge.__file__).read_text(encoding="utf-8"),
         "__init__.py": (f'"""{env_name}: class {class_name} imported from {src.name} (see _classbridge.py); '
                         '_source.py is the original, unedited."""\n\nfrom ._bridge import load_package_source\n\n'

@@ -52,6 +52,12 @@ def bridge_source() -> str:
     return importlib.resources.files(__package__).joinpath("bridge.py").read_text(encoding="utf-8")
 
 
+def undo_source() -> str:
+    """The text of :mod:`.undo`, written into every imported package as ``_undo.py`` (beside
+    ``_bridge.py``, which uses it).  Raises ``OSError`` when the file cannot be read."""
+    return importlib.resources.files(__package__).joinpath("undo.py").read_text(encoding="utf-8")
+
+
 def _jsonl_objects(src: str | Path | Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
     if src is None:
         return []
@@ -253,6 +259,7 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
         files: dict[str, str | bytes] = {
             "_source.py": src_bytes,  # the server, byte for byte
             "_bridge.py": bridge_source(),
+            "_undo.py": undo_source(),
             "__init__.py": (f'"""{env_name}: imported from {src.name} (see _bridge.py); _source.py is the original, '
                             'unedited."""\n\nfrom ._bridge import load_package_source\n\nload_package_source(__name__, __file__)\n'),
             "state.py": (f'"""State model of {env_name}: the root scenario model of the imported server."""\n\n'
