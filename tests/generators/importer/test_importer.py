@@ -448,7 +448,7 @@ def test_cli_reimport_says_overwrite_flag_and_tasks_are_pointed_to(tmp_path):
     assert first.exit_code == 0, first.output
     assert "NoTaskShop has no tasks" in first.output and "--tasks" in first.output
     assert f"export ENVFACTORY_CATALOG={tmp_path.resolve()}" in first.output
-    with pytest.raises(UnknownTaskError, match=r"NoTaskShop has no tasks.*--tasks tasks\.jsonl"):
+    with pytest.raises(UnknownTaskError, match=r"NoTaskShop has no tasks.*tasks add NoTaskShop FILE.*tasks=FILE"):
         EnvFactoryEnv(load_environment(tmp_path / "NoTaskShop")).reset()
     again = runner.invoke(app, args)
     assert again.exit_code == 1
