@@ -60,16 +60,10 @@ def ui_cmd(
     except InsecureBindError as exc:
         typer.echo(f"envfactory ui: {exc}", err=True)
         raise typer.Exit(2) from None
-    import socket
+    from gym_envfactory.protocol import listening_socket
 
-    try:  # bound before the URL is announced: a busy port is one line
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            sock.close()
-            raise
+    try:
+        sock = listening_socket(host, port)  # bound before the URL is announced: a busy port is one line
     except OSError as exc:
         typer.echo(f"envfactory ui: cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port "
                    f"(`envfactory serve` defaults to 8765)", err=True)

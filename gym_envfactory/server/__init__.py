@@ -9,7 +9,7 @@ import os
 import socket
 
 from gym_envfactory.errors import BadRequestError, CapacityError, SessionOwnershipError, UnknownSessionError
-from gym_envfactory.protocol import ANNOUNCE_NONCE_VAR, announcement
+from gym_envfactory.protocol import ANNOUNCE_NONCE_VAR, announcement, listening_socket
 from gym_envfactory.server.manager import ManagedSession, SessionManager
 
 __all__ = ["SessionManager", "ManagedSession", "UnknownSessionError", "CapacityError", "BadRequestError",
@@ -138,23 +138,3 @@ def write_announcement(fd: int, line: str) -> None:
             os.close(fd)
         except OSError:
             pass
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound TCP socket for the server (``port`` 0: any free port).
-
-    Created with ``IPPROTO_TCP`` as its protocol: asyncio turns Nagle's algorithm off (``TCP_NODELAY``)
-    on every accepted connection only for such sockets; with protocol 0 each small response waited for
-    the client's delayed ACK (~40 ms per MCP or ``/v1/rpc`` call).
-
-    Raises:
-        OSError: the address cannot be bound.
-    """
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
