@@ -18,39 +18,19 @@ from gym_envfactory.cli.tasks import oracle_refusal
 from gym_envfactory.environment.tasks import Task, TaskSet
 from gym_envfactory.generators.tasks.querygen import ChainOutcome, write_tasks
 from tests.conftest import CATALOG_SERVER_TOKEN as TOKEN
+from tests.environment.test_package import PKG
+from tests.environment.test_package import TOOLS as PACKAGE_TOOLS
 from tests.environment.test_taskfiles import catalog_tasks, write_jsonl
 
-STATE = '''
-from pydantic import BaseModel
-class State(BaseModel):
-    n: int = 0
-'''
-TOOLS = '''
-from gym_envfactory import ToolError, tool
-from .state import State
-
+STATE = PKG
+# the counter package of tests/environment/test_package.py, with a read-only tool beside its writes
+TOOLS = PACKAGE_TOOLS + '''
 @tool(read_only=True)
 def peek(state: State, *, at_least: int = 0) -> int:
     """The counter; an error when it is below `at_least`."""
     if state.n < at_least:
         raise ToolError(f"n is {state.n}", code="too_low")
     return state.n
-
-@tool
-def bump(state: State, *, by: int = 1) -> int:
-    """Add `by` to n."""
-    if by <= 0:
-        raise ToolError("by must be positive", code="invalid_amount")
-    state.n += by
-    return state.n
-
-@tool(destructive=True)
-def drop(state: State) -> int:
-    """Set n to zero; fails when already zero."""
-    if state.n == 0:
-        raise ToolError("already zero", code="invalid_state")
-    state.n = 0
-    return 0
 '''
 SCENARIOS = [{"scenario_id": "s1", "steps": [
     {"call": "peek", "result": 1},
