@@ -55,6 +55,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -142,7 +143,6 @@ class OpenEnvEpisode:
         self.env = EnvFactoryEnv(env, **env_kwargs)
         self.episode_id: str | None = None
         self.step_count = 0
-        self._episodes = 0
         self._tools: list[dict[str, Any]] = []
 
     @property
@@ -165,8 +165,7 @@ class OpenEnvEpisode:
         if unknown:
             raise OpenEnvActionError(f"unknown reset field(s) {sorted(unknown)}; reset takes {sorted(RESET_KEYS)}")
         seed = data.pop("seed", None)
-        self._episodes += 1
-        self.episode_id = str(data.pop("episode_id", None) or f"{self.name}-{self._episodes}")
+        self.episode_id = str(data.pop("episode_id", None) or uuid.uuid4().hex)  # as OpenEnv's server names them
         options = {k: v for k, v in data.items() if v is not None}
         messages, info = self.env.reset(seed=seed, options=options or None)
         self.step_count = 0
