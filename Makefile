@@ -51,18 +51,19 @@ test-training:
 	$(MAKE) --no-print-directory test-openenv test-skyrl
 
 # The OpenEnv and SkyRL-gym adapters' tests, with the real client packages (issue 28), each in its own light
-# environment (no torch): .venv-openenv (openenv-core) and .venv-skyrl (skyrl-gym).
+# environment (no torch): .venv-openenv (openenv-core) and .venv-skyrl (skyrl-gym); gen and mcp build the EnvGen-written
+# and imported environments they also play (tests/training/built_envs.py).
 VENV_OPENENV ?= .venv-openenv
 VENV_SKYRL ?= .venv-skyrl
 
 test-openenv:
 	test -x $(VENV_OPENENV)/bin/python || $(PYTHON) -m venv $(VENV_OPENENV)
-	$(VENV_OPENENV)/bin/python -m pip install --quiet -e ".[server,openenv]" pytest==9.2.0
+	$(VENV_OPENENV)/bin/python -m pip install --quiet -e ".[server,openenv,gen,mcp]" pytest==9.2.0
 	$(VENV_OPENENV)/bin/python -m pytest tests/training/openenv
 
 test-skyrl:
 	test -x $(VENV_SKYRL)/bin/python || $(PYTHON) -m venv $(VENV_SKYRL)
-	$(VENV_SKYRL)/bin/python -m pip install --quiet -e ".[skyrl]" pytest==9.2.0
+	$(VENV_SKYRL)/bin/python -m pip install --quiet -e ".[skyrl,gen,mcp]" pytest==9.2.0
 	$(VENV_SKYRL)/bin/python -m pytest tests/training/skyrl
 
 # The SFT -> GRPO recipe on SmolLM2-135M-Instruct, on CPU (target <= 2.5 h on 2 cores: 2 h 23 min measured; docs/training.md, "The recipe").

@@ -43,12 +43,12 @@ class WrongPolicy(OraclePolicy):
         return calls[:1] + [ToolCall("no_such_tool", {})] + [plan[-1]]
 
 
-def reference(env_name: str, task_id: str, policy: str, seed: int = 0) -> tuple[EpisodeResult, list[Any]]:
-    """Play ``task_id`` in process with ``policy`` (``oracle``, ``noisy``, ``wrong``); return the result and
-    the recorded actions (:class:`ToolCall` or text)."""
+def reference(env_name: str, task_id: str, policy: str, seed: int = 0, **env_kwargs: Any) -> tuple[EpisodeResult, list[Any]]:
+    """Play ``task_id`` with ``policy`` (``oracle``, ``noisy``, ``wrong``) on ``EnvFactoryEnv(env_name,
+    **env_kwargs)``; return the result and the recorded actions (:class:`ToolCall` or text)."""
     inner: Policy = {"oracle": OraclePolicy(), "noisy": NoisyPolicy(p=0.9, seed=seed), "wrong": WrongPolicy()}[policy]
     rec = Recording(inner)
-    env = EnvFactoryEnv(env_name)
+    env = EnvFactoryEnv(env_name, **env_kwargs)
     try:
         return run_episode(env, rec, task_id=task_id, seed=seed), rec.actions
     finally:
