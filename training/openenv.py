@@ -44,8 +44,10 @@ stateless HTTP path); an episode is stepped on the WebSocket session only, so ``
 ``openenv/session/create``) are not served yet.
 
 Sessions: each WebSocket connection gets its own :class:`~gym_envfactory.EnvFactoryEnv` (its own
-session, state and reward bookkeeping), closed when the connection ends; the server runs the
-environments in its own process, as it runs the MCP and fast-protocol sessions.  Needs the ``server``
+session, state and reward bookkeeping), closed when the connection ends, at most ``--max-sessions`` at
+once (:class:`LiveEpisodes`); the server runs the environments in its own process, as it runs the MCP
+and fast-protocol sessions.  They are not the session manager's sessions: its memory budget and
+per-client quotas do not count them.  Needs the ``server``
 extra (starlette); OpenEnv itself is only needed by clients (extra ``openenv``).
 """
 
@@ -63,7 +65,7 @@ from gym_envfactory import EnvFactoryEnv
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.errors import EnvFactoryError
 
-__all__ = ["OpenEnvEpisode", "OpenEnvActionError", "openenv_routes", "openenv_app", "openenv_tools", "turn_reward_components",
+__all__ = ["OpenEnvEpisode", "OpenEnvActionError", "LiveEpisodes", "openenv_routes", "openenv_app", "openenv_tools", "turn_reward_components",
            "OPENENV_PREFIX", "ACTION_TYPES"]
 
 log = logging.getLogger(__name__)
@@ -234,6 +236,27 @@ class OpenEnvEpisode:
         self.env.close()
 
 
+class LiveEpisodes:
+    """The episodes the OpenEnv mounts of one app hold, at most ``cap`` at once (counting those being
+    built): a connection beyond it gets OpenEnv's ``CAPACITY_REACHED`` error frame and is closed, as
+    OpenEnv's own server answers past ``max_concurrent_envs``."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.episodes: set[OpenEnvEpisode] = set()
+        self.pending = 0
+
+    def full(self) -> bool:
+        """Whether one more episode would exceed :attr:`cap`."""
+        return len(self.episodes) + self.pending >= self.cap
+
+    def close_all(self) -> None:
+        """Close every live episode (server shutdown)."""
+        for ep in list(self.episodes):
+            ep.close()
+        self.episodes.clear()
+
+
 def _schemas(spec: EnvironmentSpec) -> dict[str, Any]:
     """``GET /schema``: JSON schemas of the action, observation and state (OpenEnv's ``SchemaResponse``)."""
     call = {"type": "object", "title": "CallToolAction", "required": ["type", "tool_name"],
@@ -262,7 +285,7 @@ def _schemas(spec: EnvironmentSpec) -> dict[str, Any]:
             "reset_observation": reset_observation, "state": state}
 
 
-def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live: set[OpenEnvEpisode]) -> list[Any]:
+def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live: LiveEpisodes) -> list[Any]:
     """The OpenEnv routes of one environment (relative to its mount)."""
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -298,10 +321,15 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
                 return ep.reset(data)
             finally:
                 ep.close()
+        if live.full():
+            return JSONResponse({"detail": f"at capacity: {live.cap} OpenEnv episodes are live"}, status_code=503)
+        live.pending += 1
         try:
             return JSONResponse(await asyncio.to_thread(run, await body(request)))
         except (EnvFactoryError, ValueError, TypeError) as exc:
             return JSONResponse({"detail": str(exc)}, status_code=422)
+        finally:
+            live.pending -= 1
 
     async def step(request: Request) -> JSONResponse:
         return JSONResponse({"detail": f"an episode of {spec.name} lives on the WebSocket session: connect to "
@@ -311,9 +339,20 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
     async def ws(websocket: WebSocket) -> None:
         await websocket.accept()
         ep: OpenEnvEpisode | None = None
+        if live.full():
+            await websocket.send_text(json.dumps({"type": "error", "data": {
+                "message": f"at capacity: {live.cap} OpenEnv episodes are live; retry later", "code": "CAPACITY_REACHED",
+                "active_sessions": len(live.episodes), "max_sessions": live.cap}}))
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await websocket.close()
+            return
         try:
-            ep = await asyncio.to_thread(make)
-            live.add(ep)
+            live.pending += 1
+            try:
+                ep = await asyncio.to_thread(make)
+            finally:
+                live.pending -= 1
+            live.episodes.add(ep)
             while True:
                 text = await websocket.receive_text()
                 try:
@@ -342,7 +381,7 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
             pass
         finally:
             if ep is not None:
-                live.discard(ep)
+                live.episodes.discard(ep)
                 await asyncio.to_thread(ep.close)
             with contextlib.suppress(RuntimeError, WebSocketDisconnect):
                 await websocket.close()
@@ -357,7 +396,7 @@ def _error(message: str, code: str) -> str:
     return json.dumps({"type": "error", "data": {"message": message, "code": code}}, ensure_ascii=False)
 
 
-def _mounts(specs: Mapping[str, EnvironmentSpec], middleware: list[Any], live: set[OpenEnvEpisode],
+def _mounts(specs: Mapping[str, EnvironmentSpec], middleware: list[Any], live: LiveEpisodes,
             **env_kwargs: Any) -> list[Any]:
     from starlette.routing import Mount
 
@@ -372,7 +411,8 @@ def _mounts(specs: Mapping[str, EnvironmentSpec], middleware: list[Any], live: s
 def openenv_routes(manager: Any, config: Any) -> tuple[list[Any], Callable[[Any], Any]]:
     """The ``envfactory.routes`` entry point: OpenEnv mounts ``/openenv/<Env>`` for every environment
     ``manager`` serves, behind the server's Host/Origin guard and bearer token (``config``), and a
-    lifespan hook closing the live episodes at shutdown.  Returns ``(routes, hook)``.
+    lifespan hook closing the live episodes at shutdown.  Returns ``(routes, hook)``.  At most
+    ``config.max_sessions`` OpenEnv episodes live at once (:class:`LiveEpisodes`).
 
     Episodes run in this process (``trust=True``): the server already imported and runs every package it
     serves; run the server in a sandbox (``backend="isolated"``, Docker) for untrusted ones."""
@@ -382,23 +422,22 @@ def openenv_routes(manager: Any, config: Any) -> tuple[list[Any], Callable[[Any]
 
     middleware = [Middleware(OriginHostGuardMiddleware, host=config.host, allowed_origins=config.allowed_origins),
                   Middleware(BearerAuthMiddleware, token=config.token)]
-    live: set[OpenEnvEpisode] = set()
+    live = LiveEpisodes(int(config.max_sessions))
 
     @contextlib.asynccontextmanager
     async def hook(app: Any) -> AsyncIterator[None]:
         try:
             yield
         finally:
-            for ep in list(live):
-                ep.close()
-            live.clear()
+            live.close_all()
 
     return _mounts(manager.specs, middleware, live, backend="inprocess", trust=True), hook
 
 
-def openenv_app(envs: list[str | EnvironmentSpec], **env_kwargs: Any) -> Any:
+def openenv_app(envs: list[str | EnvironmentSpec], *, max_episodes: int = 1024, **env_kwargs: Any) -> Any:
     """A Starlette app serving only the OpenEnv mounts of ``envs`` (no token: bind it to loopback), for
-    tests and embedding; ``env_kwargs`` go to each episode's :class:`~gym_envfactory.EnvFactoryEnv`."""
+    tests and embedding: at most ``max_episodes`` live at once; ``env_kwargs`` go to each episode's
+    :class:`~gym_envfactory.EnvFactoryEnv`."""
     from starlette.applications import Starlette
 
     from gym_envfactory import get_environment
@@ -407,5 +446,4 @@ def openenv_app(envs: list[str | EnvironmentSpec], **env_kwargs: Any) -> Any:
     for e in envs:
         spec = e if isinstance(e, EnvironmentSpec) else get_environment(e)
         specs[spec.name] = spec
-    live: set[OpenEnvEpisode] = set()
-    return Starlette(routes=_mounts(specs, [], live, **env_kwargs))
+    return Starlette(routes=_mounts(specs, [], LiveEpisodes(max_episodes), **env_kwargs))

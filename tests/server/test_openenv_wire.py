@@ -114,3 +114,21 @@ def test_serve_mounts_openenv_through_its_entry_point():
     found = [ep for ep in entry_points(group=ROUTES_GROUP) if ep.name == "openenv"]
     assert found, f"no {ROUTES_GROUP} entry point 'openenv': reinstall the package (pip install -e .)"
     assert found[0].value == "gym_envfactory.training.openenv:openenv_routes"
+
+
+def test_episodes_beyond_the_cap_get_openenvs_capacity_error():
+    with running(openenv_app(["HotelBooking"], max_episodes=1)) as where:
+        url = f"ws://{where}/openenv/HotelBooking/ws"
+        with connect(url) as first:
+            assert ask(first, {"type": "reset", "data": {"task_id": "hotel-001"}})["type"] == "observation"
+            with connect(url) as second:
+                e = json.loads(second.recv(timeout=30))
+                assert e["type"] == "error" and e["data"]["code"] == "CAPACITY_REACHED" and e["data"]["max_sessions"] == 1
+        for _ in range(500):  # the first connection's episode is released when it closes
+            with connect(url) as third:
+                third.send(json.dumps({"type": "reset", "data": {"task_id": "hotel-001"}}))
+                if json.loads(third.recv(timeout=30))["type"] == "observation":
+                    break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the episode of a closed connection was never released")
