@@ -40,8 +40,11 @@ episode's) with ``done``.  ``reward`` is the gym's step reward (``reward_mode="e
 reward at the last step, 0.0 before); ``reset`` takes ``task_id``, ``seed``, ``episode_id``, ``split``,
 ``start_turn``, ``end_turn``.  HTTP ``POST /reset`` answers from a fresh, discarded episode (OpenEnv's
 stateless HTTP path); an episode is stepped on the WebSocket session only, so ``POST /step`` says so
-(HTTP 409).  The HTTP MCP session routes of OpenEnv's production mode (``POST /mcp``,
-``openenv/session/create``) are not served yet.
+(HTTP 409).  OpenEnv's production mode is served too: ``POST /mcp`` (JSON-RPC 2.0:
+``openenv/session/create`` and ``openenv/session/close``, ``tools/list``, and ``tools/call`` on a
+session's episode, answered with the ``call_tool`` observation), and ``/ws?session_id=ID`` attaches a
+WebSocket to that session's episode (to reset it and read rewards), which outlives the connection
+until ``openenv/session/close``: what the ``MCPToolClient`` of ``openenv`` 0.10.0 does.
 
 Sessions: each WebSocket connection gets its own :class:`~gym_envfactory.EnvFactoryEnv` (its own
 session, state and reward bookkeeping), closed when the connection ends, at most ``--max-sessions`` at
@@ -57,6 +60,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -143,6 +147,9 @@ class OpenEnvEpisode:
 
     def __init__(self, env: str | EnvironmentSpec, **env_kwargs: Any) -> None:
         self.env = EnvFactoryEnv(env, **env_kwargs)
+        #: held while a message runs: a WebSocket attached to an HTTP MCP session and that session's
+        #: ``tools/call`` requests may arrive together
+        self.lock = threading.Lock()
         self.episode_id: str | None = None
         self.step_count = 0
         self._tools: list[dict[str, Any]] = []
@@ -287,6 +294,7 @@ def _schemas(spec: EnvironmentSpec) -> dict[str, Any]:
 
 def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live: LiveEpisodes) -> list[Any]:
     """The OpenEnv routes of one environment (relative to its mount)."""
+    sessions: dict[str, OpenEnvEpisode] = {}  # HTTP MCP sessions (openenv/session/create), by id
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route, WebSocketRoute
@@ -336,10 +344,36 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
                                        f"{OPENENV_PREFIX}/{spec.name}/ws (OpenEnv's EnvClient does), reset, then step"},
                             status_code=409)
 
+    def locked(ep: OpenEnvEpisode, fn: Callable[..., Any], *args: Any) -> Any:
+        with ep.lock:
+            return fn(*args)
+
+    async def run(ep: OpenEnvEpisode, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.to_thread(locked, ep, fn, *args)
+
+    async def new_episode() -> OpenEnvEpisode:
+        live.pending += 1
+        try:
+            ep = await asyncio.to_thread(make)
+        finally:
+            live.pending -= 1
+        live.episodes.add(ep)
+        return ep
+
+    async def drop(ep: OpenEnvEpisode) -> None:
+        live.episodes.discard(ep)
+        await asyncio.to_thread(locked, ep, ep.close)
+
     async def ws(websocket: WebSocket) -> None:
         await websocket.accept()
         ep: OpenEnvEpisode | None = None
-        if live.full():
+        attach = websocket.query_params.get("session_id")
+        if attach is not None and attach not in sessions:
+            await websocket.send_text(_error(f"Unknown session_id: {attach}", "SESSION_ERROR"))
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await websocket.close()
+            return
+        if attach is None and live.full():
             await websocket.send_text(json.dumps({"type": "error", "data": {
                 "message": f"at capacity: {live.cap} OpenEnv episodes are live; retry later", "code": "CAPACITY_REACHED",
                 "active_sessions": len(live.episodes), "max_sessions": live.cap}}))
@@ -347,12 +381,8 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
                 await websocket.close()
             return
         try:
-            live.pending += 1
-            try:
-                ep = await asyncio.to_thread(make)
-            finally:
-                live.pending -= 1
-            live.episodes.add(ep)
+            # an HTTP MCP session's episode (OpenEnv's production mode) outlives this connection
+            ep = sessions[attach] if attach is not None else await new_episode()
             while True:
                 text = await websocket.receive_text()
                 try:
@@ -365,11 +395,11 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
                     break
                 try:
                     if kind == "reset":
-                        out = {"type": "observation", "data": await asyncio.to_thread(ep.reset, msg.get("data") or {})}
+                        out = {"type": "observation", "data": await run(ep, ep.reset, msg.get("data") or {})}
                     elif kind == "step":
-                        out = {"type": "observation", "data": await asyncio.to_thread(ep.step, msg.get("data"))}
+                        out = {"type": "observation", "data": await run(ep, ep.step, msg.get("data"))}
                     elif kind == "state":
-                        out = {"type": "state", "data": ep.state()}
+                        out = {"type": "state", "data": await run(ep, ep.state)}
                     else:
                         await websocket.send_text(_error(f"Unknown message type: {kind}", "UNKNOWN_TYPE"))
                         continue
@@ -380,15 +410,71 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
         except WebSocketDisconnect:
             pass
         finally:
-            if ep is not None:
-                live.episodes.discard(ep)
-                await asyncio.to_thread(ep.close)
+            if ep is not None and attach is None:
+                await drop(ep)
             with contextlib.suppress(RuntimeError, WebSocketDisconnect):
                 await websocket.close()
 
+    async def mcp(request: Request) -> JSONResponse:
+        """OpenEnv's HTTP MCP endpoint (JSON-RPC 2.0): ``openenv/session/create`` / ``close``,
+        ``tools/list`` and ``tools/call`` on a session (a ``/ws?session_id=`` connection resets it)."""
+        try:
+            req = json.loads(await request.body())
+            if not isinstance(req, dict) or req.get("jsonrpc") != "2.0" or not isinstance(req.get("method"), str):
+                return _rpc_error(None, -32600, "Invalid Request")
+        except ValueError:
+            return _rpc_error(None, -32700, "Parse error")
+        rid, method, params = req.get("id"), req["method"], req.get("params") or {}
+        if not isinstance(params, dict):
+            return _rpc_error(rid, -32602, "Params must be an object")
+        sid = params.get("session_id")
+        if method == "openenv/session/create":
+            if live.full():
+                return _rpc_error(rid, -32000, f"at capacity: {live.cap} OpenEnv episodes are live")
+            ep = await new_episode()
+            sid = uuid.uuid4().hex
+            sessions[sid] = ep
+            return _rpc_result(rid, {"session_id": sid})
+        if sid is not None and sid not in sessions:
+            return _rpc_error(rid, -32602, f"Unknown session_id: {sid}")
+        if method == "openenv/session/close":
+            if sid is None:
+                return _rpc_error(rid, -32602, "Invalid params - 'session_id' is required")
+            await drop(sessions.pop(sid))
+            return _rpc_result(rid, {"session_id": sid, "closed": True})
+        if method == "tools/list":
+            return _rpc_result(rid, {"tools": openenv_tools(spec.openai_tools())})
+        if method == "tools/call":
+            name = params.get("name")
+            if not name:
+                return _rpc_error(rid, -32602, "Missing 'name' in params")
+            if sid is None:
+                return _rpc_error(rid, -32602, "tools/call runs on a session's episode: give 'session_id' "
+                                               "(openenv/session/create, then reset it on /ws?session_id=...)")
+            ep = sessions[sid]
+            try:
+                out = await run(ep, ep.step, {"type": "call_tool", "tool_name": name,
+                                              "arguments": params.get("arguments") or {}})
+            except (EnvFactoryError, ValueError, TypeError) as exc:
+                return _rpc_error(rid, -32000, str(exc))
+            return _rpc_result(rid, {**out["observation"], "done": out["done"], "reward": out["reward"]})
+        return _rpc_error(rid, -32601, f"Method not found: {method}")
+
     return [Route("/health", health), Route("/schema", schema), Route("/metadata", metadata),
             Route("/state", state), Route("/reset", reset, methods=["POST"]), Route("/step", step, methods=["POST"]),
-            WebSocketRoute("/ws", ws)]
+            Route("/mcp", mcp, methods=["POST"]), WebSocketRoute("/ws", ws)]
+
+
+def _rpc_result(rid: Any, result: Any) -> Any:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+def _rpc_error(rid: Any, code: int, message: str) -> Any:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message, "data": None}})
 
 
 def _error(message: str, code: str) -> str:

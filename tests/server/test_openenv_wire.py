@@ -132,3 +132,36 @@ def test_episodes_beyond_the_cap_get_openenvs_capacity_error():
             time.sleep(0.01)
         else:
             pytest.fail("the episode of a closed connection was never released")
+
+
+def _rpc(base: str, method: str, **params) -> dict:
+    import urllib.request
+
+    req = urllib.request.Request(f"{base}/mcp", data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
+                                                                 "params": params}).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_production_mode_http_mcp_session_and_attached_websocket():
+    with running(openenv_app(["HotelBooking"], max_episodes=4)) as where:
+        base = f"http://{where}/openenv/HotelBooking"
+        tools = _rpc(base, "tools/list")["result"]["tools"]
+        assert "search_hotels" in {t["name"] for t in tools} and all("input_schema" in t for t in tools)
+        sid = _rpc(base, "openenv/session/create")["result"]["session_id"]
+        with connect(f"ws://{where}/openenv/HotelBooking/ws?session_id={sid}") as ws:
+            assert ask(ws, {"type": "reset", "data": {"task_id": "hotel-001"}})["type"] == "observation"
+            called = _rpc(base, "tools/call", name="list_hotel_destinations", arguments={}, session_id=sid)["result"]
+            assert called["tool_name"] == "list_hotel_destinations" and called["error"] is None and called["done"] is False
+            assert "Vienna" in {c["name"] for c in called["result"]["data"]}
+            # the call ran on the attached episode: its state says so, and the episode scores it
+            assert ask(ws, {"type": "state"})["data"]["step_count"] == 1
+            r = ask(ws, {"type": "step", "data": {"type": "message", "content": "Kyoto, Lisbon, Montreal and Vienna."}})
+            assert r["data"]["done"] is True and r["data"]["reward"] == 1.0
+        # the session outlives its WebSocket until it is closed
+        assert _rpc(base, "tools/call", name="list_hotel_destinations", session_id=sid)["error"]["code"] == -32000
+        assert _rpc(base, "openenv/session/close", session_id=sid)["result"] == {"session_id": sid, "closed": True}
+        assert "Unknown session_id" in _rpc(base, "tools/call", name="x", session_id=sid)["error"]["message"]
+        assert _rpc(base, "no/such")["error"]["code"] == -32601
+        with connect(f"ws://{where}/openenv/HotelBooking/ws?session_id={sid}") as ws:
+            assert json.loads(ws.recv(timeout=30))["data"]["code"] == "SESSION_ERROR"
