@@ -174,6 +174,11 @@ class OpenEnvEpisode:
         if unknown:
             raise OpenEnvActionError(f"unknown reset field(s) {sorted(unknown)}; reset takes {sorted(RESET_KEYS)}")
         seed = data.pop("seed", None)
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise OpenEnvActionError(f"seed must be an integer >= 0 (OpenEnv's ResetRequest), got {seed!r}")
+        episode_id = data.get("episode_id")
+        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
+            raise OpenEnvActionError("episode_id must be a string of at most 255 characters (OpenEnv's ResetRequest)")
         self.episode_id = str(data.pop("episode_id", None) or uuid.uuid4().hex)  # as OpenEnv's server names them
         options = {k: v for k, v in data.items() if v is not None}
         messages, info = self.env.reset(seed=seed, options=options or None)
@@ -405,6 +410,10 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
                         continue
                 except (EnvFactoryError, ValueError, TypeError) as exc:
                     await websocket.send_text(_error(str(exc), "EXECUTION_ERROR"))
+                    continue
+                except Exception as exc:  # a fault of ours, not the client's: logged, answered, the session lives on
+                    log.exception("OpenEnv %s message on %s failed", kind, spec.name)
+                    await websocket.send_text(_error(f"internal error: {type(exc).__name__}: {exc}", "EXECUTION_ERROR"))
                     continue
                 await websocket.send_text(json.dumps(out, ensure_ascii=False))
         except WebSocketDisconnect:

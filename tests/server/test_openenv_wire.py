@@ -165,3 +165,11 @@ def test_production_mode_http_mcp_session_and_attached_websocket():
         assert _rpc(base, "no/such")["error"]["code"] == -32601
         with connect(f"ws://{where}/openenv/HotelBooking/ws?session_id={sid}") as ws:
             assert json.loads(ws.recv(timeout=30))["data"]["code"] == "SESSION_ERROR"
+
+
+def test_bad_reset_fields_are_error_frames(ws_url):
+    with connect(ws_url) as ws:
+        for data in ({"seed": -1}, {"seed": "x"}, {"seed": True}, {"episode_id": {"a": 1}}, {"episode_id": "e" * 256}):
+            e = ask(ws, {"type": "reset", "data": data})
+            assert e["type"] == "error" and "ResetRequest" in e["data"]["message"], data
+        assert ask(ws, {"type": "reset", "data": {"task_id": "hotel-001", "episode_id": "mine"}})["data"]["metadata"]["episode_id"] == "mine"
