@@ -79,7 +79,8 @@ def summarise(fi: int, episodes: Sequence[Episode], split_of: Callable[[str, str
     for ei, e in enumerate(episodes):
         r = e.record
         env, tid = str(r.get("env", "")), str(r.get("task_id", "?"))
-        comps = r.get("components") if isinstance(r.get("components"), dict) else {}
+        raw = r.get("components")
+        comps: dict[str, Any] = raw if isinstance(raw, dict) else {}
         codes = {str(x).split(":", 1)[0].strip() for x in r.get("errors") or []}
         texts = [tid, env, str(r.get("policy", ""))]
         if e.problem is None:

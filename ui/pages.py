@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import quote
 
-
 __all__ = ["page", "table", "url", "esc", "catalog_page", "environment_page", "task_page", "state_page", "graph_page",
            "graph_building_page", "error_page", "SORT_SCRIPT"]
 

@@ -245,8 +245,8 @@ def _gt_table(truth: Sequence[GroundTruthCall], calls: Sequence[ToolCallView]) -
         else:
             assert c is not None
             detail, state = f"<code>{esc(c.arguments)}</code>", "surplus"
-        rows.append((f"<tr class='pair pair-{state}'><td>{left}</td><td>{right}</td><td>{detail}</td><td>"
-                     f"{esc(c.error) if c and c.error else ('ok' if c else '')}</td></tr>"))
+        rows.append(f"<tr class='pair pair-{state}'><td>{left}</td><td>{right}</td><td>{detail}</td><td>"
+                     f"{esc(c.error) if c and c.error else ('ok' if c else '')}</td></tr>")
     head = "<tr><th>ground truth</th><th>agent</th><th>arguments: name, expected, actual</th><th>outcome</th></tr>"
     return f"<table class='gt'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
 
