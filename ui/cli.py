@@ -28,7 +28,7 @@ def ui_cmd(
     tasks_files: Annotated[list[Path] | None, typer.Option(
         "--tasks", help="a tasks file (JSON Lines, e.g. from `envfactory gen tasks`): the environments its tasks name show them in place of their own; repeatable")] = None,
     training_logs: Annotated[list[Path] | None, typer.Option(
-        "--training-log", help="a training log for the Training page: JSON Lines with a 'step' per line (TrainingLogCallback), the recipe's result JSON or a trainer_state.json; repeatable")] = None,
+        "--training-log", help="a training log for the Training page: JSON Lines with a 'step' per line (gym_envfactory.training.log.TrainingLog), the recipe's result JSON or a trainer_state.json; repeatable")] = None,
 ) -> None:
     """Browse the catalog, environments (tools, states, tasks), the tool graph and rollouts in a web browser."""
     try:

@@ -381,7 +381,7 @@ def training_page(logs: Sequence[tuple[str, TrainingLog | str]]) -> str:
     if not logs:
         return page("Training", "<p>No training log loaded: start with <code>envfactory ui --training-log "
                                 "train-log.jsonl</code> (JSON Lines with a <code>step</code> per line, as "
-                                "<code>gym_envfactory.training.log.TrainingLogCallback</code> writes; the recipe's "
+                                "<code>gym_envfactory.training.log.TrainingLog</code> writes; the recipe's "
                                 "<code>docs/results/recipe-smollm2.json</code> and a <code>trainer_state.json</code> "
                                 "read too).</p>")
     b = []

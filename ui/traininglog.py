@@ -2,7 +2,7 @@
 
 Three forms, told apart by their content:
 
-- **JSON Lines** (what ``gym_envfactory.training.log.TrainingLogCallback`` appends, one line per logged
+- **JSON Lines** (what ``gym_envfactory.training.log.TrainingLog`` appends, one line per logged
   step): an object with ``step`` (a number) and metrics (``reward``, the reward's components ``r_traj``,
   ``r_state``, ``r_output``, ``penalty``, ``loss``, anything numeric TRL logs), optionally ``phase``
   (``sft``, ``grpo``...).  Values that are not finite numbers are left out;

@@ -60,7 +60,7 @@ def rollout_files(tmp_path_factory):
         subprocess.run([sys.executable, "-m", "gym_envfactory.cli", "rollout", "envfactory/HotelBooking-v0", "--policy",
                         policy, "--seed", "0", "--out", str(f)], check=True, capture_output=True)
         out.append(f)
-    log = folder / "train-log.jsonl"  # a log as TrainingLogCallback writes it: reward and components per step
+    log = folder / "train-log.jsonl"  # a log as training.log.TrainingLog writes it: reward and components per step
     log.write_text("".join(json.dumps({"phase": "grpo", "step": s, "reward": 0.2 + 0.6 * s / 30, "r_traj": 0.3 + 0.6 * s / 30,
                                        "r_state": 0.1 + 0.5 * s / 30, "loss": 0.02 * (30 - s)}) + "\n" for s in range(1, 31)))
     return out, log
