@@ -40,7 +40,7 @@ from gym_envfactory.ui import graphview, pages, rollout_pages
 from gym_envfactory.ui.browse import EpisodeRow, RolloutQuery, compare_rows, parse_side, summarise
 from gym_envfactory.ui.rollout_pages import FileView, GroundTruthCall
 from gym_envfactory.ui.rollouts import RolloutFile, read_rollouts
-from gym_envfactory.ui.traininglog import TrainingLog, read_training_log
+from gym_envfactory.ui.traininglog import TrainingCurves, read_training_log
 
 __all__ = ["create_app", "GraphSource"]
 
@@ -83,7 +83,7 @@ class _State:
         self.rollout_paths = [Path(p) for p in rollouts]
         self.rollouts: dict[Path, tuple[float, RolloutFile]] = {}
         self.training_paths = [Path(p) for p in training_logs]
-        self.training: dict[Path, tuple[float, TrainingLog]] = {}
+        self.training: dict[Path, tuple[float, TrainingCurves]] = {}
         self.graph_file = graph_file
         self.graph_source = graph_source
         self.graph: Any = None
@@ -103,7 +103,7 @@ class _State:
             self.rollouts[path] = cached
         return cached[1]
 
-    def training_log(self, path: Path) -> TrainingLog:
+    def training_log(self, path: Path) -> TrainingCurves:
         mtime = path.stat().st_mtime if path.exists() else -1.0
         cached = self.training.get(path)
         if cached is None or cached[0] != mtime:
@@ -373,7 +373,7 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
         return HTMLResponse(rollout_pages.compare_page(names, a, b, compare_rows(sides[0], sides[1])))
 
     def training(request: Request) -> HTMLResponse:
-        logs: list[tuple[str, TrainingLog | str]] = []
+        logs: list[tuple[str, TrainingCurves | str]] = []
         for p in st.training_paths:
             try:
                 logs.append((str(p), st.training_log(p)))

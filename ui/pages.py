@@ -33,7 +33,7 @@ tr.only td{color:#667085;font-style:italic}tr.pair-missed>td{background:#fef3f2}
 tr.pair-differs>td:first-child{border-left:4px solid #f79009}tr.pair-same>td:first-child{border-left:4px solid #12b76a}
 table.argdiff td{border:none;padding:0 6px;font-size:12px}.arg-differs td,.arg-missing td,.arg-extra td,.arg-unparsed td{background:#fee4e2}
 .arg-masked td{color:#98a2b3}.assistant{border-left:2px solid #d0d7de;padding-left:.6em}.call{margin:.3em 0 .3em 1em}
-.call pre{margin:.2em 0}details.result summary{cursor:pointer}.plot{margin:.6em 0}
+.call pre{margin:.2em 0}details.result summary{cursor:pointer}.plot{margin:.6em 0}.plot.small{display:inline-block;margin-right:1em}
 """
 
 #: Sorts any ``table.sortable`` by a click on a header (numbers by value, text alphabetically; a second click

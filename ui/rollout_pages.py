@@ -23,7 +23,7 @@ from gym_envfactory.ui.browse import (
 )
 from gym_envfactory.ui.pages import esc, page, table, url
 from gym_envfactory.ui.rollouts import Episode, ToolCallView, split_turns
-from gym_envfactory.ui.traininglog import REWARD_METRICS, TrainingLog
+from gym_envfactory.ui.traininglog import REWARD_METRICS, TrainingCurves
 
 __all__ = ["FileView", "GroundTruthCall", "rollouts_page", "episode_page", "compare_page", "training_page",
            "argument_diff", "pair_calls"]
@@ -375,7 +375,7 @@ def compare_page(names: Sequence[str], a: Side, b: Side, rows: Sequence[Mapping[
 
 
 # ------------------------------------------------------------------------------------------ training
-def training_page(logs: Sequence[tuple[str, TrainingLog | str]]) -> str:
+def training_page(logs: Sequence[tuple[str, TrainingCurves | str]]) -> str:
     """Per training log and phase: the reward and its components against the step (one chart, 0-1),
     then each other metric on its own chart, and the last step's values."""
     if not logs:

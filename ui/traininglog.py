@@ -20,10 +20,11 @@ from typing import Any
 
 from gym_envfactory.errors import DatasetError
 
-__all__ = ["TrainingPoint", "TrainingLog", "read_training_log", "REWARD_METRICS"]
+__all__ = ["TrainingPoint", "TrainingCurves", "read_training_log", "REWARD_METRICS"]
 
-#: Metrics drawn together on the reward chart (a 0-1 scale); TRL's ``rewards/<function>/mean`` join them.
-REWARD_METRICS = ("reward", "r_traj", "r_state", "r_output", "penalty")
+#: Metrics drawn together on the reward chart (a 0-1 scale; ``env_reward`` is the episodes' own reward that
+#: training.log.TrainingLog observes); TRL's ``rewards/<function>/mean`` join them.
+REWARD_METRICS = ("reward", "env_reward", "r_traj", "r_state", "r_output", "penalty")
 
 
 @dataclass
@@ -36,8 +37,8 @@ class TrainingPoint:
 
 
 @dataclass
-class TrainingLog:
-    """A read log: its points in file order, and the form it was read as (``jsonl``, ``recipe``, ``trainer_state``)."""
+class TrainingCurves:
+    """A read training log: its points in file order, and the form it was read as (``jsonl``, ``recipe``, ``trainer_state``)."""
 
     path: Path
     form: str
@@ -82,7 +83,7 @@ def _point(obj: Any, path: Path, line: int | None, entry: str) -> TrainingPoint 
     return TrainingPoint(str(phase) if phase is not None else "", step, metrics)
 
 
-def read_training_log(path: str | Path) -> TrainingLog:
+def read_training_log(path: str | Path) -> TrainingCurves:
     """The points of a training log in any of the module's three forms.
 
     Raises:
@@ -102,14 +103,14 @@ def read_training_log(path: str | Path) -> TrainingLog:
     if isinstance(doc, dict):
         for key, form in (("steps", "recipe"), ("log_history", "trainer_state")):
             if isinstance(doc.get(key), list):
-                log = TrainingLog(p, form)
+                log = TrainingCurves(p, form)
                 for i, obj in enumerate(doc[key]):
                     if (pt := _point(obj, p, None, f"{key}[{i}]")) is not None:
                         log.points.append(pt)
                 if not log.points:
                     raise DatasetError(f"no logged step in {key!r} (objects with a numeric 'step')", file=str(p))
                 return log
-    log = TrainingLog(p, "jsonl")
+    log = TrainingCurves(p, "jsonl")
     lines = text.split("\n")
     for n, line in enumerate(lines, start=1):
         if not line.strip():

@@ -9,6 +9,7 @@ Fails, never skips, when no Chromium is installed: the README's test command ins
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from gym_envfactory.training.log import TrainingLog
 from gym_envfactory.ui.app import create_app
 from tests.ui.helpers import graph_source, serve
 
@@ -61,8 +63,12 @@ def rollout_files(tmp_path_factory):
                         policy, "--seed", "0", "--out", str(f)], check=True, capture_output=True)
         out.append(f)
     log = folder / "train-log.jsonl"  # a log as training.log.TrainingLog writes it: reward and components per step
-    log.write_text("".join(json.dumps({"phase": "grpo", "step": s, "reward": 0.2 + 0.6 * s / 30, "r_traj": 0.3 + 0.6 * s / 30,
-                                       "r_state": 0.1 + 0.5 * s / 30, "loss": 0.02 * (30 - s)}) + "\n" for s in range(1, 31)))
+    writer = TrainingLog(log)
+    for s in range(1, 41):
+        rise = 1 - math.exp(-s / 12)
+        writer.observe([{"reward": 0.15 + 0.6 * rise + 0.04 * math.sin(s), "r_traj": 0.3 + 0.6 * rise + 0.03 * math.cos(s),
+                         "r_state": 0.05 + 0.55 * rise + 0.05 * math.sin(2 * s), "penalty": 0.08 * (1 - rise)}])
+        writer.write(s, "grpo", {"reward": 0.15 + 0.6 * rise, "loss": 0.4 * (1 - rise) + 0.02 * math.sin(3 * s)})
     return out, log
 
 
@@ -143,7 +149,7 @@ def _tables(dom: str, cls: str) -> list[dict]:
     ("/rollouts/0/2", ["Episode hotel-003", "Turn 0", "turn reward", "already_cancelled", "ground truth and the agent",
                        "previous episode", "next episode", "/env/HotelBooking/task/hotel-003",
                        "State diff against the ground truth"]),
-    ("/training", ["Training", "phase grpo", "phase sft", "data-series=\"r_traj\"", "read as recipe"]),
+    ("/training", ["Training", "phase grpo", "phase sft", "data-series=\"r_traj\"", "data-series=\"env_reward\"", "read as recipe"]),
 ])
 def test_page_renders_in_chromium(base_url, path, expect):
     name = path.strip("/").replace("/", "_") or "catalog"
