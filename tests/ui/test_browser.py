@@ -199,3 +199,12 @@ def test_graph_progress_page_in_chromium():
         finally:
             release.set()
     assert "Building the tool graph over the catalog" in dom and 'http-equiv="refresh"' in dom
+
+
+def test_episode_with_a_wrong_argument_shows_the_diff_in_chromium(base_url, rollout_files):
+    """The noisy policy changed one argument of a call: the episode page marks that argument, expected
+    beside actual, in the ground-truth table the browser built."""
+    recs = [json.loads(line) for line in rollout_files[0][0].read_text().splitlines()]
+    ei = next(i for i, r in enumerate(recs) if any("wrong_argument" in p for p in r["perturbations"]))
+    dom = _browse(f"{base_url}/rollouts/0/{ei}", ARTIFACTS / "episode_wrong_argument.png")
+    assert 'class="arg-differs"' in dom and 'class="pair pair-differs"' in dom
