@@ -1,6 +1,7 @@
 """HTML for ``envfactory ui``: one function per page, each returning a whole document as text.
 
-Server-rendered, inline CSS, no scripts: what the browser shows is what these functions wrote, so a
+Server-rendered, inline CSS, one small script that only sorts tables (:data:`SORT_SCRIPT`): what the
+browser shows is what these functions wrote, so a
 test can check a page by its text.  Every value from a file or a tool is escaped (``html.escape``).
 """
 
