@@ -308,12 +308,16 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
             split_cache.setdefault((env, task_id), "")
         return split_cache[(env, task_id)]
 
+    summaries: dict[int, tuple[RolloutFile, list[EpisodeRow]]] = {}  # per file: rows of the file as last read
+
     def file_views() -> list[FileView]:
         out = []
         for fi, p in enumerate(st.rollout_paths):
             try:
                 rf = st.episodes(p)
-                out.append(FileView(str(p), summarise(fi, rf.episodes, split_of), rf.notes))
+                if fi not in summaries or summaries[fi][0] is not rf:
+                    summaries[fi] = (rf, summarise(fi, rf.episodes, split_of))
+                out.append(FileView(str(p), summaries[fi][1], rf.notes))
             except EnvFactoryError as exc:  # shown in that file's section; the other files stay readable
                 out.append(FileView(str(p), str(exc)))
         return out
