@@ -75,7 +75,7 @@ def rollout_files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def base_url(rollout_files):
     files, log = rollout_files
-    with serve(create_app(files, graph_source=graph_source, check_images=False, training_logs=[log, RECIPE])) as url:
+    with serve(create_app(files, graph_source=graph_source, check_images=False, training_logs=[RECIPE, log])) as url:
         deadline = time.monotonic() + 300  # hang guard: the graph builds in the background; wait for it once
         while True:
             try:
