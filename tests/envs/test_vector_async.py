@@ -37,6 +37,11 @@ def test_async_make_vec_needs_no_vector_kwargs_and_matches_sync():
     assert got == _run(vectorization_mode="async", vector_kwargs={"shared_memory": False})
 
 
+def test_async_with_spawned_workers_needs_no_vector_kwargs_either():
+    """A spawned worker imports the package afresh: the hooks must be registered there too."""
+    assert _run(vectorization_mode="async", vector_kwargs={"context": "spawn"}) == _run(vectorization_mode="sync")
+
+
 def test_async_without_copy_returns_the_live_view_of_the_latest_observations():
     vec = gym.make_vec(ID, num_envs=2, vectorization_mode="async", task_id="hotel-001", vector_kwargs={"copy": False})
     try:
