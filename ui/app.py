@@ -37,7 +37,7 @@ from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.errors import EnvFactoryError
 from gym_envfactory.server.middleware import BearerAuthMiddleware, OriginHostGuardMiddleware, require_token_off_loopback
 from gym_envfactory.ui import graphview, pages, rollout_pages
-from gym_envfactory.ui.browse import EpisodeRow, RolloutQuery, compare_rows, parse_side, summarise
+from gym_envfactory.ui.browse import EpisodeRow, RolloutQuery, compare_rows, parse_side, sort_rows, summarise
 from gym_envfactory.ui.rollout_pages import FileView, GroundTruthCall
 from gym_envfactory.ui.rollouts import RolloutFile, read_rollouts
 from gym_envfactory.ui.traininglog import TrainingCurves, read_training_log
@@ -358,7 +358,20 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
             return HTMLResponse(pages.error_page(422, problem), status_code=422)
         rec = eps[ei].record
         truth, note = ground_truth(str(rec.get("env", "")), str(rec.get("task_id", "")))
-        return HTMLResponse(rollout_pages.episode_page(eps[ei], fi, ei, count=len(eps), truth=truth, truth_note=note))
+        view: RolloutQuery | None = RolloutQuery.from_params(request.query_params)
+        neighbours = position = None
+        if view is not None and view.params():  # prev/next within the view the table showed
+            rows = file_views()[fi].rows
+            order = [] if isinstance(rows, str) else [r.ei for r in sort_rows(filter(view.matches, rows), view.sort,
+                                                                                view.order)]
+            if ei in order:
+                k = order.index(ei)
+                neighbours = (order[k - 1] if k > 0 else None, order[k + 1] if k + 1 < len(order) else None)
+                position = (k + 1, len(order))
+            else:
+                view = None  # not in that view (an edited address): the file's order
+        return HTMLResponse(rollout_pages.episode_page(eps[ei], fi, ei, count=len(eps), truth=truth, truth_note=note,
+                                                       view=view, neighbours=neighbours, position=position))
 
     def compare(request: Request) -> HTMLResponse:
         files = file_views()

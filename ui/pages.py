@@ -11,7 +11,7 @@ import html
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 __all__ = ["page", "table", "url", "esc", "catalog_page", "environment_page", "task_page", "state_page", "graph_page",
            "graph_building_page", "error_page", "SORT_SCRIPT"]
@@ -158,8 +158,10 @@ def task_page(spec: Any, task: Any) -> str:
     and the expected outputs."""
     envs = task.envs or [spec.name]
     links = ", ".join(f"<a href='{url('env', e)}'>{esc(e)}</a>" for e in envs)
+    episodes = "/rollouts?" + urlencode({"task": task.task_id, "env": spec.name})
     b = [f"<p class='muted'>environment{'s' if len(envs) > 1 else ''} {links} · split "
-         f"{esc(task.split)} · {len(task.turns)} turns</p>",
+         f"{esc(task.split)} · {len(task.turns)} turns · <a href='{esc(episodes)}'>its episodes in the loaded "
+         "rollouts</a></p>",
          f"<p>initial state: <code>{esc(json.dumps(task.initial_state))}</code></p>"]
     for i, turn in enumerate(task.turns):
         calls = "".join(f"<li><code>{esc(c.name)}</code> <code>{esc(json.dumps(c.arguments, ensure_ascii=False))}</code>"

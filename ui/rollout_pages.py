@@ -146,7 +146,8 @@ def rollouts_page(files: Sequence[FileView], query: RolloutQuery) -> str:
         body = []
         for r in shown:
             reward = "<span class='err'>malformed</span>" if r.malformed else _fmt(r.reward)
-            body.append([str(r.line), f"<a href='{url('rollouts', str(r.fi), str(r.ei))}'>{esc(r.task_id)}</a>",
+            link = url("rollouts", str(r.fi), str(r.ei)) + query.link("")  # the episode page keeps the view
+            body.append([str(r.line), f"<a href='{esc(link)}'>{esc(r.task_id)}</a>",
                          esc(r.env), esc(r.split), esc(r.policy), reward, esc("" if r.steps is None else r.steps),
                          esc(r.n_errors) + (f" <span class='muted'>{esc(', '.join(r.codes))}</span>" if r.codes else ""),
                          "yes" if r.truncated else ""])
@@ -267,22 +268,34 @@ def _call_line(c: ToolCallView) -> str:
 
 
 def episode_page(episode: Episode, fi: int, ei: int, *, count: int,
-                 truth: Sequence[Sequence[GroundTruthCall]] | None = None, truth_note: str = "") -> str:
+                 truth: Sequence[Sequence[GroundTruthCall]] | None = None, truth_note: str = "",
+                 view: RolloutQuery | None = None, neighbours: tuple[int | None, int | None] | None = None,
+                 position: tuple[int, int] | None = None) -> str:
     """One episode (episode ``ei`` of file ``fi``, of ``count``), turn by turn: the user message, the
     ground truth beside the agent's calls with an argument diff (``truth``: per turn, from the task), then
     the conversation in order (each assistant message's text with its own calls and results; long
     results collapsed), the turn's reward components; then the episode's components (``r_output`` hidden
-    when its weight is 0), its state diff and errors.  Links: the task, the previous and next episode."""
+    when its weight is 0), its state diff and errors.  Links: the task, the previous and next episode:
+    in the file, or, within a ``view`` (filters or order), its ``neighbours`` (episode numbers) there, the
+    episode being number ``position[0]`` (from 1) of ``position[1]``; the links keep the view."""
     r = episode.record
     comps: dict[str, Any] = r["components"] if isinstance(r.get("components"), dict) else {}
     show_output = output_weighted(r)
     preamble, turns = split_turns(r)
     rw = r.get("reward")
     env, tid = str(r.get("env", "")), str(r.get("task_id", "?"))
+    filtered = view is not None and bool(view.params())
+    before, after = neighbours if neighbours else (ei - 1 if ei > 0 else None, ei + 1 if ei + 1 < count else None)
+    keep = view.link("") if filtered and view else ""
     nav = [f"<a href='{url('env', env, 'task', tid)}'>task {esc(tid)}</a>" if env else ""]
-    nav.append(f"<a rel='prev' href='{url('rollouts', str(fi), str(ei - 1))}'>← previous episode</a>" if ei > 0 else "")
-    nav.append(f"<a rel='next' href='{url('rollouts', str(fi), str(ei + 1))}'>next episode →</a>" if ei + 1 < count else "")
-    b = [f"<p class='nav'>{' · '.join(x for x in nav if x)} · <a href='/rollouts'>all rollouts</a></p>",
+    nav.append(f"<a rel='prev' href='{esc(url('rollouts', str(fi), str(before)) + keep)}'>← previous episode</a>"
+               if before is not None else "")
+    nav.append(f"<a rel='next' href='{esc(url('rollouts', str(fi), str(after)) + keep)}'>next episode →</a>"
+               if after is not None else "")
+    back = esc(view.link()) if filtered and view else "/rollouts"
+    where = (f" · episode {position[0]} of {position[1]} in this view" if filtered and position else "")
+    b = [f"<p class='nav'>{' · '.join(x for x in nav if x)} · <a href='{back}'>"
+         f"{'back to the view' if filtered else 'all rollouts'}</a>{where}</p>",
          f"<p class='muted'>{esc(episode.file)} line {episode.line} · episode {ei + 1} of {count} · environment "
          f"{esc(env or '?')} · policy {esc(r.get('policy', '?'))} · seed {esc(r.get('seed', ''))} · steps "
          f"{esc(r.get('steps', ''))} · terminated {esc(r.get('terminated', ''))} · truncated {esc(r.get('truncated', ''))}</p>",

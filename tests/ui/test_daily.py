@@ -243,3 +243,24 @@ def test_rows_without_a_reward_sort_last_both_ways(tmp_path):
     assert [r.task_id for r in sort_rows(rows, "reward", "desc")] == ["c", "a", "b"]
     assert [r.task_id for r in sort_rows(rows, "reward", "asc")] == ["a", "c", "b"]
     assert RolloutQuery.from_params({"min": "0.6"}).link() == "/rollouts?min=0.6"
+
+
+def test_the_episode_page_steps_through_the_view_it_was_opened_from(client, files):
+    recs = _records(files[0])
+    view = sorted((i for i, r in enumerate(recs) if any(e.startswith("tool_error") for e in r["errors"])),
+                  key=lambda i: (-recs[i]["reward"], i))  # the view's order: reward, best first (ties in file order)
+    q = "?code=tool_error&sort=reward&order=desc"
+    table = client.get("/rollouts" + q).text
+    assert f"href='/rollouts/0/{view[0]}{q.replace('&', '&amp;')}'" in table  # the table's links carry the view
+    text = client.get(f"/rollouts/0/{view[1]}{q}").text
+    assert f"href='/rollouts/0/{view[0]}{q.replace('&', '&amp;')}'>← previous episode" in text
+    assert f"href='/rollouts/0/{view[2]}{q.replace('&', '&amp;')}'>next episode →" in text
+    assert f"episode 2 of {len(view)} in this view" in text and "back to the view" in text
+    last = client.get(f"/rollouts/0/{view[-1]}{q}").text
+    assert "rel='next'" not in last
+
+
+def test_the_task_page_links_its_episodes(client):
+    text = client.get("/env/HotelBooking/task/hotel-003").text
+    assert "href='/rollouts?task=hotel-003&amp;env=HotelBooking'" in text
+    assert [r[1] for r in _rows(client.get("/rollouts?task=hotel-003&env=HotelBooking").text)] == ["hotel-003"]
