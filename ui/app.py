@@ -89,7 +89,7 @@ class _State:
         self.graph: Any = None
         self.graph_note = ""
         self.graph_started: float | None = None
-        self.graph_error: BaseException | None = None
+        self.graph_error: Exception | None = None
         self.check_images = check_images
         self.images: dict[str, str] | None = None
         self.lock = threading.Lock()
@@ -124,13 +124,13 @@ class _State:
                 note = f"built over the catalog ({len(names)} environments) when first asked"
             with self.lock:
                 self.graph, self.graph_note = graph, note
-        except BaseException as exc:  # noqa: BLE001 - shown on the graph page (ImportError: 501, else 500)
+        except Exception as exc:  # noqa: BLE001 - not swallowed: shown on the graph page (ImportError: 501, else 500)
             with self.lock:
                 self.graph_error = exc
         finally:
             self.graph_done.set()
 
-    def tool_graph(self, wait_s: float = 1.0) -> tuple[Any, float | None, BaseException | None]:
+    def tool_graph(self, wait_s: float = 1.0) -> tuple[Any, float | None, Exception | None]:
         """``(graph, None, None)`` when built; ``(None, seconds building, None)`` while a background thread
         builds it (started by the first call; a build that ends within ``wait_s`` is waited for); ``(None,
         None, error)`` when the build failed (the next call starts a new one)."""

@@ -264,3 +264,26 @@ def test_the_task_page_links_its_episodes(client):
     text = client.get("/env/HotelBooking/task/hotel-003").text
     assert "href='/rollouts?task=hotel-003&amp;env=HotelBooking'" in text
     assert [r[1] for r in _rows(client.get("/rollouts?task=hotel-003&env=HotelBooking").text)] == ["hotel-003"]
+
+
+def test_a_failed_graph_build_is_shown_and_the_next_visit_tries_again():
+    calls = []
+
+    def flaky_source(names):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the encoder ran out of memory")
+        return graph_source(names)
+
+    c = client_of(create_app(graph_source=flaky_source, check_images=False))
+    r = c.get("/env/HotelBooking/graph")
+    for _ in range(600):  # hang guard: each request waits up to 1 s for the build
+        if r.status_code != 202:
+            break
+        r = c.get("/env/HotelBooking/graph")
+    assert r.status_code == 500 and "the encoder ran out of memory" in r.text and "reload to try again" in r.text
+    for _ in range(600):
+        r = c.get("/env/HotelBooking/graph")
+        if r.status_code != 202:
+            break
+    assert r.status_code == 200 and len(calls) == 2
