@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from gym_envfactory.cli import app
 from gym_envfactory.cli.tasks import oracle_refusal
 from gym_envfactory.environment.tasks import Task, TaskSet
+from gym_envfactory.training.export.rl import template_messages
 from gym_envfactory.generators.tasks.querygen import ChainOutcome, write_tasks
 from tests.conftest import CATALOG_SERVER_TOKEN as TOKEN
 from tests.environment.test_package import PKG
@@ -122,7 +123,7 @@ def test_export_rl_rows_come_from_the_tasks_file_and_rebuild_with_gym_make(gener
     env = gym.make(row["data_source"], tasks=generated)
     try:
         obs, _ = env.reset(options=row["extra_info"]["reset_options"])
-        assert [m["content"] or "" for m in obs] == [m["content"] for m in row["prompt"]]
+        assert template_messages(obs) == row["prompt"]
     finally:
         env.close()
 
