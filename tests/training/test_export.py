@@ -216,3 +216,18 @@ def test_rl_rows_export_a_window_whose_reward_is_constant_under_the_default_conf
             rewards.add(r)
         assert len(rewards) > 1, f"exported window scores {rewards} for a right and a wrong answer"
 
+
+
+def test_alpaca_records_mark_tool_results_as_observations_not_user_words():
+    """Issue 28 part 6: a tool result in an alpaca instruction is a <tool_response> block, never bare JSON."""
+    trajectories = list(oracle_trajectories(ENV, split="test"))
+    records = to_alpaca(trajectories)
+    after_call = [r for r in records if r["history"] and r["history"][-1][1].startswith("<tool_call>")]
+    assert after_call
+    for r in after_call:
+        assert r["instruction"].startswith("<tool_response>\n") and r["instruction"].endswith("\n</tool_response>")
+    results = [m["content"] for m in trajectories[0].messages if m["role"] == "tool"]
+    first = next(r for r in records if r["task_id"] == trajectories[0].task_id and r["instruction"].startswith("<tool_response>"))
+    assert first["instruction"] == f"<tool_response>\n{results[0]}\n</tool_response>"
+    sharegpt = to_sharegpt(trajectories[:1])[0]["conversations"]
+    assert all(set(turn) == {"from", "value"} for turn in sharegpt)
