@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from gym_envfactory.cli import app
 from gym_envfactory.cli.tasks import oracle_refusal
 from gym_envfactory.environment.tasks import Task, TaskSet
-from gym_envfactory.training.export.rl import template_messages
 from gym_envfactory.generators.tasks.querygen import ChainOutcome, write_tasks
+from gym_envfactory.training.export.rl import template_messages
 from tests.conftest import CATALOG_SERVER_TOKEN as TOKEN
 from tests.environment.test_package import PKG
 from tests.environment.test_package import TOOLS as PACKAGE_TOOLS

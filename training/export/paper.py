@@ -50,7 +50,8 @@ class _Names:
 
     def __init__(self, task: Task, separator: str | None) -> None:
         prov = task.provenance if task.provenance.get("format") == "envfactory" else {}
-        servers = prov.get("servers") if isinstance(prov.get("servers"), Mapping) else {}
+        raw = prov.get("servers")
+        servers: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         self.servers = {env: str(servers.get(env, env)) for env in task.envs}
         self.separator = separator if separator is not None else prov.get("tool_separator")
         self.meta = {k: prov.get(k) for k in ("data_source", "agent_name", "ability")}
@@ -115,7 +116,7 @@ def envfactory_rl_rows(env_names: Iterable[str], *, split: str | None = None,
         DatasetError: a task's ground truth does not replay.
     """
     rows = []
-    for env, task, reference in _tasks(env_names, split, tasks):
+    for _env, task, reference in _tasks(env_names, split, tasks):
         names, owner = _Names(task, separator), _tool_owner(task)
         history: list[dict[str, str]] = []
         for t, turn in enumerate(task.turns):
