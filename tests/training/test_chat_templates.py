@@ -14,6 +14,7 @@ sandboxed Jinja environment with ``trim_blocks``/``lstrip_blocks``, ``tojson``, 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -44,13 +45,18 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, s
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-def render(template: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-    """``template`` rendered as ``transformers``' ``apply_chat_template`` renders it (add_generation_prompt)."""
+@functools.cache
+def _compiled(template: str) -> Any:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
-    return env.from_string(template).render(messages=messages, tools=tools, add_generation_prompt=True,
-                                            bos_token="<s>", eos_token="</s>")
+    return env.from_string(template)
+
+
+def render(template: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    """``template`` rendered as ``transformers``' ``apply_chat_template`` renders it (add_generation_prompt)."""
+    return str(_compiled(template).render(messages=messages, tools=tools, add_generation_prompt=True,
+                                          bos_token="<s>", eos_token="</s>"))
 
 
 def smollm2_template() -> str:
@@ -113,6 +119,28 @@ def test_every_exported_row_renders_through_the_template(name: str, read_back) -
         tools = json.loads(row["extra_info"]["tools"])
         text = render(template, row["prompt"], tools)
         assert row["prompt"][-1]["content"] in text, row["extra_info"]["task_id"]
+
+
+@pytest.fixture(scope="module")
+def paper_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """``export rl --format envfactory`` rows of the catalog's test split, read back from parquet."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    from gym_envfactory.training.export.paper import envfactory_rl_rows, write_rows
+
+    rows = envfactory_rl_rows(list_environments(), split="test")
+    back = pq.read_table(write_rows(rows, tmp_path_factory.mktemp("paper") / "paper.parquet")).to_pylist()
+    assert back == rows  # every leaf of the paper's row shape is a string: nothing comes back null
+    return back
+
+
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_rows_in_the_papers_format_render_through_the_template(name: str, paper_rows) -> None:
+    """The paper's prompt is JSON text of role/content messages: every template renders it."""
+    template = TEMPLATES[name]()
+    for row in paper_rows:
+        messages = json.loads(row["prompt"])
+        assert all(set(m) == {"role", "content"} for m in messages)
+        assert messages[-1]["content"] in render(template, messages, None)
 
 
 def test_a_null_tool_calls_key_breaks_a_llama_style_template() -> None:

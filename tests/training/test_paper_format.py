@@ -207,3 +207,45 @@ def test_rl_rows_of_a_catalog_environment_are_bare_named() -> None:
     assert r["extra_info"]["mcp_factory_kwargs"]["mcp_servers"] == ["HotelBooking"]
     assert all("-" not in c["name"] for c in r["reward_model"]["ground_truth"])
     assert r["prompt"][-1]["role"] == "user" and not any(m["role"] == "system" for m in r["prompt"])
+
+
+def test_an_imported_server_is_found_by_its_source_file_and_double_underscore_prefixes(tmp_path: Path, monkeypatch,
+                                                                                       request) -> None:
+    """A package imported by ``envfactory import`` (the importer's own fixture server, under a name the server
+    name does not match) is found from its provenance (the source file's stem); ``__`` prefixes are stripped."""
+    from gym_envfactory.generators.importer import import_tool_server
+    from gym_envfactory.generators.sandbox import container
+
+    monkeypatch.setattr(container, "docker_available", lambda image=None: False)  # the process sandbox
+    fixtures = Path(__file__).resolve().parents[1] / "generators" / "fixtures"
+    from gym_envfactory.environment.catalog import forget_environment
+
+    spec = import_tool_server(fixtures / "bookstore_server.py", name="ShelfShopPaper", out_dir=tmp_path / "pkgs",
+                              initial_state=fixtures / "bookstore_scenario.json")
+    request.addfinalizer(lambda: forget_environment(spec.name))  # the tmp package leaves the registry after
+    start = json.loads((fixtures / "bookstore_scenario.json").read_text())
+    end = json.loads(json.dumps(start))
+    end["books"]["B-002"]["stock"] = 0
+    end["orders"]["ORD-0002"] = {"order_id": "ORD-0002", "items": [{"book_id": "B-002", "quantity": 1}],
+                                 "total": 24.0, "status": "placed"}
+    end["next_order_number"] = 3
+    server = "bookstore_server"
+    row = {"prompt": json.dumps([{"role": "user", "content": "Buy me Rivers of Salt."}]),
+           "data_source": "EnvFactory", "agent_name": "tool_agent", "ability": "tool_use",
+           "reward_model": {"style": "rule", "ground_truth": json.dumps([
+               {"name": f"{server}__add_to_cart", "arguments": {"book_id": "B-002"}, "masked_arguments": []},
+               {"name": f"{server}__place_order", "arguments": {}, "masked_arguments": []}])},
+           "extra_info": {"mcp_factory_kwargs": {"mcp_servers": json.dumps([server]),
+                                                 "initial_config": json.dumps({server: start}),
+                                                 "final_config": json.dumps({server: end})}}}
+    src = tmp_path / "shop.jsonl"
+    src.write_text(json.dumps(row) + "\n")
+    assert server_environment(server) == spec.name
+    out = tmp_path / "tasks.jsonl"
+    res = invoke("tasks", "import", src, "--out", out)
+    assert res.exit_code == 0, res.output
+    task = json.loads(out.read_text())
+    assert task["env"] == spec.name and task["provenance"]["tool_separator"] == "__"
+    assert [c["name"] for c in task["turns"][0]["ground_truth"]] == ["add_to_cart", "place_order"]
+    back = envfactory_rl_rows([spec.name], tasks=read_tasks(out))
+    assert decoded(back[0]) == decoded(row)
