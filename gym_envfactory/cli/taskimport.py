@@ -1,5 +1,6 @@
 """``envfactory tasks import FILE --format envfactory``: EnvFactory's published RL rows as a tasks file
-(docs/synthesis.md, "EnvFactory's own data format").
+(docs/synthesis.md, "EnvFactory's own data format"); ``--format envfactory-sft`` reads its SFT rows
+(:func:`~gym_envfactory.environment.paperformat.tasks_from_sft_rows`), which carry no state.
 
 The rows become tasks (:func:`gym_envfactory.environment.paperformat.tasks_from_rows`: servers mapped to
 environments, tool-name prefixes stripped, one multi-turn task per conversation); then every task is read
@@ -22,7 +23,7 @@ import typer
 
 from gym_envfactory.cli.tasks import err_console, tasks_app
 from gym_envfactory.environment.catalog import get_environment
-from gym_envfactory.environment.paperformat import ImportedTask, read_rows, tasks_from_rows
+from gym_envfactory.environment.paperformat import ImportedTask, read_rows, tasks_from_rows, tasks_from_sft_rows
 from gym_envfactory.environment.taskfiles import read_tasks
 from gym_envfactory.errors import DatasetError, EnvFactoryError
 from gym_envfactory.replay import task_reference
@@ -35,6 +36,7 @@ class ImportFormat(StrEnum):
     """Row formats ``tasks import`` reads."""
 
     envfactory = "envfactory"
+    envfactory_sft = "envfactory-sft"
 
 
 def read_server_map(path: Path) -> dict[str, str]:
@@ -102,9 +104,12 @@ def _unprefixed(paths: Sequence[str], env: str) -> tuple[str, ...]:
 
 
 def import_rows(file: Path, *, mapping: Mapping[str, str] | None = None, separator: str | None = None,
-                split: str = "train", id_prefix: str | None = None,
+                split: str = "train", id_prefix: str | None = None, fmt: str = "envfactory",
+                initial_state: str | None = None,
                 on_bad: Callable[[DatasetError], None] | None = None) -> list[dict[str, Any]]:
-    """The checked tasks (JSON objects) of the paper's RL rows in ``file`` (module docstring).
+    """The checked tasks (JSON objects) of the paper's RL rows in ``file`` (module docstring); ``fmt``
+    ``"envfactory-sft"``: its SFT rows (alpaca), which carry no state: the tasks start from
+    ``initial_state`` (a named state; default the environment's) and are checked by their replay alone.
 
     Raises:
         DatasetError: without ``on_bad``, the first refused row or task; with it, each is handed to
@@ -116,8 +121,13 @@ def import_rows(file: Path, *, mapping: Mapping[str, str] | None = None, separat
         on_bad(err)
 
     out = []
-    for item in tasks_from_rows(read_rows(file), file=file, mapping=mapping, separator=separator, split=split,
-                                id_prefix=id_prefix, on_bad=on_bad):
+    rows = read_rows(file)
+    items = (tasks_from_sft_rows(rows, file=file, mapping=mapping, separator=separator, split=split,
+                                 id_prefix=id_prefix, initial_state=initial_state, on_bad=on_bad)
+             if fmt == ImportFormat.envfactory_sft else
+             tasks_from_rows(rows, file=file, mapping=mapping, separator=separator, split=split, id_prefix=id_prefix,
+                             on_bad=on_bad))
+    for item in items:
         try:
             check_final_configs(item, file)
         except DatasetError as err:
@@ -131,14 +141,16 @@ def import_rows(file: Path, *, mapping: Mapping[str, str] | None = None, separat
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="the rows: parquet, JSON (a list) or JSON Lines")],
     out: Annotated[Path, typer.Option("--out", help="tasks file (JSON Lines) to write")],
-    fmt: Annotated[ImportFormat, typer.Option("--format", help="the rows' format: envfactory (the paper's RL rows)")] = ImportFormat.envfactory,
+    fmt: Annotated[ImportFormat, typer.Option("--format", help="the rows' format: envfactory (the paper's RL rows) or envfactory-sft (its alpaca SFT rows)")] = ImportFormat.envfactory,
     server_map: Annotated[Path | None, typer.Option("--map", help='JSON {"server": "Environment"}; servers it leaves out are matched by name')] = None,
     separator: Annotated[str | None, typer.Option("--separator", help="between server and tool in a prefixed tool name (default: try - __ . : _)")] = None,
     split: Annotated[str, typer.Option(help="the tasks' split")] = "train",
     id_prefix: Annotated[str | None, typer.Option("--id-prefix", help="task ids are PREFIX<first row>; default <file stem>-row")] = None,
+    initial_state: Annotated[str | None, typer.Option("--initial-state", help="envfactory-sft: the named initial state the tasks start from (default: the environment's)")] = None,
 ) -> None:
     """Read EnvFactory's published RL rows as tasks: one multi-turn task per conversation, for the
-    environments its servers map to, each replayed and checked against the rows' final_config.  A refused
+    environments its servers map to, each replayed and checked against the rows' final_config
+    (--format envfactory-sft: its alpaca SFT rows, replayed from --initial-state).  A refused
     row or task is one line on stderr (file:row, field, why) and is left out; the rest is written."""
     refused: list[DatasetError] = []
 
@@ -148,7 +160,8 @@ def import_cmd(
 
     try:
         mapping = read_server_map(server_map) if server_map is not None else None
-        tasks = import_rows(file, mapping=mapping, separator=separator, split=split, id_prefix=id_prefix, on_bad=bad)
+        tasks = import_rows(file, mapping=mapping, separator=separator, split=split, id_prefix=id_prefix,
+                            fmt=fmt.value, initial_state=initial_state, on_bad=bad)
     except (EnvFactoryError, ImportError) as exc:
         err_console.print(f"error: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None

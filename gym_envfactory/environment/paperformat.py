@@ -40,7 +40,7 @@ from gym_envfactory.environment.catalog import get_environment, list_environment
 from gym_envfactory.errors import DatasetError, EnvFactoryError
 
 __all__ = ["PaperRow", "ImportedTask", "TOOL_SEPARATORS", "read_rows", "parse_rl_row", "is_paper_rows_file",
-           "server_environment", "tasks_from_rows", "is_tool_response"]
+           "server_environment", "tasks_from_rows", "tasks_from_sft_rows", "is_tool_response", "tool_call_blocks"]
 
 #: The separators tried, in order, between a server name and a tool name (``Stocks-get_quote``,
 #: ``stocks__get_quote``) when none is given.
@@ -243,17 +243,39 @@ class _Resolver:
         self.used_separator: str | None = None
         self.known = list_environments()
 
-    def env(self, server: str, row: PaperRow, where: str) -> str:
+    def env(self, server: str, row: PaperRow | int, where: str) -> str:
+        number = row if isinstance(row, int) else row.number
         if server not in self.envs:
             name = self.mapping.get(server) or server_environment(server, self.known)
             if name is None or name not in self.known:
                 hint = (f"the mapping names {name!r}, no environment" if name else
                         "no environment matches its name") + "; give --map servers.json ({\"server\": \"Environment\"})"
-                raise DatasetError(f"row {row.number}: server {server!r}: {hint}", file=self.file, line=row.number,
+                raise DatasetError(f"row {number}: server {server!r}: {hint}", file=self.file, line=number,
                                    field=where)
             self.envs[server] = name
             self.tools[name] = list(get_environment(name).tools)
         return self.envs[server]
+
+    def split_tool(self, name: str, number: int, where: str) -> tuple[str, str, str]:
+        """``(server, environment, tool)`` of a tool name in a row that lists no servers (an SFT row):
+        ``<server><separator><tool>``, or a bare name of an environment of the mapping."""
+        for sep in self.separators:
+            server, found, tool = name.partition(sep)
+            if not found or not server:
+                continue
+            env = self.mapping.get(server) or server_environment(server, self.known)
+            if env is not None and env in self.known:
+                self.env(server, number, where)
+                if tool in self.tools[env]:
+                    self.used_separator = self.used_separator or sep
+                    return server, env, tool
+        for server in self.mapping:
+            env = self.env(server, number, where)
+            if name in self.tools[env]:
+                return server, env, name
+        raise DatasetError(f"row {number}: tool {name!r} is no '<server>{'|'.join(self.separators)}<tool>' of a known "
+                           f"environment, nor a tool of an environment the mapping names (--map, --separator)",
+                           file=self.file, line=number, field=where)
 
     def tool(self, name: str, row: PaperRow, where: str) -> tuple[str, str]:
         envs = [(s, self.env(s, row, f"{KWARGS}.mcp_servers")) for s in row.servers]
@@ -410,3 +432,143 @@ def _task(chain: list[PaperRow], parent: Mapping[int, tuple[PaperRow, int]], res
         "initial_state": {"state": initial[envs[0]]} if len(envs) == 1 else {e: {"state": initial[e]} for e in envs},
         "turns": turns, "provenance": provenance}
     return ImportedTask(task, turn_rows, servers)
+
+
+# ------------------------------------------------------------------------------------------- SFT rows
+
+_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_THINK = re.compile(r"<think>.*?</think>\s*", re.S)
+
+
+def tool_call_blocks(text: str) -> list[str]:
+    """The JSON texts of the ``<tool_call>`` blocks of a model output (a leading ``<think>`` block skipped)."""
+    return _CALL.findall(_THINK.sub("", text))
+
+
+def _sft_steps(obj: Any, *, file: Path | None, line: int) -> list[tuple[str, str]]:
+    """``(input, output)`` steps of an alpaca row: its ``history`` pairs, then its own ``instruction``
+    (with ``input`` appended when not empty) and ``output``; inputs stripped as the paper's instructions are."""
+    def bad(message: str, where: str) -> DatasetError:
+        return DatasetError(f"row {line}: {message}", file=file, line=line, field=where)
+
+    if not isinstance(obj, Mapping):
+        raise bad(f"a row is an object, got {type(obj).__name__}", "row")
+    for key in ("instruction", "output"):
+        if not isinstance(obj.get(key), str):
+            raise bad(f"an alpaca row needs {key} (text)", key)
+    history = obj.get("history") or []
+    if not isinstance(history, list):
+        raise bad("history must be a list of [instruction, output] pairs", "history")
+    steps = []
+    for i, pair in enumerate(history):
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise bad("a history entry is [instruction, output] (two texts)", f"history[{i}]")
+        steps.append((pair[0].strip(), pair[1]))
+    extra = obj.get("input") or ""
+    steps.append(((obj["instruction"] + ("\n" + extra if extra else "")).strip(), obj["output"]))
+    return steps
+
+
+def _failed(response: str) -> bool:
+    """The paper's rule for a failed call (its data_process.py): the tool response says Fail or Error."""
+    return "Fail" in response or "Error" in response
+
+
+def tasks_from_sft_rows(rows: Sequence[tuple[int, Any]], *, file: str | Path | None = None,
+                        mapping: Mapping[str, str] | None = None, separator: str | None = None,
+                        split: str = "train", id_prefix: str | None = None, initial_state: str | None = None,
+                        on_bad: Callable[[DatasetError], None] | None = None) -> list[ImportedTask]:
+    """Tasks from the paper's SFT rows (LlamaFactory alpaca: ``system``, ``instruction``, ``input``,
+    ``output`` with ``<tool_call>`` blocks, ``history``), one per conversation.
+
+    The rows of a conversation repeat its earlier steps in ``history``; the row whose steps no other row
+    continues ends one, and its steps are the task's: a step whose input is not ``<tool_response>`` blocks
+    opens a user turn, the ``<tool_call>`` blocks of the turn's outputs are its ground truth (a call whose
+    response says ``Fail`` or ``Error``, the paper's own filter, is left out: it changed nothing). Tool
+    names are ``<server><separator><tool>`` (servers mapped as for RL rows) or, with a mapping, bare. The
+    rows carry no state: the task starts from ``initial_state`` (a named initial state of its
+    environments, default their default) and has no reference state but its replay.
+
+    Raises:
+        DatasetError: (file, row, field) a malformed row, a call that is not ``{"name", "arguments"}``
+            JSON, an unknown server or tool; without ``on_bad``.
+    """
+    path = Path(file) if file is not None else None
+    prefix = id_prefix if id_prefix is not None else f"{path.stem if path else 'envfactory'}-row"
+    resolver = _Resolver(mapping, separator, path)
+
+    def refuse(err: DatasetError) -> None:
+        if on_bad is None:
+            raise err
+        on_bad(err)
+
+    parsed: list[tuple[int, list[tuple[str, str]]]] = []
+    for number, obj in rows:
+        try:
+            parsed.append((number, _sft_steps(obj, file=path, line=number)))
+        except DatasetError as err:
+            refuse(err)
+    continued = {json.dumps(steps[:n]) for _, steps in parsed for n in range(1, len(steps))}
+    out: list[ImportedTask] = []
+    seen: set[str] = set()
+    for number, steps in parsed:
+        key = json.dumps(steps)
+        if key in continued or key in seen:
+            continue
+        seen.add(key)
+        try:
+            out.append(_sft_task(number, steps, resolver, f"{prefix}{number}", split, initial_state))
+        except DatasetError as err:
+            refuse(err)
+    return out
+
+
+def _sft_task(number: int, steps: list[tuple[str, str]], resolver: _Resolver, task_id: str, split: str,
+              initial_state: str | None) -> ImportedTask:
+    turns: list[dict[str, Any]] = []
+    servers: dict[str, str] = {}
+    envs: list[str] = []
+    for i, (inp, out) in enumerate(steps):
+        where = "output" if i == len(steps) - 1 else f"history[{i}][1]"
+        if not inp.startswith("<tool_response>"):
+            turns.append({"user": inp, "ground_truth": []})
+        elif not turns:
+            raise DatasetError(f"row {number}: tool responses before any user instruction", file=resolver.file,
+                               line=number, field="history[0][0]" if len(steps) > 1 else "instruction")
+        response = steps[i + 1][0] if i + 1 < len(steps) else ""
+        if _failed(response) and response.startswith("<tool_response>"):
+            continue
+        for text in tool_call_blocks(out):
+            try:
+                call = json.loads(text)
+            except ValueError:
+                call = None
+            if not (isinstance(call, Mapping) and isinstance(call.get("name"), str)
+                    and isinstance(call.get("arguments", {}), Mapping)):
+                raise DatasetError(f"row {number}: a <tool_call> block is not {{\"name\", \"arguments\"}} JSON",
+                                   file=resolver.file, line=number, field=where, task_id=task_id)
+            server, env, tool = resolver.split_tool(call["name"], number, where)
+            if servers.get(env, server) != server:
+                raise DatasetError(f"row {number}: servers {servers[env]!r} and {server!r} both map to {env}",
+                                   file=resolver.file, line=number, field=where, task_id=task_id)
+            servers[env] = server
+            if env not in envs:
+                envs.append(env)
+            turns[-1]["ground_truth"].append({"name": tool, "arguments": dict(call.get("arguments") or {})})
+    if not envs:
+        raise DatasetError(f"row {number}: the conversation makes no tool call: nothing to check", file=resolver.file,
+                           line=number, field="output", task_id=task_id)
+    for turn in turns:
+        if not turn["ground_truth"]:
+            del turn["ground_truth"]
+    provenance: dict[str, Any] = {"kind": "imported", "format": "envfactory-sft", "rows": [number],
+                                  "servers": servers}
+    if resolver.file is not None:
+        provenance["source"] = str(resolver.file)
+    if resolver.used_separator:
+        provenance["tool_separator"] = resolver.used_separator
+    task: dict[str, Any] = {"task_id": task_id, "env": envs[0] if len(envs) == 1 else envs, "split": split,
+                            "turns": turns, "provenance": provenance}
+    if initial_state is not None:
+        task["initial_state"] = initial_state if len(envs) == 1 else {e: initial_state for e in envs}
+    return ImportedTask(task, [None] * len(turns), servers)

@@ -249,3 +249,34 @@ def test_an_imported_server_is_found_by_its_source_file_and_double_underscore_pr
     assert [c["name"] for c in task["turns"][0]["ground_truth"]] == ["add_to_cart", "place_order"]
     back = envfactory_rl_rows([spec.name], tasks=read_tasks(out))
     assert decoded(back[0]) == decoded(row)
+
+
+def test_sft_rows_read_back_as_tasks_and_export_the_same_records(library, tmp_path: Path) -> None:
+    """export sft --format envfactory -> tasks import --format envfactory-sft -> the same tasks (the turns
+    with calls; the paper's SFT rows hold no turn without) -> the same records again."""
+    sft = tmp_path / "sft.jsonl"
+    res = invoke("export", "sft", "--format", "envfactory", "--tasks", ROWS, "--out", sft)
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "tasks.jsonl"
+    res = invoke("tasks", "import", sft, "--format", "envfactory-sft", "--out", out)
+    assert res.exit_code == 0, res.output
+    back = read_tasks(out)["Library"]
+    original = read_tasks(ROWS)["Library"]
+    assert len(back) == len(original)
+    for got, want in zip(back, original, strict=True):
+        assert [(t.user, [c.model_dump(exclude={"masked_arguments"}) for c in t.ground_truth]) for t in got.turns] == \
+            [(t.user, [c.model_dump(exclude={"masked_arguments"}) for c in t.ground_truth]) for t in want.turns
+             if t.ground_truth]
+    assert [json.loads(line) for line in sft.read_text().splitlines()] == envfactory_sft_records(["Library"], tasks=read_tasks(out))
+
+
+def test_an_sft_row_with_a_bad_call_names_its_row_and_field(library, tmp_path: Path) -> None:
+    records = envfactory_sft_records(["Library"], tasks=read_tasks(ROWS))
+    records[2]["history"][1][1] = "<tool_call>\n{not json}\n</tool_call>\n"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(records))
+    from gym_envfactory.environment.paperformat import tasks_from_sft_rows
+
+    with pytest.raises(DatasetError) as info:
+        tasks_from_sft_rows(read_rows(path), file=path)
+    assert (info.value.line, info.value.field) == (3, "history[1][1]")

@@ -49,7 +49,7 @@ class _Names:
     """Server and tool names of one task's rows (module docstring, "Names")."""
 
     def __init__(self, task: Task, separator: str | None) -> None:
-        prov = task.provenance if task.provenance.get("format") == "envfactory" else {}
+        prov = task.provenance if task.provenance.get("format") in ("envfactory", "envfactory-sft") else {}
         raw = prov.get("servers")
         servers: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         self.servers = {env: str(servers.get(env, env)) for env in task.envs}
