@@ -25,7 +25,7 @@ from gym_envfactory.cli.tasks import err_console, tasks_app
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.paperformat import ImportedTask, read_rows, tasks_from_rows, tasks_from_sft_rows
 from gym_envfactory.environment.taskfiles import read_tasks
-from gym_envfactory.errors import DatasetError, EnvFactoryError
+from gym_envfactory.errors import DatasetError, EnvFactoryError, UntrustedPackageError
 from gym_envfactory.replay import task_reference
 from gym_envfactory.state_compare import state_diff
 
@@ -50,13 +50,15 @@ def read_server_map(path: Path) -> dict[str, str]:
     return obj
 
 
-def check_final_configs(item: ImportedTask, file: Path | None) -> None:
+def check_final_configs(item: ImportedTask, file: Path | None, *, trust: bool = False) -> None:
     """Replay ``item``'s task and compare the state after each turn that has a row with that row's
     ``final_config`` (canonical form of each environment's state model).
 
     Raises:
         DatasetError: the task does not load or replay, or a state differs (names the row, the field
             ``extra_info.mcp_factory_kwargs.final_config.<server>.<path>`` and both values).
+        UntrustedPackageError: an environment of the task is untrusted (generated or imported) and
+            ``trust`` is false: the replay runs its code in this process, as ``envfactory validate`` does.
     """
     task = item.task
     groups = read_tasks([task])
@@ -64,6 +66,11 @@ def check_final_configs(item: ImportedTask, file: Path | None) -> None:
     taskset = groups[primary]
     spec = get_environment(primary)
     parsed = taskset.get(task["task_id"])
+    untrusted = [get_environment(e) for e in parsed.envs if not get_environment(e).manifest.provenance.trusted]
+    if untrusted and not trust:
+        names = ", ".join(f"{s.name} (provenance {s.manifest.provenance.kind})" for s in untrusted)
+        raise UntrustedPackageError(f"{names}: checking the rows replays their ground truth in this process; pass "
+                                    f"--trust to do so (the importer validated the package in its sandbox)")
     reference = task_reference(spec, parsed, taskset)
     envs = parsed.envs
     for t, row in enumerate(item.rows):
@@ -105,11 +112,12 @@ def _unprefixed(paths: Sequence[str], env: str) -> tuple[str, ...]:
 
 def import_rows(file: Path, *, mapping: Mapping[str, str] | None = None, separator: str | None = None,
                 split: str = "train", id_prefix: str | None = None, fmt: str = "envfactory",
-                initial_state: str | None = None,
+                initial_state: str | None = None, trust: bool = False,
                 on_bad: Callable[[DatasetError], None] | None = None) -> list[dict[str, Any]]:
     """The checked tasks (JSON objects) of the paper's RL rows in ``file`` (module docstring); ``fmt``
     ``"envfactory-sft"``: its SFT rows (alpaca), which carry no state: the tasks start from
     ``initial_state`` (a named state; default the environment's) and are checked by their replay alone.
+    ``trust``: replay untrusted packages' tasks in this process (else :class:`UntrustedPackageError`).
 
     Raises:
         DatasetError: without ``on_bad``, the first refused row or task; with it, each is handed to
@@ -129,7 +137,7 @@ def import_rows(file: Path, *, mapping: Mapping[str, str] | None = None, separat
                              on_bad=on_bad))
     for item in items:
         try:
-            check_final_configs(item, file)
+            check_final_configs(item, file, trust=trust)
         except DatasetError as err:
             refuse(err)
             continue
@@ -147,6 +155,7 @@ def import_cmd(
     split: Annotated[str, typer.Option(help="the tasks' split")] = "train",
     id_prefix: Annotated[str | None, typer.Option("--id-prefix", help="task ids are PREFIX<first row>; default <file stem>-row")] = None,
     initial_state: Annotated[str | None, typer.Option("--initial-state", help="envfactory-sft: the named initial state the tasks start from (default: the environment's)")] = None,
+    trust: Annotated[bool, typer.Option("--trust", help="replay the tasks of untrusted packages (generated or imported) in this process")] = False,
 ) -> None:
     """Read EnvFactory's published RL rows as tasks: one multi-turn task per conversation, for the
     environments its servers map to, each replayed and checked against the rows' final_config
@@ -161,7 +170,7 @@ def import_cmd(
     try:
         mapping = read_server_map(server_map) if server_map is not None else None
         tasks = import_rows(file, mapping=mapping, separator=separator, split=split, id_prefix=id_prefix,
-                            fmt=fmt.value, initial_state=initial_state, on_bad=bad)
+                            fmt=fmt.value, initial_state=initial_state, trust=trust, on_bad=bad)
     except (EnvFactoryError, ImportError) as exc:
         err_console.print(f"error: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None

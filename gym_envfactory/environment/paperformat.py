@@ -152,6 +152,10 @@ def parse_rl_row(obj: Any, *, file: Path | None = None, line: int = 0) -> PaperR
 
     if not isinstance(obj, Mapping):
         raise bad(f"a row is an object, got {type(obj).__name__}", "row")
+    if isinstance(obj.get("extra_info"), Mapping) and "reset_options" in obj["extra_info"]:
+        raise bad("a row of `envfactory export rl` (its episode is named by extra_info.reset_options), not EnvFactory's "
+                  "row format: give the tasks file it was exported from, or export with --format envfactory",
+                  "extra_info.reset_options")
     messages = _json(obj.get("prompt"), file=file, line=line, field="prompt")
     if not isinstance(messages, list) or not messages:
         raise bad("prompt must be a non-empty list of messages (JSON text)", "prompt")

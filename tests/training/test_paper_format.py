@@ -242,7 +242,9 @@ def test_an_imported_server_is_found_by_its_source_file_and_double_underscore_pr
     src.write_text(json.dumps(row) + "\n")
     assert server_environment(server) == spec.name
     out = tmp_path / "tasks.jsonl"
-    res = invoke("tasks", "import", src, "--out", out)
+    res = invoke("tasks", "import", src, "--out", out)  # the replay would run the imported code here
+    assert res.exit_code == 1 and "--trust" in res.output and not out.exists()
+    res = invoke("tasks", "import", src, "--out", out, "--trust")
     assert res.exit_code == 0, res.output
     task = json.loads(out.read_text())
     assert task["env"] == spec.name and task["provenance"]["tool_separator"] == "__"
@@ -280,3 +282,13 @@ def test_an_sft_row_with_a_bad_call_names_its_row_and_field(library, tmp_path: P
     with pytest.raises(DatasetError) as info:
         tasks_from_sft_rows(read_rows(path), file=path)
     assert (info.value.line, info.value.field) == (3, "history[1][1]")
+
+
+def test_the_gyms_own_verl_rows_are_not_taken_for_the_papers(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    from gym_envfactory.training.export.rl import rl_rows, write_parquet
+
+    path = write_parquet(rl_rows(["HotelBooking"], split="test")[:2], tmp_path / "verl.parquet")
+    with pytest.raises(DatasetError) as info:
+        read_tasks(path)
+    assert info.value.field == "extra_info.reset_options" and "--format envfactory" in str(info.value)
