@@ -292,3 +292,26 @@ def test_the_gyms_own_verl_rows_are_not_taken_for_the_papers(tmp_path: Path) -> 
     with pytest.raises(DatasetError) as info:
         read_tasks(path)
     assert info.value.field == "extra_info.reset_options" and "--format envfactory" in str(info.value)
+
+
+def test_a_catalog_environment_round_trips_up_to_the_closing_replies(tmp_path: Path) -> None:
+    """export -> import -> export on HotelBooking: the same rows, but for an earlier turn's closing reply
+    (expected outputs do not travel: the re-export's reply is a bare "Done.")."""
+    first = tmp_path / "a.jsonl"
+    assert invoke("export", "rl", "HotelBooking", "--format", "envfactory", "--out", first).exit_code == 0
+    tasks = tmp_path / "tasks.jsonl"
+    res = invoke("tasks", "import", first, "--out", tasks)
+    assert res.exit_code == 0 and "refused" not in res.output, res.output
+    again = tmp_path / "b.jsonl"
+    assert invoke("export", "rl", "--format", "envfactory", "--tasks", tasks, "--out", again).exit_code == 0
+
+    def norm(path: Path) -> list[str]:
+        out = []
+        for line in path.read_text().splitlines():
+            row = decoded(json.loads(line))
+            row["prompt"] = [{**m, "content": "<reply>"} if m["role"] == "assistant" and not m["content"].startswith("<tool_call>")
+                             else m for m in row["prompt"]]
+            out.append(json.dumps(row, sort_keys=True))
+        return sorted(out)
+
+    assert norm(first) == norm(again) and len(norm(first)) > 20
