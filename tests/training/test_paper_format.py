@@ -116,6 +116,14 @@ def test_tasks_option_reads_rows_directly(library) -> None:
     groups = read_tasks(ROWS)
     assert list(groups) == ["Library"] and groups["Library"].ids() == ["envfactory_rl_rows-row1", "envfactory_rl_rows-row3"]
     assert groups["Library"].line_of("envfactory_rl_rows-row3") == 3
+    import gymnasium as gym
+
+    env = gym.make("envfactory/Library-v0", tasks=ROWS)
+    try:
+        obs, info = env.reset(options={"task_id": "envfactory_rl_rows-row1"})
+        assert info["n_turns"] == 2 and obs[-1] == {"role": "user", "content": "Please lend Dune to ada."}
+    finally:
+        env.close()
 
 
 def test_server_map_and_separator_options(library, tmp_path: Path) -> None:
