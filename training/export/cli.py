@@ -166,6 +166,8 @@ def export_sft(
             raise DatasetError(f"no usable trajectory left: {len(skipped)} bad records (above); nothing written")
     except EnvFactoryError as exc:
         _fail(exc)
+    except ImportError as exc:  # --format envfactory --out X.parquet without pyarrow
+        _fail(RuntimeError(f"parquet needs the 'export' extra (pip install '.[export]'): {exc}"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     info_path = out.parent / "dataset_info.json"
