@@ -567,6 +567,7 @@ def _register_subcommands() -> None:
     (``gen``, ``import`` from the generators): the runtime never imports them by name (docs/architecture.md, "Layers")."""
     from importlib.metadata import entry_points
 
+    from gym_envfactory.cli import taskimport  # noqa: F401  (adds `tasks import` to tasks_app)
     from gym_envfactory.cli.images import catalog_app, image_app
     from gym_envfactory.cli.tasks import tasks_app
 
