@@ -12,8 +12,11 @@ This module is ``generators/importer/classbridge.py``; :func:`import_python_clas
   ``self.x: T = ...`` annotations, else inferred from the values (``set`` stays a set, serialised as a
   sorted list; ``dict`` with ``int`` keys keeps ``int`` keys).  A class with a serialiser hook
   (``to_dict()`` with a ``from_dict`` classmethod, or its own ``__getstate__``/``__setstate__``) is
-  read and rebuilt through it instead, so object graphs work.  A state with no field is refused
-  (:class:`ClassImportError`, naming the class and the ways out), never an empty environment.
+  read and rebuilt through it instead, so object graphs work.  A class whose instances have no
+  attribute at all and that declares none (a calculator) is a **tools-only** environment: an empty
+  state, every tool read-only (issue 26 item 9).  One with only private attributes, or with class
+  annotations that only a loaded scenario fills, is refused (:class:`ClassImportError`, naming the
+  class and what to pass), never a silently empty environment.
 - **Tools**: public methods with typed parameters (keyword-only in the schema).  Each call runs the
   method on the session's **live instance** (:class:`~.bridge.LiveInstance`, built on the session's
   first call the way the class builds itself: constructor, its loader on the stored scenario, then the
@@ -213,6 +216,15 @@ def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Se
             if k not in values and k not in exclude:
                 values[k] = None
                 hints[k] = Optional[hints[k]]  # noqa: UP045 - hints[k] may be a typing form
+    declared = [k for k in hints if k not in exclude]
+    if not values and declared and hook is None:  # class-level annotations that only a loaded scenario fills
+        raise ClassImportError(
+            f"{cls.__qualname__} declares {', '.join(sorted(declared)[:6])} but a new instance sets none of them: "
+            "pass --initial-state SCENARIO.json (initial_state=) with the data its loader (_load_scenario, "
+            "load_scenario) reads, or set them in __init__")
+    if not values and hook is None and not vars(proto):  # no attribute at all: a stateless tool class
+        doc = (cls.__doc__ or f"State of {name}").strip()
+        return create_model(f"{name}State", __doc__=doc)
     if not values:
         raise ClassImportError(
             f"{cls.__qualname__} has no state: an instance has no public attributes"
@@ -335,5 +347,7 @@ def class_environment(
     if not methods:
         raise ClassImportError(f"{cls.__qualname__} has no public methods to use as tools")
     ro, de = dict(read_only or {}), dict(destructive or {})
+    if not state_model.model_fields:  # a stateless tool class (issue 26 item 9): nothing to write
+        ro, de = {m: True for m, _ in methods}, {}
     tools = {m: _make_tool(owner, m, f, module_name, ro.get(m, False), de.get(m, False)) for m, f in methods}
     return state_model, tools, start_json

@@ -238,6 +238,10 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
             raise ImporterError(str(exc.args[0]) if exc.args else str(exc), file=src) from None
         env_name = str(built["env_name"])
         folder = out / env_name
+        if env_name in opts.output.taken:
+            raise ImporterError(f"{env_name} is also the name of {opts.output.taken[env_name]}, imported before it in "
+                                "this run; give this file its own name (--name NAME, or name = \"...\" in its "
+                                "--map table)", file=src)
         clash = name_collision(env_name, folder)
         if clash:
             raise ImporterError(clash, file=src)
