@@ -21,8 +21,6 @@ from rich.table import Table
 
 from gym_envfactory.errors import EnvFactoryError
 
-from .errors import PackageExistsError
-
 if TYPE_CHECKING:
     from .importer.options import ImportOptions
 

@@ -34,13 +34,14 @@ import copy
 import functools
 import importlib
 import inspect
+import re
 import textwrap
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Optional, get_origin, get_type_hints
 
 import pydantic_core
-from pydantic import BaseModel, Field, PlainSerializer, create_model
+from pydantic import BaseModel, Field, PlainSerializer, TypeAdapter, create_model
 
 from gym_envfactory import tool
 
@@ -116,6 +117,31 @@ def init_annotations(cls: type) -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - fall back to inference
                 pass
     return out
+
+
+def attribute_place(cls: type, attr: str) -> str:
+    """``"file:line"`` where ``cls`` annotates or first assigns attribute ``attr`` (a class annotation, or
+    ``self.attr`` in a method), else the class's own ``file:line``; ``"<unknown>"`` without source."""
+    try:
+        lines, start = inspect.getsourcelines(cls)
+        file = inspect.getsourcefile(cls) or "<unknown>"
+    except (OSError, TypeError):
+        return "<unknown>"
+    try:
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:
+        return f"{file}:{start}"
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == attr:
+            best = node.lineno
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) for t in targets):
+                best = node.lineno if best is None else min(best, node.lineno)
+        if best is not None and isinstance(node, ast.AnnAssign):
+            break
+    return f"{file}:{start + (best or 1) - 1}"
 
 
 def serializer_hook(cls: type) -> str | None:
@@ -232,9 +258,22 @@ def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Se
             + "; give __init__ public attributes (self.accounts: dict[str, Account] = {}), load a scenario "
               "(initial_state= with a loader such as _load_scenario), or define to_dict()/from_dict()")
     fields: dict[str, Any] = {}
+    bad = []
     for k, v in values.items():
         typ = with_sorted_sets(hints.get(k, infer_type(v)))
+        try:
+            TypeAdapter(typ)
+        except Exception as exc:  # noqa: BLE001 - PydanticSchemaGenerationError, or a broken annotation
+            shown = getattr(typ, "__name__", None) or repr(typ)
+            bad.append(f"{attribute_place(cls, k)}: attribute {k!r} of type {shown} is not JSON data "
+                       f"({type(exc).__name__})")
+            continue
         fields[k] = (typ, Field(default_factory=functools.partial(copy.deepcopy, v)))
+    if bad:
+        raise ClassImportError(
+            f"{cls.__qualname__}: {len(bad)} attribute(s) cannot be state:\n  " + "\n  ".join(bad)
+            + "\n  keep JSON-like attributes (dicts, lists, numbers, strings, Pydantic models), make them private "
+              "(_name), or give the class to_dict()/from_dict()")
     doc = (cls.__doc__ or f"State of {name}").strip()
     return create_model(f"{name}State", __doc__=doc, **fields)
 
@@ -278,13 +317,21 @@ def _make_tool(owner: ClassBridge, method_name: str, fn: Callable[..., Any], mod
     return tool(read_only=read_only, destructive=destructive)(call)
 
 
+#: Public methods that are the class's state interface, never agent tools (issue 26): its scenario
+#: loader/saver and serialisers (``load_scenario``, ``save_scenario``, ``to_dict``, ``from_dict``...).
+STATE_INTERFACE = re.compile(r"^(?:(?:load|save|dump|restore|export|import|reset)_(?:scenario|state|snapshot)s?"
+                             r"|(?:to|from)_(?:dict|json)|as_dict|(?:get|set)state)$")
+
+
 def public_methods(cls: type, exclude: Sequence[str] = ()) -> list[tuple[str, Callable[..., Any]]]:
-    """``(name, function)`` of the public instance methods of ``cls`` and its bases, most derived first."""
+    """``(name, function)`` of the public instance methods of ``cls`` and its bases, most derived first,
+    without the state interface (:data:`STATE_INTERFACE`: the environment loads and saves the state
+    itself; a model must not be able to replace or dump it)."""
     methods: list[tuple[str, Callable[..., Any]]] = []
     seen: set[str] = set()
     for klass in cls.__mro__[:-1]:
         for attr, member in vars(klass).items():
-            if attr.startswith("_") or attr in seen or attr in exclude:
+            if attr.startswith("_") or attr in seen or attr in exclude or STATE_INTERFACE.match(attr):
                 continue
             seen.add(attr)
             if isinstance(member, types.FunctionType):

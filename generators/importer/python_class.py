@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gym_envfactory.environment.catalog import define_environment
+from gym_envfactory.environment.catalog import _caller_module, add_environment, define_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 
 from ..errors import PackageExistsError
@@ -94,11 +95,17 @@ def import_python_class(
             loader=loader, exclude=exclude, read_only=ro, destructive=de)
     except classbridge.ClassImportError as exc:
         raise ImporterError(str(exc)) from None
-    return define_environment(
+    spec = define_environment(
         name, state_model, list(tools.values()), initial_state=start, tasks=tasks, scenarios=scenarios,
         domain=domain, version=version, description=description or (cls.__doc__ or name).strip().splitlines()[0],
-        register=register,
+        register=False,
     )
+    # where a server process can define it again: the caller's module when it called at its top level
+    # (the subprocess backend, ``envfactory serve --module``), not this function
+    spec.defined_in = _caller_module(sys._getframe(1))
+    if register:
+        add_environment(spec)
+    return spec
 
 
 def _tools_py(env_name: str, src_name: str, class_name: str, loader: str | None, exclude: Sequence[str],
@@ -162,12 +169,18 @@ def import_class_package(
     from gym_envfactory.validation import validate_environment
 
     from ..packages import purge_modules, write_environment_package
-    from .server import DEFAULT_OUT_DIR, bridge_source, undo_source
+    from .sandbox import _summary, tracebacks_at_debug
+    from .server import DEFAULT_OUT_DIR, bridge_source, undo_source, validation_refusal
 
     src = Path(path).resolve()
     if not src.is_file():
         raise ImporterError("no such file", file=src)
     src_bytes = src.read_bytes()
+    from .determinism import network_imports
+
+    network = network_imports(src_bytes.decode("utf-8", errors="replace"), str(src))
+    if network:
+        raise ImporterError("refused: " + "\n  ".join(network), file=src)
     env_name = name or class_name
     module_name = f"envfactory_class_import_{hashlib.sha256(src_bytes).hexdigest()[:12]}"
     try:
@@ -230,12 +243,15 @@ def import_class_package(
             purge_modules(env_name)
             try:
                 spec = load_environment(pkg)
-                report = validate_environment(spec, require_coverage=False, hash_seeds=None)  # as the server import
+                with tracebacks_at_debug():
+                    report = validate_environment(spec, require_coverage=False, hash_seeds=None)  # as the server import
             finally:
                 purge_modules(env_name)
             if not report.passed:
-                raise ImporterError("the imported environment failed validation:\n  "
-                                    + "\n  ".join(str(f) for f in report.failures()[:20]), file=src)
+                places = {str(pkg / "_source.py"): str(src), str(pkg / "tasks.jsonl"): str(tasks) if isinstance(
+                    tasks, (str, Path)) else f"{env_name}/tasks.jsonl (the tasks given)", str(pkg): env_name}
+                raise ImporterError(validation_refusal(_summary(report), [str(f) for f in report.failures()], places),
+                                    file=src)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.exists():
             if "imported" not in (dest / "environment.toml").read_text(encoding="utf-8", errors="replace"):
