@@ -241,7 +241,8 @@ def classify_tool(name: str, cls: type | None, methods: Sequence[str], read_only
     MCP annotations (``annotations``: ``readOnlyHint``/``destructiveHint``, :func:`mcp_annotations`),
     then a guess: read-only when the verbs of the tool and of every method it calls are reading verbs
     (``get``, ``list``, ``search`` ...; a service prefix is skipped, ``hotel_get_room`` reads) and none
-    of the methods visibly mutates ``self``; destructive when it is not read-only and a verb is
+    of the methods visibly mutates ``self``, or, whatever the verbs, when no method visibly writes any
+    attribute of ``self`` (:func:`written_attributes`: ``balance``, ``pick_driver``); destructive when it is not read-only and a verb is
     ``cancel``, ``delete``, ``remove`` ...  The import probe then reclassifies a guessed write whose
     name reads and whose calls changed nothing (:mod:`.probe`); the validator's write checks catch a
     wrong guess.
@@ -254,6 +255,8 @@ def classify_tool(name: str, cls: type | None, methods: Sequence[str], read_only
         ro = all(v in _READ_PREFIXES for v in verbs)
         if ro and cls is not None and methods:
             ro = not any(_mutates_self(cls, m) for m in methods)
+        elif not ro and cls is not None and methods:  # whatever its verb, code that writes nothing reads
+            ro = all(written_attributes(cls, m) == set() for m in methods)
     if read_only and name in read_only:
         ro = bool(read_only[name])
     de = not ro and (bool(given["destructiveHint"]) if "destructiveHint" in given

@@ -227,7 +227,7 @@ def import_class_package(
                               exclude, ro, de),
     }
     if eff_loader and scenario is not None:  # the scenario the first instance loads, as given
-        files["_scenario.json"] = json.dumps(scenario, indent=1, sort_keys=True)
+        files["_scenario.json"] = json.dumps(scenario, indent=1)  # in its own order (issue 26)
     scenario_objs = _objects(scenarios)
     out = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
     dest = out / env_name
@@ -238,7 +238,7 @@ def import_class_package(
         pkg = work / env_name
         write_environment_package(pkg, manifest, files=files, initial_states={"small": start},
                                   scenarios=scenario_objs or None, tasks=_objects(tasks) or None,
-                                  sort_state_keys=True, replace=True)
+                                  sort_state_keys=False, replace=True)
         if validate:
             purge_modules(env_name)
             try:

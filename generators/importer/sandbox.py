@@ -123,6 +123,8 @@ def _build(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
                 f"(fields: {', '.join(a.state_model.model_fields) or 'none'}) does not know: its data would be "
                 "dropped" + (" (the state model chosen with --state-model)" if req.get("state_model") else "")
                 + "; choose the root scenario model whose fields are the scenario's keys with --state-model NAME")
+        if k in req["states"]:  # a given state: what the server itself keeps of it, in its order (issue 26)
+            states[k] = _through_server(a, k, v)
     env_name = req.get("name") or _default_env_name(a)
     return {"env_name": env_name, "state_model": a.state_model.__name__, "api_class": a.api_class.__name__,
             "module_doc": a.module_doc, "states": states, "tools_py": generate_tools_py(a, env_name),
@@ -155,6 +157,37 @@ def _writes_state(a: ServerAnalysis) -> list[str]:
                 out.append(t.name)
                 break
     return sorted(out)
+
+
+def _through_server(a: ServerAnalysis, name: str, data: Any) -> Any:
+    """Initial state ``name`` as the server keeps it: a new API instance loads it (``load_scenario``, with
+    a seeded stand-in entropy) and saves it (``save_scenario``), as JSON data in the server's own key
+    order, checked again by the state model.  What the server does on load (normalising, filling
+    defaults) is kept, and nothing is sorted."""
+    import copy
+
+    import pydantic_core
+    from pydantic import ValidationError
+
+    from . import bridge
+
+    api_name = a.api_class.__name__
+    try:
+        with bridge.drawing_from(bridge.Entropy(bridge.state_seed(data))):
+            api = a.api_class()
+            api.load_scenario(copy.deepcopy(data))
+            saved = pydantic_core.to_jsonable_python(api.save_scenario())
+    except Exception as exc:  # noqa: BLE001 - the server's own code refused the state
+        raise ImporterError(f"initial state {name!r}: {api_name}.load_scenario then save_scenario failed: "
+                            f"{type(exc).__name__}: {exc}") from None
+    try:
+        a.state_model.model_validate(saved)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(root)"
+        raise ImporterError(f"initial state {name!r} as {api_name}.save_scenario() gives it back does not validate "
+                            f"with {a.state_model.__name__}: first at {where}: {first['msg']}") from None
+    return saved
 
 
 def _unknown_keys(model: Any, data: Any) -> list[str]:

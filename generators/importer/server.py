@@ -274,7 +274,7 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
         pkg.mkdir(parents=True)
         states = dict(built["states"])
         write_environment_package(pkg, manifest, files=files, initial_states=states, scenarios=user_scenarios or None,
-                                  tasks=task_objs or None, sort_state_keys=True, replace=True)
+                                  tasks=task_objs or None, sort_state_keys=False, replace=True)
         digest = package_digest(pkg)
         analysis = {**analysis, "api_class": str(built["api_class"]), "state_model": model}
         stage_req = {"env_name": env_name, "source": str(src), **analysis}
