@@ -394,6 +394,8 @@ def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
             notes.append("no-op writes observed: " + ", ".join(done.noop_writes))
         if done.reclassified:
             notes.append("read-only (probe saw no change): " + ", ".join(done.reclassified))
+        if done.validation is not None and done.validation.get("coverage_failures"):  # warnings, as in validate
+            notes.append("warnings: " + "; ".join(done.validation["coverage_failures"]))
         table.add_row(escape(r["file"].name), escape(done.name), str(len(done.tools)), f"{len(done.tools) - writes}/{writes}", result,
                       escape("; ".join(notes)))
     console.print(table)

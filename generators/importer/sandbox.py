@@ -224,8 +224,9 @@ def _summary(report: Any) -> dict[str, Any]:
     return {"scenarios": len(report.scenarios), "scenarios_passed": sum(s.passed for s in report.scenarios),
             "tools": len(report.coverage), "tools_covered": sum(len(v) == 2 for v in report.coverage.values()),
             "tasks": report.n_tasks, "task_failures": len(report.task_failures),
-            "lint_failures": len(report.lint_failures), "failures": list(report.failures()),
-            "coverage_failures": list(report.coverage_failures)}
+            "lint_failures": len(report.lint_failures),
+            "failures": list(report.failures()) + list(report.coverage_warnings),
+            "coverage_failures": list(report.coverage_failures) + list(report.coverage_warnings)}
 
 
 def _check(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
@@ -242,8 +243,10 @@ def _check(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
         from gym_envfactory.validation import validate_environment
 
         report = validate_environment(spec, hash_seeds=None)  # no processes in the sandbox (docs/authoring.md)
+        # one rule with `envfactory validate`: refused exactly when the report fails; an imported
+        # environment's coverage gaps are warnings there too (ValidationReport.coverage_warnings)
         hard, gaps = split_coverage_gaps(report)
-        return {"hard": hard, "gaps": gaps, "summary": _summary(report)}
+        return {"hard": hard, "gaps": gaps + list(report.coverage_warnings), "summary": _summary(report)}
     finally:
         purge_modules(req["env_name"])
 

@@ -119,3 +119,41 @@ def test_each_import_behaves_as_its_original_side_by_side(corpus, env):
         records.append(imp)
     assert records[0] == records[1]  # independent of the hash seed
     assert any(r[0] == "error" for r in records[0]["results"])  # every plan has a failing call
+
+
+# ----------------------------------------------------------------------------- item 7
+@pytest.mark.parametrize("env", sorted(PLANS))
+def test_import_and_validate_agree(corpus, env):
+    """One rule: an imported environment the import called validated passes ``envfactory validate``
+    (which also replays it under two hash seeds in fresh processes); its coverage gaps are warnings in both."""
+    from gym_envfactory.environment.package import load_environment
+    from gym_envfactory.generators.packages import purge_modules
+    from gym_envfactory.validation import validate_environment
+
+    out, res = corpus
+    assert res.exit_code == 0, res.output
+    purge_modules(env)
+    try:
+        report = validate_environment(load_environment(out / env))
+    finally:
+        purge_modules(env)
+    assert report.passed, report.failures()
+    if env == "CorpusParcelDepot":  # its empty initial state gives the probe no parcel to ship
+        assert report.coverage_warnings == ["tool ship_parcel: no scenario covers its success path"]
+        assert "toolship_parcel:noscenariocoversitssuccesspath" in "".join(res.output.replace("│", "").split())
+
+
+def test_probe_results_do_not_depend_on_the_hash_seed(corpus):
+    out, _ = corpus
+    code = ("import json, sys; from gym_envfactory.environment.package import load_environment; "
+            "from gym_envfactory.generators.importer.probe import probe_scenarios; "
+            "print(json.dumps(probe_scenarios(load_environment(sys.argv[1]), set()), sort_keys=True))")
+    runs = set()
+    for hash_seed in HASH_SEEDS:
+        env_vars = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
+        for env in ("CorpusTaxi", "CorpusParcelDesk"):
+            done = subprocess.run([sys.executable, "-c", code, str(out / env)], capture_output=True, text=True,
+                                  env=env_vars, timeout=300, check=False)
+            assert done.returncode == 0, done.stderr[-2000:]
+            runs.add((env, done.stdout))
+    assert len(runs) == 2  # one result per environment, whatever the seed
