@@ -255,6 +255,9 @@ def import_cmd(
     class_name: Annotated[str | None, typer.Option("--class", help="import the plain Python class NAME of FILE (public "
                                                    "attributes are the state, typed public methods the tools; the "
                                                    "file runs in this process)")] = None,
+    lenient_types: Annotated[bool, typer.Option("--lenient-types", help="with --class: the class's annotations are "
+                                                "advisory (state types from the loaded values, results checked only "
+                                                "as JSON); default strict")] = False,
     map_file: Annotated[Path | None, typer.Option("--map", help="with a folder: a TOML or JSON file of per-file options "
                                                   "([files.\"x.py\"] name, domain, initial_state, state_model, "
                                                   "api_class, class, tasks, scenarios, skip); docs/authoring.md")] = None,
@@ -275,7 +278,7 @@ def import_cmd(
         try:
             folder = import_class_package(file, class_name, name=name, out_dir=out, domain=domain or "utilities",
                                           initial_state=initial_state, tasks=tasks, scenarios=scenarios,
-                                          validate=validate, overwrite=overwrite)
+                                          validate=validate, overwrite=overwrite, lenient_types=lenient_types)
         except (EnvFactoryError, ValueError, OSError) as exc:
             err_console.print(f"[red]import failed: {escape(str(exc))}[/red]", soft_wrap=True)
             raise typer.Exit(1) from None
@@ -296,6 +299,9 @@ def import_cmd(
                             analysis=AnalysisHints(state_model=state_model, api_class=api_class),
                             checks=CheckOptions(validate=validate), sandbox=SandboxOptions(sandbox=sandbox),
                             output=OutputOptions(out_dir=out, overwrite=overwrite))
+    if lenient_types:
+        _fail_line("--lenient-types applies to plain classes: import FILE --class NAME --lenient-types (or "
+                   "lenient_types = true in a --map table with class = ...)")
     if map_file is not None and not file.is_dir():
         _fail_line("--map gives per-file options for a folder: envfactory import DIR --map FILE")
     if file.is_dir():

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Optional, get_origin, get_type_hints
 
 import pydantic_core
-from pydantic import BaseModel, Field, PlainSerializer, TypeAdapter, create_model
+from pydantic import BaseModel, Field, PlainSerializer, TypeAdapter, ValidationError, create_model
 
 from gym_envfactory import tool
 
@@ -221,7 +221,8 @@ class ClassBridge:
         return self.state_model.model_validate(pydantic_core.to_jsonable_python(self.dump(obj)))
 
 
-def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Sequence[str]) -> type[BaseModel]:
+def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Sequence[str],
+                 lenient: bool = False) -> type[BaseModel]:
     hints: dict[str, Any] = {}  # field name -> type (none from a to_dict/__getstate__ hook)
     if hook is not None:
         data = (proto.to_dict() if hook == "to_dict" else proto.__getstate__())
@@ -242,6 +243,8 @@ def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Se
             if k not in values and k not in exclude:
                 values[k] = None
                 hints[k] = Optional[hints[k]]  # noqa: UP045 - hints[k] may be a typing form
+    if lenient:  # --lenient-types: the annotations are advisory; the loaded values decide
+        hints = {k: infer_type(v) for k, v in values.items()}
     declared = [k for k in hints if k not in exclude]
     if not values and declared and hook is None:  # class-level annotations that only a loaded scenario fills
         raise ClassImportError(
@@ -279,7 +282,7 @@ def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Se
 
 
 def _make_tool(owner: ClassBridge, method_name: str, fn: Callable[..., Any], module_name: str | None,
-               read_only: bool, destructive: bool) -> Callable[..., Any]:
+               read_only: bool, destructive: bool, lenient: bool = False) -> Callable[..., Any]:
     cls, state_model = owner.cls, owner.state_model
     sig = inspect.signature(fn)
     try:
@@ -298,7 +301,7 @@ def _make_tool(owner: ClassBridge, method_name: str, fn: Callable[..., Any], mod
         new_params.append(inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY,
                                             default=p.default, annotation=mhints[p.name]))
         annotations[p.name] = mhints[p.name]
-    ret = mhints.get("return", Any)
+    ret = Any if lenient else mhints.get("return", Any)  # lenient: results are checked only as JSON
     annotations["return"] = ret
 
     def call(_state: BaseModel, /, **kwargs: Any) -> Any:
@@ -351,6 +354,7 @@ def class_environment(
     exclude: Sequence[str] = (),
     read_only: Mapping[str, bool] | None = None,
     destructive: Mapping[str, bool] | None = None,
+    lenient_types: bool = False,
 ) -> tuple[type[BaseModel], dict[str, Callable[..., Any]], dict[str, Any]]:
     """The state model ``<name>State``, the tools (name -> ``@tool`` function; ``__module__`` set to
     ``module_name`` when given, so a package's ``tools.py`` collects them) and the initial state (JSON
@@ -359,6 +363,10 @@ def class_environment(
     ``initial_state``: with ``loader`` (a method name; default ``_load_scenario`` or ``load_scenario``
     when the class has one) it is loaded into the first instance and the state read from it; without a
     loader it is validated as the state itself.  ``read_only``/``destructive``: per tool (default False).
+    ``lenient_types`` (opt-in, ``--lenient-types``): the class's annotations are advisory, as in some
+    benchmark classes: the state's field types are inferred from the loaded values (not the attribute
+    annotations) and results are checked only as JSON data (not against the return annotation);
+    parameter annotations still make the tool schemas.  The default is strict.
 
     Raises:
         ClassImportError: constructing or loading failed; no state; state that is not JSON data;
@@ -376,7 +384,7 @@ def class_environment(
         raise ClassImportError(f"constructing {cls.__qualname__}"
                                f"{' and loading the initial state' if loader else ''} failed: {exc!r}") from exc
     exclude = tuple(exclude) + ((loader,) if loader else ())
-    state_model = _class_state(cls, proto, name, hook, exclude)
+    state_model = _class_state(cls, proto, name, hook, exclude, lenient_types)
     bridge.install_live_hooks(state_model)
     owner = ClassBridge(cls, state_model, tuple(state_model.model_fields), hook, init_args, init_kwargs,
                         loader=loader, scenario=initial_state)
@@ -387,6 +395,13 @@ def class_environment(
             start = owner.saved_model(proto)
         start_json = start.model_dump(mode="json")
         pydantic_core.to_json(start_json)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(root)"
+        raise ClassImportError(
+            f"the state of {cls.__qualname__} contradicts its annotations: {exc.error_count()} error(s), first at "
+            f"{where}: {first['msg']} (got {first.get('input')!r}); fix the data or the annotations, or import with "
+            "--lenient-types (lenient_types=True: annotations advisory, types from the loaded values)") from None
     except Exception as exc:
         raise ClassImportError(f"the state of {cls.__qualname__} is not JSON data for {state_model.__name__}: {exc}; "
                                "keep JSON-like attributes or give the class to_dict()/from_dict()") from exc
@@ -396,5 +411,6 @@ def class_environment(
     ro, de = dict(read_only or {}), dict(destructive or {})
     if not state_model.model_fields:  # a stateless tool class (issue 26 item 9): nothing to write
         ro, de = {m: True for m, _ in methods}, {}
-    tools = {m: _make_tool(owner, m, f, module_name, ro.get(m, False), de.get(m, False)) for m, f in methods}
+    tools = {m: _make_tool(owner, m, f, module_name, ro.get(m, False), de.get(m, False), lenient_types)
+             for m, f in methods}
     return state_model, tools, start_json

@@ -68,6 +68,7 @@ def import_python_class(
     destructive: Mapping[str, bool] | None = None,
     exclude: Sequence[str] = (),
     register: bool = True,
+    lenient_types: bool = False,
 ) -> EnvironmentSpec:
     """A plain Python class as a programmatic environment (registered with Gymnasium by default).
 
@@ -84,6 +85,9 @@ def import_python_class(
     not changed: for seeded ``random``/``uuid``/clock stand-ins load the file with
     :func:`import_class_package`.
 
+    ``lenient_types`` (opt-in): annotations are advisory; state types come from the loaded values and
+    results are checked only as JSON (:func:`.classbridge.class_environment`).
+
     Raises:
         ImporterError: no state (naming the class and what to do), untyped or variadic method
             parameters, attributes that are not JSON data, no tools.
@@ -92,7 +96,7 @@ def import_python_class(
         ro, de = _classify(cls, [m for m, _ in classbridge.public_methods(cls, exclude)], read_only, destructive)
         state_model, tools, start = classbridge.class_environment(
             cls, name=name, init_args=init_args, init_kwargs=init_kwargs, initial_state=_state_dict(initial_state),
-            loader=loader, exclude=exclude, read_only=ro, destructive=de)
+            loader=loader, exclude=exclude, read_only=ro, destructive=de, lenient_types=lenient_types)
     except classbridge.ClassImportError as exc:
         raise ImporterError(str(exc)) from None
     spec = define_environment(
@@ -109,7 +113,7 @@ def import_python_class(
 
 
 def _tools_py(env_name: str, src_name: str, class_name: str, loader: str | None, exclude: Sequence[str],
-              ro: Mapping[str, bool], de: Mapping[str, bool]) -> str:
+              ro: Mapping[str, bool], de: Mapping[str, bool], lenient_types: bool = False) -> str:
     scenario = ("json.loads((Path(__file__).parent / '_scenario.json').read_text(encoding='utf-8'))"
                 if loader else "None")
     return (
@@ -124,7 +128,8 @@ def _tools_py(env_name: str, src_name: str, class_name: str, loader: str | None,
         f"State, _TOOLS, _ = class_environment(_source.{class_name}, name={env_name!r}, module_name=__name__,\n"
         f"                                     initial_state={scenario}, loader={loader!r},\n"
         f"                                     exclude={tuple(exclude)!r}, read_only={dict(ro)!r},\n"
-        f"                                     destructive={dict(de)!r})\n"
+        f"                                     destructive={dict(de)!r}"
+        + (", lenient_types=True" if lenient_types else "") + ")\n"
         "globals().update(_TOOLS)\n"
     )
 
@@ -147,6 +152,7 @@ def import_class_package(
     description: str | None = None,
     validate: bool = True,
     overwrite: bool = False,
+    lenient_types: bool = False,
 ) -> Path:
     """Write ``out_dir/<name>/``, an environment package running class ``class_name`` of the file
     ``path`` unedited (``envfactory import FILE --class NAME``), and return its folder.
@@ -197,7 +203,7 @@ def import_class_package(
             scenario = _state_dict(initial_state)
             _, _, start = classbridge.class_environment(
                 cls, name=env_name, initial_state=scenario, loader=loader, exclude=exclude,
-                read_only=ro, destructive=de)
+                read_only=ro, destructive=de, lenient_types=lenient_types)
         except classbridge.ClassImportError as exc:
             raise ImporterError(str(exc), file=src) from None
     finally:
@@ -224,7 +230,7 @@ def import_class_package(
         "state.py": f'"""State model of {env_name}: the state of {class_name}."""\n\nfrom .tools import State\n\n'
                     '__all__ = ["State"]\n',
         "tools.py": _tools_py(env_name, src.name, class_name, eff_loader if scenario is not None else None,
-                              exclude, ro, de),
+                              exclude, ro, de, lenient_types),
     }
     if eff_loader and scenario is not None:  # the scenario the first instance loads, as given
         files["_scenario.json"] = json.dumps(scenario, indent=1)  # in its own order (issue 26)

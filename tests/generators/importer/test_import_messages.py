@@ -221,3 +221,51 @@ def test_a_read_named_tool_whose_code_writes_a_state_field_stays_a_write(tmp_pat
     assert done.tools == {"get_ride": False, "pick_driver": True, "cancel_ride": False}
     assert "get_ride" not in done.reclassified
     assert not any(n.startswith("pick_driver") for n in done.noop_writes)  # a read is never a "no-op write"
+
+
+# ----------------------------------------------------------------------------- item 10
+class Advisory:
+    """Annotations that are advice only, as in some benchmark classes."""
+
+    def __init__(self) -> None:
+        self.balance: int = 0
+        self.owners: list[str] = []
+
+    def _load_scenario(self, scenario: dict) -> None:
+        self.balance = scenario["balance"]  # 12.5: contradicts ``int``
+        self.owners = scenario["owners"]
+
+    def deposit(self, amount: float) -> bool:
+        """Deposit; returns a receipt, not the bool it announces."""
+        self.balance += amount
+        return {"balance": self.balance}  # type: ignore[return-value]
+
+
+def test_lenient_types_are_opt_in():
+    state = {"balance": 12.5, "owners": ["ada"]}
+    with pytest.raises(ImporterError, match=r"contradicts its annotations: .* first at balance: .*--lenient-types"):
+        import_python_class(Advisory, name="AdvStrict", register=False, initial_state=state)
+    spec = import_python_class(Advisory, name="AdvLenient", register=False, initial_state=state, lenient_types=True)
+    from gym_envfactory.session import Session
+
+    s = Session(spec)
+    r = s.call("deposit", {"amount": 1.5})
+    assert r.ok and r.content == {"balance": 14.0}
+    assert s.state() == {"balance": 14.0, "owners": ["ada"]}
+
+
+def test_lenient_types_need_a_class_on_the_command_line(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from gym_envfactory.generators.cli import import_cmd
+
+    app = typer.Typer()
+    app.command("import")(import_cmd)
+    app.command("noop")(lambda: None)
+    res = CliRunner().invoke(app, ["import", str(CORPUS / "parcel_desk.py"), "--lenient-types"])
+    assert res.exit_code == 2 and "--lenient-types applies to plain classes" in res.output
+    res = CliRunner().invoke(app, ["import", str(CORPUS / "calculator.py"), "--class", "Calculator", "--lenient-types",
+                                   "--name", "LenientCalc", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "lenient_types=True" in (tmp_path / "LenientCalc" / "tools.py").read_text()
