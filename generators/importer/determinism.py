@@ -100,6 +100,8 @@ def network_imports(source: str, filename: str) -> list[str]:
     out = []
     for node in ast.walk(tree):
         names: list[str] = []
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

@@ -77,7 +77,7 @@ def _import_class(src: Path, entry: MapEntry, options: ImportOptions, taken: dic
             src, entry.class_name, name=entry.name, out_dir=out.out_dir, domain=man.domain,
             initial_state=options.data.initial_state, tasks=options.data.tasks, scenarios=options.data.scenarios,
             description=man.description, validate=options.checks.validate, overwrite=out.overwrite,
-            **({"lenient_types": True} if entry.lenient_types else {}))
+            lenient_types=entry.lenient_types)
     except PackageExistsError as exc:
         return {"file": src, "done": None, "error": f"{exc.file} exists; pass --overwrite to replace it"}
     except (EnvFactoryError, ValueError, OSError, ImportError) as exc:
@@ -119,8 +119,8 @@ def import_folder(folder: Path, options: ImportOptions, import_map: ImportMap | 
             manifest=dataclasses.replace(options.manifest, **{k: v for k, v in (
                 ("name", e.name), ("domain", e.domain), ("description", e.description)) if v is not None}),
             data=ImportData(initial_state=state, tasks=e.tasks, scenarios=e.scenarios),
-            analysis=dataclasses.replace(options.analysis, **{k: v for k, v in (
-                ("state_model", e.state_model), ("api_class", e.api_class)) if v is not None}),
+            analysis=dataclasses.replace(options.analysis, state_model=e.state_model or options.analysis.state_model,
+                                         api_class=e.api_class or options.analysis.api_class),
             output=dataclasses.replace(options.output, taken=dict(taken)))
         row = _import_class(src, e, opts, taken) if e.class_name else import_one(src, opts)
         if row["done"] is not None:
