@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gym_envfactory.environment.catalog import _caller_module, add_environment, define_environment
+from gym_envfactory.environment.catalog import add_environment, caller_module, define_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 
 from ..errors import PackageExistsError
@@ -106,7 +106,7 @@ def import_python_class(
     )
     # where a server process can define it again: the caller's module when it called at its top level
     # (the subprocess backend, ``envfactory serve --module``), not this function
-    spec.defined_in = _caller_module(sys._getframe(1))
+    spec.defined_in = caller_module(sys._getframe(1))
     if register:
         add_environment(spec)
     return spec
@@ -175,7 +175,7 @@ def import_class_package(
     from gym_envfactory.validation import validate_environment
 
     from ..packages import purge_modules, write_environment_package
-    from .sandbox import _summary, tracebacks_at_debug
+    from .sandbox import tracebacks_at_debug, validation_summary
     from .server import DEFAULT_OUT_DIR, bridge_source, undo_source, validation_refusal
 
     src = Path(path).resolve()
@@ -256,7 +256,7 @@ def import_class_package(
             if not report.passed:
                 places = {str(pkg / "_source.py"): str(src), str(pkg / "tasks.jsonl"): str(tasks) if isinstance(
                     tasks, (str, Path)) else f"{env_name}/tasks.jsonl (the tasks given)", str(pkg): env_name}
-                raise ImporterError(validation_refusal(_summary(report), [str(f) for f in report.failures()], places),
+                raise ImporterError(validation_refusal(validation_summary(report), [str(f) for f in report.failures()], places),
                                     file=src)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.exists():

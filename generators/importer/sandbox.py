@@ -220,7 +220,7 @@ def _probe(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
         purge_modules(req["env_name"])
 
 
-def _summary(report: Any) -> dict[str, Any]:
+def validation_summary(report: Any) -> dict[str, Any]:
     return {"scenarios": len(report.scenarios), "scenarios_passed": sum(s.passed for s in report.scenarios),
             "tools": len(report.coverage), "tools_covered": sum(len(v) == 2 for v in report.coverage.values()),
             "tasks": report.n_tasks, "task_failures": len(report.task_failures),
@@ -246,7 +246,7 @@ def _check(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
         # one rule with `envfactory validate`: refused exactly when the report fails; an imported
         # environment's coverage gaps are warnings there too (ValidationReport.coverage_warnings)
         hard, gaps = split_coverage_gaps(report)
-        return {"hard": hard, "gaps": gaps + list(report.coverage_warnings), "summary": _summary(report)}
+        return {"hard": hard, "gaps": gaps + list(report.coverage_warnings), "summary": validation_summary(report)}
     finally:
         purge_modules(req["env_name"])
 
