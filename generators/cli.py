@@ -21,8 +21,6 @@ from rich.table import Table
 
 from gym_envfactory.errors import EnvFactoryError
 
-from .errors import PackageExistsError
-
 if TYPE_CHECKING:
     from .importer.options import ImportOptions
 
@@ -257,6 +255,12 @@ def import_cmd(
     class_name: Annotated[str | None, typer.Option("--class", help="import the plain Python class NAME of FILE (public "
                                                    "attributes are the state, typed public methods the tools; the "
                                                    "file runs in this process)")] = None,
+    lenient_types: Annotated[bool, typer.Option("--lenient-types", help="with --class: the class's annotations are "
+                                                "advisory (state types from the loaded values, results checked only "
+                                                "as JSON); default strict")] = False,
+    map_file: Annotated[Path | None, typer.Option("--map", help="with a folder: a TOML or JSON file of per-file options "
+                                                  "([files.\"x.py\"] name, domain, initial_state, state_model, "
+                                                  "api_class, class, tasks, scenarios, skip); docs/authoring.md")] = None,
 ) -> None:
     """Import existing single-file tool servers into the catalog without editing them.
 
@@ -274,7 +278,7 @@ def import_cmd(
         try:
             folder = import_class_package(file, class_name, name=name, out_dir=out, domain=domain or "utilities",
                                           initial_state=initial_state, tasks=tasks, scenarios=scenarios,
-                                          validate=validate, overwrite=overwrite)
+                                          validate=validate, overwrite=overwrite, lenient_types=lenient_types)
         except (EnvFactoryError, ValueError, OSError) as exc:
             err_console.print(f"[red]import failed: {escape(str(exc))}[/red]", soft_wrap=True)
             raise typer.Exit(1) from None
@@ -295,24 +299,35 @@ def import_cmd(
                             analysis=AnalysisHints(state_model=state_model, api_class=api_class),
                             checks=CheckOptions(validate=validate), sandbox=SandboxOptions(sandbox=sandbox),
                             output=OutputOptions(out_dir=out, overwrite=overwrite))
+    if lenient_types:
+        _fail_line("--lenient-types applies to plain classes: import FILE --class NAME --lenient-types (or "
+                   "lenient_types = true in a --map table with class = ...)")
+    if map_file is not None and not file.is_dir():
+        _fail_line("--map gives per-file options for a folder: envfactory import DIR --map FILE")
     if file.is_dir():
+        from .importer.folder import import_folder
+        from .importer.mapfile import load_import_map
+
         if name or tasks or scenarios:
-            err_console.print("[red]--name, --tasks and --scenarios apply to one file; import a folder without them[/red]")
-            raise typer.Exit(2)
-        servers = sorted(p for p in file.glob("*.py") if p.is_file() and not p.name.startswith("_"))
-        if not servers:
+            _fail_line("--name, --tasks and --scenarios apply to one file; for a folder give them per file in a "
+                       "--map file (name, domain, initial_state, state_model, class, tasks)")
+        try:
+            import_map = load_import_map(map_file, file) if map_file is not None else None
+        except EnvFactoryError as exc:
+            _fail_line(f"--map: {exc}")
+        rows = import_folder(file, options, import_map, initial_state=initial_state,
+                             on_file=lambda src: err_console.print(f"[dim]importing {escape(src.name)}[/dim]", soft_wrap=True))
+        if not any(not r.get("skipped") for r in rows):
             err_console.print(f"[red]import failed: no *.py server files in {escape(str(file))}[/red]", soft_wrap=True)
             raise typer.Exit(1)
-        rows = []
-        for src in servers:
-            state = _scenario_for(src, initial_state)
-            err_console.print(f"[dim]importing {escape(src.name)}[/dim]", soft_wrap=True)
-            rows.append(_import_one(src, dataclasses.replace(options, data=ImportData(initial_state=state))))
         _print_import_table(f"imported {file} ({len(rows)} files)", rows)
         _print_catalog_hint(out)
-        failed = sum(r["error"] is not None for r in rows)
-        console.print(f"{len(rows) - failed} of {len(rows)} imported"
-                      + (" and validated" if validate else " (not validated)") + (f"; {failed} refused" if failed else ""))
+        done_rows = [r for r in rows if not r.get("skipped")]
+        failed = sum(r["error"] is not None for r in done_rows)
+        skipped = len(rows) - len(done_rows)
+        console.print(f"{len(done_rows) - failed} of {len(done_rows)} imported"
+                      + (" and validated" if validate else " (not validated)") + (f"; {failed} refused" if failed else "")
+                      + (f"; {skipped} skipped by the map" if skipped else ""))
         raise typer.Exit(1 if failed else 0)
     row = _import_one(file, dataclasses.replace(options, data=ImportData(
         initial_state=_scenario_for(file, initial_state), tasks=tasks, scenarios=scenarios)))
@@ -344,36 +359,15 @@ def import_cmd(
 
 
 def _scenario_for(src: Path, given: Path | None) -> Path | None:
-    """The scenario JSON for server ``src`` in a folder import: ``given`` (a file, or a folder holding
-    ``<stem>.json``), else ``<stem>.json`` or ``<stem>_scenario.json`` beside the server, else ``None``."""
-    if given is not None and given.is_file():
-        return given
-    places = [given] if given is not None else []
-    places.append(src.parent)
-    for d in places:
-        for cand in (d / f"{src.stem}.json", d / f"{src.stem}_scenario.json"):
-            if cand.is_file():
-                return cand
-    return None
+    from .importer.folder import scenario_for
+
+    return scenario_for(src, given)
 
 
 def _import_one(src: Path, options: ImportOptions) -> dict[str, Any]:
-    """Import one server (:func:`~.importer.import_server_package`); a row for :func:`_print_import_table`:
-    ``{"file", "done" (an ImportedPackage or None), "error" (the refusal, or None)}``."""
-    from .importer import import_server_package
+    from .importer.folder import import_one
 
-    try:
-        done = import_server_package(src, options)
-    except PackageExistsError as exc:
-        return {"file": src, "done": None, "error": f"{exc.file} exists; pass --overwrite to replace it"}
-    except (EnvFactoryError, ValueError, OSError, ImportError) as exc:
-        return {"file": src, "done": None, "error": str(exc)}
-    report = done.validation
-    if report is not None and not (report["scenarios_passed"] == report["scenarios"] and not report["task_failures"]
-                                   and not report["lint_failures"]):
-        failures = "; ".join(f for f in report["failures"] if f not in report["coverage_failures"])
-        return {"file": src, "done": done, "error": f"imported but failed validation: {failures}"}
-    return {"file": src, "done": done, "error": None}
+    return import_one(src, options)
 
 
 def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
@@ -384,6 +378,9 @@ def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
         table.add_column(col, overflow="fold")
     for r in rows:
         done = r["done"]
+        if r.get("skipped"):
+            table.add_row(escape(r["file"].name), "-", "-", "-", "[dim]skipped (--map)[/dim]", "")
+            continue
         if done is None:
             table.add_row(escape(r["file"].name), "-", "-", "-", f"[red]refused: {escape(r['error'])}[/red]", "")
             continue
@@ -393,6 +390,9 @@ def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
         elif done.validation is not None:
             v = done.validation
             result = f"[green]imported + validated[/green] (scenarios {v['scenarios_passed']}/{v['scenarios']})"
+        elif r.get("class"):
+            result = ("[green]imported + validated[/green]" if r.get("validated") else "[yellow]imported (not validated)"
+                      "[/yellow]") + f" (class {escape(r['class'])})"
         else:
             result = "[yellow]imported (not validated)[/yellow]"
         notes = []
@@ -400,6 +400,8 @@ def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
             notes.append("no-op writes observed: " + ", ".join(done.noop_writes))
         if done.reclassified:
             notes.append("read-only (probe saw no change): " + ", ".join(done.reclassified))
+        if done.validation is not None and done.validation.get("coverage_failures"):  # warnings, as in validate
+            notes.append("warnings: " + "; ".join(done.validation["coverage_failures"]))
         table.add_row(escape(r["file"].name), escape(done.name), str(len(done.tools)), f"{len(done.tools) - writes}/{writes}", result,
                       escape("; ".join(notes)))
     console.print(table)

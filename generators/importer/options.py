@@ -123,10 +123,14 @@ class OutputOptions:
     Attributes:
         out_dir: the parent folder (``None``: :data:`~.server.DEFAULT_OUT_DIR`, ``./envfactory_envs``).
         overwrite: replace a previous import of the same name there (never a shipped or hand-written package).
+        taken: names already given in this run (name → the file imported under it): an import whose name
+            is one of them is refused, naming that file and asking for another name (a folder import
+            passes the names of the files before; ``overwrite`` does not apply between them).
     """
 
     out_dir: str | Path | None = None
     overwrite: bool = False
+    taken: Mapping[str, str] = field(default_factory=dict)
 
 
 class ImportKeywords(TypedDict, total=False):
@@ -156,6 +160,7 @@ class ImportKeywords(TypedDict, total=False):
     timeout_s: float
     out_dir: str | Path | None
     overwrite: bool
+    taken: Mapping[str, str]
 
 
 @dataclass(frozen=True)

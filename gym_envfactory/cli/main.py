@@ -203,6 +203,8 @@ def validate_cmd(
                       f"tasks replayed {report.n_tasks - len(report.task_failures)}/{report.n_tasks}")
         for f in report.failures():
             console.print(f"    {f}", style="red", markup=False, highlight=False)
+        for f in report.coverage_warnings:  # an imported environment's coverage gaps (as the import reports them)
+            console.print(f"    warning: {f}", style="yellow", markup=False, highlight=False)
         ok &= report.passed
     raise typer.Exit(0 if ok else 1)
 
@@ -567,6 +569,7 @@ def _register_subcommands() -> None:
     (``gen``, ``import`` from the generators): the runtime never imports them by name (docs/architecture.md, "Layers")."""
     from importlib.metadata import entry_points
 
+    from gym_envfactory.cli import taskimport  # noqa: F401  (adds `tasks import` to tasks_app)
     from gym_envfactory.cli.images import catalog_app, image_app
     from gym_envfactory.cli.tasks import tasks_app
 
