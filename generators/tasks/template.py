@@ -186,13 +186,16 @@ def _world(initial: Any, calls: Sequence[Mapping[str, Any]], results: Sequence[A
 
 
 def _no_source(value: Any, schema: Mapping[str, Any], world: set[str]) -> bool:
-    """A string the user must choose (found nowhere in the state or earlier calls/results; not an enum
-    choice or a date): the value a clarification turn withholds."""
+    """A string the user must choose (found nowhere in the state or earlier calls/results, whole or as
+    part of a longer text; not an enum choice or a date): the value a clarification turn withholds."""
     if not isinstance(value, str) or "enum" in schema or schema.get("format") in ("date", "date-time"):
         return False
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}([T ][\d:.]+)?", value):
         return False
-    return value not in world
+    if value in world:
+        return False
+    # a word of a name or title (a search term drawn from the state) is known too
+    return len(value) < 3 or value.lower() not in "\n".join(w for w in world if len(w) >= len(value)).lower()
 
 
 def split_turns(calls: Sequence[Mapping[str, Any]], read_only: Sequence[bool], rng: random.Random,
