@@ -291,7 +291,7 @@ def import_cmd(
         SandboxOptions,
     )
 
-    options = ImportOptions(manifest=ManifestOptions(name=name, domain=domain or ManifestOptions.domain),
+    options = ImportOptions(manifest=ManifestOptions(name=name, domain=domain),  # None: inferred (generators.domains)
                             analysis=AnalysisHints(state_model=state_model, api_class=api_class),
                             checks=CheckOptions(validate=validate), sandbox=SandboxOptions(sandbox=sandbox),
                             output=OutputOptions(out_dir=out, overwrite=overwrite))
