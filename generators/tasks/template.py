@@ -237,52 +237,57 @@ def template_task(chain: Chain, check: ChainCheck, spec: EnvironmentSpec, *, tas
     rng = random.Random(f"{seed}:{chain.chain_id}")
     groups = split_turns(calls, read_only, rng, opts.max_calls_per_turn)
     steps = chain.steps
+    sentences: list[str] = []
+    outputs: list[str | None] = []
+    withheld: tuple[int, str, Any] | None = None  # (call index, parameter, value): at most one per task
+    for i, call in enumerate(calls):
+        tool = spec.tools[call["name"]]
+        props = tool.input_schema.get("properties", {})
+        inputs = steps[i].inputs if i < len(steps) else {}
+        world = _world(initial, calls[:i], results[:i])
+        stated: list[str] = []
+        for param, value in call.get("arguments", {}).items():
+            src = inputs.get(param)
+            if isinstance(src, StepInput) and src.step < i:
+                producer = calls[src.step]["name"]
+                stated.append(f"{words(param)}: the one from the {words(producer)} result"
+                              + _which(results[src.step], src.output, value))
+            elif withheld is None and _no_source(value, props.get(param, {}), world):
+                withheld = (i, param, value)
+            else:
+                stated.append(f"{words(param)}: {_value(value)}")
+        sentence = _action(spec, call["name"])
+        if stated:
+            sentence += " with " + ", ".join(stated)
+        result = results[i] if i < len(results) else None
+        wanted = None
+        if tool.read_only and isinstance(result, str | int | float) and not isinstance(result, bool) \
+                and 0 < len(str(result)) <= 60:
+            wanted = str(result)
+            sentence += ", and tell me what it returns"
+        sentences.append(sentence + ".")
+        outputs.append(wanted)
+    if withheld is not None:  # the withheld call opens its turn: the calls before it stay answerable
+        for g, group in enumerate(groups):
+            if withheld[0] in group and group[0] != withheld[0]:
+                cut = group.index(withheld[0])
+                groups[g:g + 1] = [group[:cut], group[cut:]]
+                break
     turns: list[dict[str, Any]] = []
     clarifications: list[dict[str, Any]] = []
     for group in groups:
-        sentences: list[str] = []
-        withheld: tuple[str, Any] | None = None
-        held_sentence = -1
-        outputs: list[str] = []
-        for i in group:
-            call = calls[i]
-            tool = spec.tools[call["name"]]
-            props = tool.input_schema.get("properties", {})
-            inputs = steps[i].inputs if i < len(steps) else {}
-            world = _world(initial, calls[:i], results[:i])
-            stated: list[str] = []
-            for param, value in call.get("arguments", {}).items():
-                src = inputs.get(param)
-                if isinstance(src, StepInput) and src.step < i:
-                    producer = calls[src.step]["name"]
-                    stated.append(f"{words(param)}: the one from the {words(producer)} result"
-                                  + _which(results[src.step], src.output, value))
-                elif withheld is None and not clarifications and _no_source(value, props.get(param, {}), world):
-                    withheld = (param, value)
-                    held_sentence = len(sentences)
-                else:
-                    stated.append(f"{words(param)}: {_value(value)}")
-            sentence = _action(spec, call["name"])
-            if stated:
-                sentence += " with " + ", ".join(stated)
-            result = results[i] if i < len(results) else None
-            if tool.read_only and isinstance(result, str | int | float) and not isinstance(result, bool) \
-                    and 0 < len(str(result)) <= 60:
-                outputs.append(str(result))
-                sentence += ", and tell me what it returns"
-            sentences.append(sentence + ".")
-        text = sentences[0] if len(sentences) == 1 else \
-            "Please do this in order: " + " ".join(f"{k}. {s}" for k, s in enumerate(sentences, 1))
+        text = sentences[group[0]] if len(group) == 1 else \
+            "Please do this in order: " + " ".join(f"{k}. {sentences[i]}" for k, i in enumerate(group, 1))
         gt = [{"name": calls[i]["name"], "arguments": calls[i].get("arguments", {})} for i in group]
-        if withheld is not None:
-            param, value = withheld
+        expected = [o for i in group if (o := outputs[i]) is not None]
+        if withheld is not None and withheld[0] in group:
+            _, param, value = withheld
             answer = f"The {words(param)} is {_value(value)}."
-            clarifications.append({"turn": len(turns), "argument": param, "value": value, "answer": answer,
-                                   "call": held_sentence})
+            clarifications.append({"turn": len(turns), "argument": param, "value": value, "answer": answer})
             turns.append({"user": text, "clarification": True})
-            turns.append({"user": answer, "ground_truth": gt, "expected_outputs": outputs})
+            turns.append({"user": answer, "ground_truth": gt, "expected_outputs": expected})
         else:
-            turns.append({"user": text, "ground_truth": gt, "expected_outputs": outputs})
+            turns.append({"user": text, "ground_truth": gt, "expected_outputs": expected})
     for t in turns:
         if not t.get("expected_outputs"):
             t.pop("expected_outputs", None)
