@@ -597,7 +597,7 @@ def run_template_writer(names: list[str], *, n: int, seed: int, budget: int | No
     ``names`` (:func:`~.tasks.template.generate_template_tasks`), written with their oracle trajectories and
     statistics by :func:`~.tasks.querygen.write_tasks`; prints ``ENV: kept K of N (why dropped: ...)`` per
     environment and the statistics.  Returns the exit code: 0 when tasks were written, 1 when none were."""
-    from rich.progress import Progress
+    from rich.progress import Progress, TaskID
 
     from .tasks import graph as graph_mod
     from .tasks.querygen import write_tasks
@@ -613,9 +613,12 @@ def run_template_writer(names: list[str], *, n: int, seed: int, budget: int | No
     with Progress(console=err_console, transient=True) as bar:
         for name in names:
             job = bar.add_task(f"template writer: {name}", total=n)
+
+            def advance(kept: int, job: TaskID = job) -> None:
+                bar.update(job, completed=kept)
+
             try:
-                results.append(generate_template_tasks(G, name, n, options,
-                                                       progress=lambda k, job=job: bar.update(job, completed=k)))
+                results.append(generate_template_tasks(G, name, n, options, progress=advance))
             except (EnvFactoryError, ValueError) as exc:
                 _fail_line(f"{name}: {exc}")
     outcomes = [o for r in results for o in r.outcomes]

@@ -32,8 +32,8 @@ from rich.table import Table
 from gym_envfactory.cli.tasks import TASKS_HELP, left_out_note, read_tasks_option
 from gym_envfactory.environment.catalog import get_environment, import_environment_module, list_environments
 from gym_envfactory.environment.spec import EnvironmentSpec
-from gym_envfactory.environment.tasks import Task
 from gym_envfactory.environment.taskfiles import tasks_for
+from gym_envfactory.environment.tasks import Task
 from gym_envfactory.errors import EnvFactoryError, UntrustedPackageError
 
 if TYPE_CHECKING:  # pragma: no cover

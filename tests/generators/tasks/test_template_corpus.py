@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from gym_envfactory.cli import app
 from gym_envfactory.environment.catalog import catalog_folders, get_environment, register_catalog
+from gym_envfactory.envs.env import EnvFactoryEnv
 from gym_envfactory.generators.cli import import_cmd
 from gym_envfactory.generators.domains import infer_domain
 from gym_envfactory.rollout.policies import OraclePolicy
@@ -129,9 +130,11 @@ def test_gym_make_plays_every_imported_task_with_the_oracle_at_one(on_catalog: d
     by_env = _by_env(on_catalog["tasks"])
     for name in IMPORTED:
         env = gym.make(f"envfactory/{name}-v0", tasks=on_catalog["out"], backend=backend, trust=True)
+        base = env.unwrapped
+        assert isinstance(base, EnvFactoryEnv)
         try:
             for t in by_env[name]:
-                r = run_episode(env.unwrapped, OraclePolicy(), task_id=t["task_id"])
+                r = run_episode(base, OraclePolicy(), task_id=t["task_id"])
                 assert r.reward == 1.0, (backend, t["task_id"], r.components)
         finally:
             env.close()
