@@ -2,9 +2,9 @@
 "Domains").
 
 The paper's seven domains (:data:`gym_envfactory.environment.manifest.DOMAINS`) each get a small table of
-keywords; :func:`infer_domain` counts the keywords among the words of an environment's name, tool names,
-state field names and description and returns the domain with the most hits (ties: the order of
-``DOMAINS``), ``utilities`` when no keyword is there.  The importer uses it when neither ``--domain`` nor
+keywords; :func:`infer_domain` counts the distinct keywords among the words of an environment's tool
+names, state field names and description, those of its name three times, and returns the domain with the
+most (ties: the order of ``DOMAINS``), ``utilities`` when no keyword is there.  The importer uses it when neither ``--domain`` nor
 a mapping gives the domain.
 """
 
@@ -78,24 +78,23 @@ def state_words(state: Any, depth: int = 3) -> list[str]:
     return out
 
 
-def infer_domain(texts: Iterable[str]) -> str:
-    """The domain (one of ``DOMAINS``) whose keywords occur most among the words of ``texts`` (an
-    environment's name, tool names, state field names, description); ``utilities`` when none occurs."""
+def infer_domain(texts: Iterable[str], *, name: str = "") -> str:
+    """The domain (one of ``DOMAINS``) whose keywords occur most among the distinct words of ``texts`` (an
+    environment's description, tool names, state field names) and of ``name`` (the environment's name,
+    whose keywords count three times); ``utilities`` when none occurs."""
     counts: Counter[str] = Counter()
-    for text in texts:
-        for w in domain_words(text):
-            for domain, keys in DOMAIN_KEYWORDS.items():
-                if w in keys:
-                    counts[domain] += 1
-    if not counts:
-        return "utilities"
+    seen = set(w for text in texts for w in domain_words(text))
+    for domain, keys in DOMAIN_KEYWORDS.items():
+        counts[domain] = len(seen & keys) + 3 * len(set(domain_words(name)) & keys)
     best = max(counts.values())
+    if not best:
+        return "utilities"
     return next(d for d in DOMAINS if counts.get(d) == best)
 
 
 def environment_texts(name: str, description: str, tools: Iterable[str], states: Mapping[str, Any]) -> list[str]:
-    """What :func:`infer_domain` reads of an environment: its name, description, tool names and the field
-    names of its initial states (``{state name: dict or JSON text}``)."""
+    """What :func:`infer_domain` reads of an environment besides its name: the name, its description, tool
+    names and the field names of its initial states (``{state name: dict or JSON text}``)."""
     texts = [name, description, *map(str, tools)]
     for state in states.values():
         if isinstance(state, str | bytes):

@@ -250,7 +250,7 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
         model = str(built["state_model"])
         desc = man.description or (str(built["module_doc"]).splitlines()[0] if built["module_doc"]
                                else f"Imported from {src.name}")
-        domain = man.domain or infer_domain(environment_texts(env_name, desc, built["tools"], built["states"]))
+        domain = man.domain or infer_domain(environment_texts(env_name, desc, built["tools"], built["states"]), name=env_name)
         manifest = Manifest(
             name=env_name, version=man.version, domain=domain, description=desc, state_model=f"state:{model}",
             tools_module="tools", default_initial_state="small", bookkeeping_fields=list(man.bookkeeping_fields),

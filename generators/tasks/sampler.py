@@ -506,7 +506,7 @@ def _walk_named(obj: Any, names: set[str], out: list[Any], collections: set[str]
 
 
 #: Parameter names of a free-text search input: filled with words of the state's names and titles first.
-SEARCH_PARAMS = frozenset({"query", "q", "search", "search_term", "search_text", "term", "terms", "text", "keyword",
+SEARCH_PARAMS = frozenset({"query", "q", "search", "search_term", "search_text", "term", "terms", "keyword",
                            "keywords", "pattern", "phrase", "contains", "name_contains", "match"})
 #: Description words that mark a search input whatever its name ("Part of a name or email address").
 _SEARCH_HINTS = ("part of", "search", "matches", "substring", "words that")
