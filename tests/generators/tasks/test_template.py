@@ -10,19 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import pytest
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from gym_envfactory import ToolError, define_environment, get_environment, tool
 from gym_envfactory.cli import app
 from gym_envfactory.cli.main import split_counts
-from gym_envfactory.environment.tasks import Task
 from gym_envfactory.environment.taskfiles import read_tasks
+from gym_envfactory.environment.tasks import Task
 from gym_envfactory.generators.cli import gen_app
 from gym_envfactory.generators.domains import environment_texts, infer_domain
 from gym_envfactory.generators.tasks.graph import save_graph
-from gym_envfactory.generators.tasks.sampler import Chain, StepInput, check_chain
+from gym_envfactory.generators.tasks.sampler import Chain, check_chain
 from gym_envfactory.generators.tasks.solvable import drop_reason, sample_solvable
 from gym_envfactory.generators.tasks.template import (
     TemplateOptions,
