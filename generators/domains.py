@@ -1,5 +1,5 @@
-"""An environment's domain from its own words, when nobody gave one (issue 27 part 5; docs/catalog.md,
-"Domains").
+"""An environment's domain from its own words, when nobody gave one (issue 27 part 5; docs/authoring.md,
+"Importing a tool server").
 
 The paper's seven domains (:data:`gym_envfactory.environment.manifest.DOMAINS`) each get a small table of
 keywords; :func:`infer_domain` counts the distinct keywords among the words of an environment's tool
