@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
+import pytest
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
@@ -243,3 +244,34 @@ def test_list_shows_tasks_per_split() -> None:
     hotel = next(line for line in res.output.splitlines() if "HotelBooking" in line)
     spec = get_environment("HotelBooking")
     assert f"train {sum(t.split == 'train' for t in spec.tasks)} / test {sum(t.split == 'test' for t in spec.tasks)}" in hotel
+
+
+def test_the_llm_writer_refines_the_chains_sampling_kept(tmp_path: Path) -> None:
+    """`gen tasks --writer llm` (the default) takes the chains `sample_solvable` kept: with a seed whose first
+    sampled chain does not run, the next runnable one goes through the scripted LLM's stages (refinement
+    included) and `--n 1` still gives one task; the line `chains: kept 1 of 1 (why dropped: ...)` says so."""
+    from gym_envfactory.testing import ScriptedChatServer
+    from tests.generators.tasks.test_querygen import AgentScript
+
+    G = hotel_graph()
+    graph = save_graph(G, tmp_path / "G.json")
+    for seed in range(60):
+        found = sample_solvable(G, 1, seed=seed, envs=["HotelBooking"])
+        if found.attempts > 1 and found.kept == 1 and len(found.checks[0].calls) <= 4:
+            break
+    else:
+        pytest.fail("no seed whose first chain fails")
+    kept, check = found.chains[0], found.checks[0]
+    script = AgentScript({kept.chain_id: check.calls}, conversational=False)
+    out = tmp_path / "tasks.jsonl"
+    with ScriptedChatServer(script) as server:
+        res = CliRunner().invoke(gen_app, ["tasks", "HotelBooking", "--graph", str(graph), "--n", "1", "--seed", str(seed),
+                                           "--preset", "sft-non-conv", "--k", "1", "--model", "scripted",
+                                           "--base-url", server.base_url, "--out", str(out),
+                                           "--checkpoint-dir", str(tmp_path / "qg")])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert f"chains: kept 1 of 1 after {found.attempts} checks (why dropped: " in text
+    [task] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert task["task_id"] == f"qg-{kept.chain_id}" and task["provenance"]["kind"] == "querygen"
+    assert "refine" in json.loads((tmp_path / "tasks.stats.json").read_text())["llm_usage"]
