@@ -421,7 +421,11 @@ def print_task_stats(stats: dict[str, Any]) -> None:
             ("clarification share (turns)", stats["clarification_turn_share"]),
             ("resumed chains", stats.get("resumed_chains", 0))]
     rows += [(f"state: {k}", v) for k, v in stats.get("state", {}).items()]
-    rows += [(f"dropped: {k}", v) for k, v in stats.get("drop_reasons", {}).items()]
+    drops = sorted(stats.get("drop_reasons", {}).items(), key=lambda kv: -kv[1])
+    if len(drops) > 12:  # many environments (--all): the most frequent; every reason is in the statistics JSON
+        drops = drops[:11] + [(f"{len(drops) - 11} other reasons (see {stats.get('stats_path', 'the statistics')})",
+                               sum(v for _, v in drops[11:]))]
+    rows += [(f"dropped: {k}", v) for k, v in drops]
     rows += [(f"note: {k}", v) for k, v in stats.get("notes", {}).items()]
     for name, value in rows:
         table.add_row(escape(str(name)), str(value))
