@@ -36,14 +36,15 @@ class ManifestOptions:
 
     Attributes:
         name: environment name (CamelCase); ``None``: from the API class (``BookStoreAPI`` → ``BookStore``).
-        domain: one of :data:`gym_envfactory.environment.manifest.DOMAINS`.
+        domain: one of :data:`gym_envfactory.environment.manifest.DOMAINS`; ``None``: inferred from the
+            environment's name, tools and state (:func:`gym_envfactory.generators.domains.infer_domain`).
         version: semver of the package.
         description: ``None``: the first line of the server's module docstring.
         bookkeeping_fields, free_text_fields, set_fields: dotted state paths, as in the manifest.
     """
 
     name: str | None = None
-    domain: str = "utilities"
+    domain: str | None = None
     version: str = "0.1.0"
     description: str | None = None
     bookkeeping_fields: Sequence[str] = ()
@@ -138,7 +139,7 @@ class ImportKeywords(TypedDict, total=False):
     :class:`ImportOptions`, same name, type and default)."""
 
     name: str | None
-    domain: str
+    domain: str | None
     version: str
     description: str | None
     bookkeeping_fields: Sequence[str]

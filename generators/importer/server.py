@@ -28,6 +28,7 @@ from gym_envfactory.environment.manifest import Manifest, Provenance
 from gym_envfactory.environment.package import load_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 
+from ..domains import environment_texts, infer_domain
 from ..errors import PackageExistsError
 from ..packages import jsonl_text, purge_modules, write_environment_package
 from ..sandbox import package_digest, warn_process_mode
@@ -253,13 +254,15 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
         model = str(built["state_model"])
         desc = man.description or (str(built["module_doc"]).splitlines()[0] if built["module_doc"]
                                else f"Imported from {src.name}")
+        domain = man.domain or infer_domain(environment_texts(env_name, desc, built["tools"], built["states"]), name=env_name)
         manifest = Manifest(
-            name=env_name, version=man.version, domain=man.domain, description=desc, state_model=f"state:{model}",
+            name=env_name, version=man.version, domain=domain, description=desc, state_model=f"state:{model}",
             tools_module="tools", default_initial_state="small", bookkeeping_fields=list(man.bookkeeping_fields),
             free_text_fields=list(man.free_text_fields), set_fields=list(man.set_fields),
             provenance=Provenance.model_validate(  # extra keys are kept (Provenance allows them)
                 {"kind": "imported", "source": str(src), "sha256": hashlib.sha256(src_text.encode()).hexdigest(),
-                 "api_class": str(built["api_class"]), "importer": "gym_envfactory.generators.importer"}))
+                 "api_class": str(built["api_class"]), "importer": "gym_envfactory.generators.importer",
+                 **({} if man.domain else {"domain": "inferred from its names (generators.domains)"})}))
         files: dict[str, str | bytes] = {
             "_source.py": src_bytes,  # the server, byte for byte
             "_bridge.py": bridge_source(),

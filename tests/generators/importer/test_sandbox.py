@@ -154,7 +154,7 @@ def test_grouped_options_keep_the_flat_keywords_and_their_defaults(tmp_path):
     flat = {f.name: getattr(group, f.name) for group in (getattr(defaults, g.name) for g in dataclasses.fields(defaults))
             for f in dataclasses.fields(group)}
     # the defaults of the keyword signature this replaced
-    assert flat == {"name": None, "domain": "utilities", "version": "0.1.0", "description": None,
+    assert flat == {"name": None, "domain": None, "version": "0.1.0", "description": None,  # domain None: inferred (issue 27)
                     "bookkeeping_fields": (), "free_text_fields": (), "set_fields": (), "initial_state": None,
                     "initial_states": None, "tasks": None, "scenarios": None, "state_model": None, "api_class": None,
                     "read_only": None, "destructive": None, "probe": True, "validate": True, "check_isolation": True,
