@@ -49,8 +49,10 @@ until ``openenv/session/close``: what the ``MCPToolClient`` of ``openenv`` 0.10.
 Sessions: each WebSocket connection gets its own :class:`~gym_envfactory.EnvFactoryEnv` (its own
 session, state and reward bookkeeping), closed when the connection ends, at most ``--max-sessions`` at
 once (:class:`LiveEpisodes`); the server runs the environments in its own process, as it runs the MCP
-and fast-protocol sessions.  They are not the session manager's sessions: its memory budget and
-per-client quotas do not count them.  Needs the ``server``
+and fast-protocol sessions.  They are not the session manager's sessions, but each is admitted
+against its memory budget (``SessionManager.reserve_episode``: the cost of the environment's largest
+initial state) and refused with OpenEnv's ``CAPACITY_REACHED`` frame (HTTP 503, JSON-RPC -32000) when it
+would not fit; per-client quotas do not count them.  Needs the ``server``
 extra (starlette); OpenEnv itself is only needed by clients (extra ``openenv``).
 """
 
@@ -67,7 +69,7 @@ from typing import Any
 
 from gym_envfactory import EnvFactoryEnv
 from gym_envfactory.environment.spec import EnvironmentSpec
-from gym_envfactory.errors import EnvFactoryError
+from gym_envfactory.errors import EnvFactoryError, MemoryBudgetError
 
 __all__ = ["OpenEnvEpisode", "OpenEnvActionError", "LiveEpisodes", "openenv_routes", "openenv_app", "openenv_tools", "turn_reward_components",
            "OPENENV_PREFIX", "ACTION_TYPES"]
@@ -150,6 +152,8 @@ class OpenEnvEpisode:
         #: held while a message runs: a WebSocket attached to an HTTP MCP session and that session's
         #: ``tools/call`` requests may arrive together
         self.lock = threading.Lock()
+        #: Bytes of the server's memory budget this episode holds (:meth:`LiveEpisodes.reserve`).
+        self.reserved = 0
         self.episode_id: str | None = None
         self.step_count = 0
         self._tools: list[dict[str, Any]] = []
@@ -253,10 +257,28 @@ class LiveEpisodes:
     built): a connection beyond it gets OpenEnv's ``CAPACITY_REACHED`` error frame and is closed, as
     OpenEnv's own server answers past ``max_concurrent_envs``."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, manager: Any = None) -> None:
         self.cap = cap
         self.episodes: set[OpenEnvEpisode] = set()
         self.pending = 0
+        #: The server's session manager, whose memory budget every episode is admitted against
+        #: (``reserve_episode``/``release_episode``), as its own sessions are; ``None``: no budget.
+        self.manager = manager
+
+    def reserve(self, spec: EnvironmentSpec) -> int:
+        """Admit one more episode of ``spec`` against the server's memory budget; returns the bytes reserved.
+
+        Raises:
+            MemoryBudgetError: it would not fit (nothing reserved).
+        """
+        if self.manager is None:
+            return 0
+        return int(self.manager.reserve_episode([spec], f"an OpenEnv episode of {spec.name}"))
+
+    def release(self, nbytes: int) -> None:
+        """Give back what :meth:`reserve` reserved."""
+        if self.manager is not None and nbytes:
+            self.manager.release_episode(nbytes)
 
     def full(self) -> bool:
         """Whether one more episode would exceed :attr:`cap`."""
@@ -265,7 +287,11 @@ class LiveEpisodes:
     def close_all(self) -> None:
         """Close every live episode (server shutdown)."""
         for ep in list(self.episodes):
-            ep.close()
+            try:
+                ep.close()
+            finally:
+                self.release(ep.reserved)
+                ep.reserved = 0
         self.episodes.clear()
 
 
@@ -329,16 +355,22 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
 
     async def reset(request: Request) -> JSONResponse:
         def run(data: dict[str, Any]) -> dict[str, Any]:
-            ep = make()
+            cost = live.reserve(spec)
             try:
-                return ep.reset(data)
+                ep = make()
+                try:
+                    return ep.reset(data)
+                finally:
+                    ep.close()
             finally:
-                ep.close()
+                live.release(cost)
         if live.full():
             return JSONResponse({"detail": f"at capacity: {live.cap} OpenEnv episodes are live"}, status_code=503)
         live.pending += 1
         try:
             return JSONResponse(await asyncio.to_thread(run, await body(request)))
+        except MemoryBudgetError as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=503)
         except (EnvFactoryError, ValueError, TypeError) as exc:
             return JSONResponse({"detail": str(exc)}, status_code=422)
         finally:
@@ -357,17 +389,29 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
         return await asyncio.to_thread(locked, ep, fn, *args)
 
     async def new_episode() -> OpenEnvEpisode:
+        """A new live episode, admitted against the server's memory budget (MemoryBudgetError if it does
+        not fit: nothing is built)."""
         live.pending += 1
         try:
-            ep = await asyncio.to_thread(make)
+            cost = await asyncio.to_thread(live.reserve, spec)
+            try:
+                ep = await asyncio.to_thread(make)
+            except BaseException:
+                live.release(cost)
+                raise
         finally:
             live.pending -= 1
+        ep.reserved = cost
         live.episodes.add(ep)
         return ep
 
     async def drop(ep: OpenEnvEpisode) -> None:
         live.episodes.discard(ep)
-        await asyncio.to_thread(locked, ep, ep.close)
+        try:
+            await asyncio.to_thread(locked, ep, ep.close)
+        finally:
+            live.release(ep.reserved)
+            ep.reserved = 0
 
     async def ws(websocket: WebSocket) -> None:
         await websocket.accept()
@@ -387,7 +431,13 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
             return
         try:
             # an HTTP MCP session's episode (OpenEnv's production mode) outlives this connection
-            ep = sessions[attach] if attach is not None else await new_episode()
+            try:
+                ep = sessions[attach] if attach is not None else await new_episode()
+            except MemoryBudgetError as exc:
+                await websocket.send_text(json.dumps({"type": "error", "data": {
+                    "message": str(exc), "code": "CAPACITY_REACHED", "active_sessions": len(live.episodes),
+                    "max_sessions": live.cap}}))
+                return
             while True:
                 text = await websocket.receive_text()
                 try:
@@ -440,7 +490,10 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
         if method == "openenv/session/create":
             if live.full():
                 return _rpc_error(rid, -32000, f"at capacity: {live.cap} OpenEnv episodes are live")
-            ep = await new_episode()
+            try:
+                ep = await new_episode()
+            except MemoryBudgetError as exc:
+                return _rpc_error(rid, -32000, str(exc))
             sid = uuid.uuid4().hex
             sessions[sid] = ep
             return _rpc_result(rid, {"session_id": sid})
@@ -517,7 +570,7 @@ def openenv_routes(manager: Any, config: Any) -> tuple[list[Any], Callable[[Any]
 
     middleware = [Middleware(OriginHostGuardMiddleware, host=config.host, allowed_origins=config.allowed_origins),
                   Middleware(BearerAuthMiddleware, token=config.token)]
-    live = LiveEpisodes(int(config.max_sessions))
+    live = LiveEpisodes(int(config.max_sessions), manager)
 
     @contextlib.asynccontextmanager
     async def hook(app: Any) -> AsyncIterator[None]:

@@ -27,6 +27,7 @@ manager's :attr:`~SessionManager.worker` thread, never on the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -836,6 +837,31 @@ class SessionManager:
             ms.log_held += nbytes
             ms.reserved += nbytes  # held until the session is closed, reset or restored
             self.admission.reserve(nbytes)
+
+    @_locked
+    def reserve_episode(self, specs: Sequence[EnvironmentSpec], what: str) -> int:
+        """Admit an episode an adapter holds outside the session table (an OpenEnv mount's episode over
+        ``specs``) against the same memory budget as :meth:`create`, and reserve its cost: the largest of
+        ``specs``' initial states (:meth:`~.admission.Admission.session_cost`).  Returns the bytes reserved,
+        to give back with :meth:`release_episode` when the episode closes.
+
+        Raises:
+            MemoryBudgetError: the episode would not fit in the budget (nothing is reserved).
+        """
+        nbytes = 0
+        for spec in specs:
+            for name in spec.initial_state_names():
+                with contextlib.suppress(EnvFactoryError):
+                    nbytes = max(nbytes, len(spec.initial_state_json(name)))
+        cost = self.admission.session_cost(specs, nbytes)
+        self.admission.check(f"{what} ({nbytes} bytes of state)", cost)
+        self.admission.reserve(cost)
+        return cost
+
+    @_locked
+    def release_episode(self, nbytes: int) -> None:
+        """Give back what :meth:`reserve_episode` reserved (the episode has closed)."""
+        self.admission.release(nbytes)
 
     @_locked
     def admit_mcp_session(self, client: str) -> None:

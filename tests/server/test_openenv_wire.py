@@ -173,3 +173,43 @@ def test_bad_reset_fields_are_error_frames(ws_url):
             e = ask(ws, {"type": "reset", "data": data})
             assert e["type"] == "error" and "ResetRequest" in e["data"]["message"], data
         assert ask(ws, {"type": "reset", "data": {"task_id": "hotel-001", "episode_id": "mine"}})["data"]["metadata"]["episode_id"] == "mine"
+
+
+def test_openenv_episodes_are_admitted_against_the_servers_memory_budget():
+    """An OpenEnv episode is held outside the session table but counts against the same memory budget:
+    one that would not fit gets OpenEnv's CAPACITY_REACHED frame naming the budget, and a closed
+    episode gives its reservation back."""
+    from types import SimpleNamespace
+
+    from starlette.applications import Starlette
+
+    from gym_envfactory.server.admission import Admission, MemoryBudget
+    from gym_envfactory.server.manager import SessionManager
+    from gym_envfactory.training.openenv import openenv_routes
+
+    rss = 512 * 2**20
+    probe = SessionManager(["HotelBooking"])
+    cost = probe.reserve_episode([probe.spec("HotelBooking")], "probe")
+    probe.release_episode(cost)
+    assert probe.admission.reserved == 0 and cost > 0
+    adm = Admission(MemoryBudget(rss + cost + cost // 2, "test budget", 0), rss=lambda: rss, trim=lambda: None)
+    manager = SessionManager(["HotelBooking"], memory_budget=adm)
+    config = SimpleNamespace(host="127.0.0.1", allowed_origins=[], token=None, max_sessions=64)
+    routes, hook = openenv_routes(manager, config)
+    with running(Starlette(routes=routes, lifespan=hook)) as where:
+        url = f"ws://{where}/openenv/HotelBooking/ws"
+        with connect(url) as first:
+            assert ask(first, {"type": "reset", "data": {"task_id": "hotel-001"}})["type"] == "observation"
+            assert adm.reserved == cost
+            with connect(url) as second:
+                frame = json.loads(second.recv(timeout=30))
+            assert frame["type"] == "error" and frame["data"]["code"] == "CAPACITY_REACHED"
+            assert "memory budget" in frame["data"]["message"]
+            assert adm.reserved == cost  # the refused one reserved nothing
+        for _ in range(500):  # the server closes the episode after the connection ends
+            if adm.reserved == 0:
+                break
+            time.sleep(0.02)
+        assert adm.reserved == 0
+        with connect(url) as again:  # room again
+            assert ask(again, {"type": "reset", "data": {"task_id": "hotel-001"}})["type"] == "observation"
