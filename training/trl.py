@@ -37,6 +37,7 @@ from gym_envfactory.errors import SpecError
 from gym_envfactory.reward import AlphaSchedule, RewardConfig, reward_from_components
 
 __all__ = ["environment_class", "EnvFactoryTRLEnvironment", "rollout_function", "environment_reward", "prompt_key",
+           "component_reward_functions", "COMPONENT_KEYS",
            "smollm2_for_trl", "tool_chat_template"]
 
 _JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
@@ -299,6 +300,49 @@ def environment_reward(completions: list[Any], envfactory_reward: list[float] | 
     if envfactory_reward is None:
         return [None] * len(completions)
     return [float(r) for r in envfactory_reward]
+
+
+#: The reward components :func:`component_reward_functions` hands TRL, one reward function each.
+COMPONENT_KEYS = ("r_traj", "r_state", "r_output", "p_len")
+
+
+def component_reward_functions(reward: RewardConfig | Mapping[str, Any] | None = None) -> tuple[list[Any], list[float]]:
+    """The episode reward's components as separate TRL reward functions, for a trainer that normalises
+    each on its own (GDPO, arXiv 2601.05242: TRL's ``GRPOConfig(multi_objective_aggregation=
+    "normalize_then_sum", reward_weights=weights)``), as :func:`environment_reward` hands over the scalar.
+
+    Each function reads ``envfactory_components`` (from :func:`rollout_function`) and returns one value per
+    completion: ``R_traj``, ``R_state``, ``R_output`` in [0, 1] and ``P_len`` (surplus + invalid calls, a
+    count ≥ 0); ``None`` (TRL: not scored, NaN) where a component was vacuous (a turn with no reference
+    calls, a state never read) or the completion did not come from :func:`rollout_function`.
+
+    Returns:
+        ``(functions, weights)``: four functions named ``envfactory_r_traj`` ... ``envfactory_p_len`` and
+        the paper's weights for them (§3.5: ``α``, ``1−α``, ``output_weight``, ``−γ``; from ``reward``,
+        default :class:`RewardConfig`).  Their weighted sum is the scalar's linear part only: the scalar also
+        renormalises over the non-vacuous terms, caps the penalty at ``penalty_cap`` and clips to [0, 1]
+        (docs/reward.md), which a decoupled normalisation does not need.
+    """
+    cfg = RewardConfig.coerce(reward)
+
+    def component(key: str) -> Any:
+        def fn(completions: list[Any], envfactory_components: list[Mapping[str, Any]] | None = None,
+               **kwargs: Any) -> list[float | None]:
+            if envfactory_components is None:
+                return [None] * len(completions)
+            out: list[float | None] = []
+            for c in envfactory_components:
+                v = c.get(key)
+                if key == "p_len" and v is None and "surplus" in c:
+                    v = c["surplus"] + c.get("invalid", 0)
+                out.append(None if v is None else float(v))
+            return out
+        fn.__name__ = fn.__qualname__ = f"envfactory_{key}"  # TRL logs each reward function by its name
+        fn.__doc__ = f"The episode's {key} per completion (component_reward_functions)."
+        return fn
+
+    weights = [cfg.alpha, 1.0 - cfg.alpha, cfg.output_weight, -cfg.gamma]
+    return [component(k) for k in COMPONENT_KEYS], weights
 
 
 def tool_chat_template(tokenizer: Any, template: Literal["chatml_tools", "qwen2_5"] = "chatml_tools") -> Any:

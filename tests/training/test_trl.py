@@ -87,3 +87,43 @@ def test_a_tool_named_like_a_member_or_not_an_identifier_is_refused_by_name(monk
     monkeypatch.setattr(trl, "get_environment", lambda env_id: Fake)
     with pytest.raises(SpecError, match=re.escape(f"tool {json.dumps(bad)}")):
         environment_class("HotelBooking")
+
+
+def test_component_reward_functions_hand_trl_each_component_with_the_papers_weights():
+    """Issue 28 part 5: R_traj, R_state, R_output and P_len as separate TRL reward functions (GDPO-style
+    ``normalize_then_sum``), read from the rollout's ``envfactory_components``; their weighted sum is the
+    scalar's linear part."""
+    from gym_envfactory.envs.env import EnvFactoryEnv
+    from gym_envfactory.rollout.policies import NoisyPolicy, OraclePolicy
+    from gym_envfactory.rollout.runner import run_episode
+    from gym_envfactory.training.trl import COMPONENT_KEYS, component_reward_functions
+
+    env = EnvFactoryEnv("HotelBooking")
+    try:
+        played = [run_episode(env, OraclePolicy(), task_id="hotel-001")]
+        played += [run_episode(env, NoisyPolicy(seed=s), task_id="hotel-003") for s in range(6)]
+    finally:
+        env.close()
+    components = [p.components for p in played]
+    fns, weights = component_reward_functions({"alpha": 0.7, "gamma": 0.1})
+    assert [f.__name__ for f in fns] == [f"envfactory_{k}" for k in COMPONENT_KEYS]
+    assert weights == [0.7, pytest.approx(0.3), 0.0, -0.1]
+    values = {k: f([None] * len(played), envfactory_components=components) for k, f in zip(COMPONENT_KEYS, fns, strict=True)}
+    assert all(f([None, None]) == [None, None] for f in fns)  # not from the rollout function: unscored
+    for i, c in enumerate(components):
+        assert values["r_traj"][i] == c["r_traj"] and values["r_state"][i] == c["r_state"]
+        assert values["p_len"][i] == c["p_len"]
+    assert values["r_traj"][0] == 1.0 and values["p_len"][0] == 0
+    assert len({tuple(v) for v in zip(*values.values(), strict=True)}) > 1  # the noisy episodes differ in some component
+    # with the config that scored them (alpha 0.5), the linear part is the scalar wherever nothing is vacuous,
+    # the penalty is under its cap and nothing is clipped
+    _, w5 = component_reward_functions()
+    checked = 0
+    for p, c in zip(played, components, strict=True):
+        if None in (c["r_traj"], c["r_state"]) or 0.05 * c["p_len"] >= 0.5:
+            continue
+        linear = w5[0] * c["r_traj"] + w5[1] * c["r_state"] + w5[3] * c["p_len"]
+        if 0.0 <= linear <= 1.0:
+            assert p.reward == pytest.approx(linear)
+            checked += 1
+    assert checked >= 2

@@ -133,6 +133,24 @@ def test_grpo_trainer_steps_on_whole_multi_turn_episodes(tmp_path, tokenizer):
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)) == (log["reward_std"] == 0)
 
 
+def test_grpo_trainer_normalises_each_reward_component_gdpo_style(tmp_path, tokenizer):
+    """Issue 28 part 5: the components as separate reward functions with TRL's decoupled normalisation
+    (``multi_objective_aggregation="normalize_then_sum"``); TRL logs each one."""
+    from gym_envfactory.training.trl import component_reward_functions
+
+    rows = rl_rows(["HotelBooking"], split="train", per="task")[:1]
+    fns, weights = component_reward_functions()
+    trainer = GRPOTrainer(model=tiny_model(tokenizer), processing_class=tokenizer, reward_funcs=fns,
+                          train_dataset=Dataset.from_list([{"prompt": [_message(m) for m in r["prompt"]]} for r in rows]),
+                          args=_args(tmp_path, reward_weights=weights, multi_objective_aggregation="normalize_then_sum"),
+                          rollout_func=rollout_function(rows, max_steps=2, max_new_tokens=8, tools=compact_tools))
+    trainer.train()
+    log = trainer.state.log_history[0]
+    for key in ("r_traj", "r_state", "r_output", "p_len"):
+        assert f"rewards/envfactory_{key}/mean" in log, sorted(log)
+    assert trainer.state.global_step == 1
+
+
 def test_grpo_trainer_with_the_environment_factory_adapter(tmp_path, tokenizer):
     tokenizer = tool_chat_template(smollm2_tokenizer())  # CHATML_TOOLS + TRL's Hermes parser (README "Train")
     rows = rl_rows(["HotelBooking"], split="train")[:1]
