@@ -34,7 +34,7 @@ import contextlib
 import json
 import secrets
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
@@ -103,6 +103,13 @@ def verify_fields(score: EpisodeScore) -> dict[str, Any]:
             "vacuous": list(score.vacuous)}
 
 
+def _function_calls(response: Any) -> list[tuple[str, Any]]:
+    """``(name, arguments)`` of every ``function_call`` item of a Responses object's ``output``."""
+    items = response.get("output") if isinstance(response, Mapping) else None
+    return [(str(i.get("name")), i.get("arguments")) for i in items or []
+            if isinstance(i, Mapping) and i.get("type") == "function_call"]
+
+
 def _final_text(response: Any) -> str:
     """The text of the last assistant message of a Responses object's ``output`` ("" if none)."""
     text = ""
@@ -134,6 +141,7 @@ class NeMoGymSessions:
         self.env_kwargs = env_kwargs
         self.max_sessions = max_sessions
         self._envs: OrderedDict[str, tuple[EnvFactoryEnv, threading.Lock]] = OrderedDict()
+        self._received: dict[str, Counter[str]] = {}
         self._lock = threading.Lock()
 
     def seed(self, row: Mapping[str, Any]) -> str:
@@ -154,8 +162,10 @@ class NeMoGymSessions:
         sid = secrets.token_urlsafe(16)
         with self._lock:
             self._envs[sid] = (env, threading.Lock())
+            self._received[sid] = Counter()
             while len(self._envs) > self.max_sessions:
-                _, (old, _) = self._envs.popitem(last=False)
+                old_sid, (old, _) = self._envs.popitem(last=False)
+                self._received.pop(old_sid, None)
                 old.close()
         return sid
 
@@ -173,19 +183,32 @@ class NeMoGymSessions:
         with lock:
             if env.done:
                 return json.dumps({"error": {"type": "episode_over", "message": "the episode has ended"}})
+            self._received[sid or ""][name] += 1
             obs, *_ = env.step(ToolCall(name, arguments if isinstance(arguments, dict) else {}))
         return str(obs[0]["content"]) if obs else ""
 
     def verify(self, sid: str | None, response: Any) -> EpisodeScore | None:
         """End the user turn with the last assistant message of ``response`` and score the episode (then
-        close it); ``None`` for an unknown session."""
+        close it); ``None`` for an unknown session.
+
+        A ``function_call`` of ``response`` that never reached the server (an agent answers a call to a tool
+        it does not know, or one whose arguments are not JSON, itself) is played here first, so it counts
+        as the invalid call it is (``P_len``), as it would in ``envfactory rollout``."""
         with self._lock:
             entry = self._envs.pop(sid, None) if sid else None
+            received = self._received.pop(sid or "", Counter())
         if entry is None:
             return None
         env, lock = entry
         with lock:
             try:
+                for name, arguments in _function_calls(response):
+                    if received[name] > 0:
+                        received[name] -= 1
+                    elif not env.done:  # as the model wrote it: the env parses it as envfactory rollout does
+                        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+                        env.step({"role": "assistant", "content": "", "tool_calls": [
+                            {"id": "unreached", "type": "function", "function": {"name": name, "arguments": text}}]})
                 if not env.done:
                     env.step({"role": "assistant", "content": _final_text(response)})
                 return env.last_score if env.done and env.last_score is not None else env.score()
