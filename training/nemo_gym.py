@@ -286,10 +286,15 @@ def resources_app(env_id: str, *, max_sessions: int = 4096, **env_kwargs: Any) -
             arguments = await request.json()
         except ValueError:
             arguments = None
-        text = await run_in_threadpool(sessions.call, request.cookies.get(SESSION_COOKIE), name, arguments)
+        sid = request.cookies.get(SESSION_COOKIE)
+        text = await run_in_threadpool(sessions.call, sid, name, arguments)
         if text is None:
             return JSONResponse({"detail": "no seeded session: POST /seed_session first and send its cookie"}, 400)
-        return Response(text, media_type="application/json")
+        resp = Response(text, media_type="application/json")
+        # NeMo Gym's simple agent keeps only the cookies of the latest response (Starlette's session middleware,
+        # which NeMo Gym's own servers use, sets its cookie on every one): so do we
+        resp.set_cookie(SESSION_COOKIE, str(sid), httponly=True, samesite="lax")
+        return resp
 
     async def alive(request: Request) -> Response:
         return JSONResponse({"status": "ok", "env": sessions.spec.name})
