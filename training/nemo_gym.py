@@ -228,9 +228,9 @@ def resources_app(env_id: str, *, max_sessions: int = 4096, **env_kwargs: Any) -
     /seed_session``, ``POST /<tool>`` for each tool, ``POST /verify``, and ``GET /`` (liveness).
 
     Errors: a body that is not a JSON object, or a row naming no valid episode, is HTTP 422 with
-    ``{"detail": ...}``; a tool or verify request without a seeded session's cookie is HTTP 400; an unknown
-    path is 404.  A bad tool call (unknown argument, domain error) is HTTP 200 with the typed error as
-    the tool output, as the model must see it.
+    ``{"detail": ...}``; a tool or verify request without a seeded session's cookie is HTTP 400.  A bad tool
+    call (a name that is no tool, invalid arguments, a domain error) is HTTP 200 with the typed error as the
+    tool output, as the model must see it, and counts in the episode's ``P_len`` as in ``envfactory rollout``.
 
     Raises:
         ModuleNotFoundError: Starlette is not installed (the ``server`` extra).
@@ -242,7 +242,6 @@ def resources_app(env_id: str, *, max_sessions: int = 4096, **env_kwargs: Any) -
     from starlette.routing import Route
 
     sessions = NeMoGymSessions(env_id, max_sessions=max_sessions, **env_kwargs)
-    tools = set(sessions.spec.tools)
 
     async def body_of(request: Request) -> dict[str, Any] | None:
         try:
@@ -280,13 +279,12 @@ def resources_app(env_id: str, *, max_sessions: int = 4096, **env_kwargs: Any) -
         from starlette.concurrency import run_in_threadpool
 
         name = request.path_params["name"]
-        if name not in tools:
-            return JSONResponse({"detail": f"no tool or endpoint {name!r}"}, 404)
         try:
             arguments = await request.json()
         except ValueError:
             arguments = None
         sid = request.cookies.get(SESSION_COOKIE)
+        # any name runs in the episode: one that is no tool gets the env's typed unknown_tool error (an invalid call)
         text = await run_in_threadpool(sessions.call, sid, name, arguments)
         if text is None:
             return JSONResponse({"detail": "no seeded session: POST /seed_session first and send its cookie"}, 400)

@@ -10,56 +10,17 @@ the first run installs its dependencies (openai, mcp, httpx) with uv from PyPI, 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import sys
 
 import pytest
-from typer.testing import CliRunner
 
 vf = pytest.importorskip("verifiers.v1")
 
-from gym_envfactory.cli import app  # noqa: E402
 from gym_envfactory.testing import ScriptedChatServer  # noqa: E402
 from gym_envfactory.training import verifiers_env  # noqa: E402
-
-
-def call(name, **args):
-    return {"type": "function", "function": {"name": name, "arguments": args}}
-
-
-ORACLE_012 = [
-    {"content": None, "tool_calls": [call("find_guest_by_email", email="kenji.watanabe@example.jp")]},
-    {"content": None, "tool_calls": [call("list_guest_bookings", guest_id="G-003")]},
-    {"content": None, "tool_calls": [call("modify_hotel_booking", booking_id="BK-0003", check_in="2026-12-27",
-                                          check_out="2026-12-31", room_type="TAT", guests=2)]},
-    {"content": "Done: you now check out on the 31st; the extra night is 396."},
-]
-# a wrong attempt: the wrong check-out date, a repeated lookup (surplus) and a tool that does not exist (invalid)
-WRONG_012 = [
-    {"content": None, "tool_calls": [call("find_guest_by_email", email="kenji.watanabe@example.jp")]},
-    {"content": None, "tool_calls": [call("find_guest_by_email", email="kenji.watanabe@example.jp")]},
-    {"content": None, "tool_calls": [call("modify_hotel_booking", booking_id="BK-0003", check_in="2026-12-27",
-                                          check_out="2027-01-01", room_type="TAT", guests=2)]},
-    {"content": None, "tool_calls": [call("refund_everything", booking_id="BK-0003")]},
-    {"content": "All set."},
-]
-ORACLE_004 = [
-    {"content": None, "tool_calls": [call("cancel_hotel_booking", booking_id="BK-0002", reason="")]},
-    {"content": "Cancelled; 314.10 goes back to your card."},
-]
-
-
-def rollout_reward(tmp_path, task_id, script):
-    """``envfactory rollout --policy openai`` on the same replies: its trajectory record."""
-    out = tmp_path / f"{task_id}-rollout.jsonl"
-    with ScriptedChatServer(script) as server:
-        res = CliRunner().invoke(app, ["rollout", "HotelBooking", "--policy", "openai", "--model", "m", "--base-url",
-                                       server.base_url, "--task-id", task_id, "--out", str(out)],
-                                 env={"OPENAI_API_KEY": "x"})
-    assert res.exit_code == 0, res.output
-    return json.loads(out.read_text())
+from tests.training.hotel_scripts import CASES, rollout_record  # noqa: E402
 
 
 def vf_episodes(tmp_path, task_ids, scripts, **kwargs):
@@ -86,13 +47,17 @@ def trace_of(episode):
     return trace
 
 
-pytestmark = pytest.mark.skipif(shutil.which("uv") is None and not os.path.exists(os.path.join(os.path.dirname(sys.executable), "uv")),
-                                reason="verifiers' null harness needs uv")
+# verifiers' null harness runs as a uv script: use the uv installed next to this Python (make test-verifiers
+# installs it there), else one on PATH
+_HERE = os.path.dirname(sys.executable)
+if os.path.exists(os.path.join(_HERE, "uv")) and _HERE not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _HERE + os.pathsep + os.environ.get("PATH", "")
+pytestmark = pytest.mark.skipif(shutil.which("uv") is None, reason="verifiers' null harness needs uv")
 
 
 def test_oracle_and_wrong_attempts_score_as_envfactory_rollout(tmp_path):
-    cases = [("hotel-012", ORACLE_012), ("hotel-012", WRONG_012), ("hotel-004", ORACLE_004)]
-    expected = [rollout_reward(tmp_path, tid, script) for tid, script in cases]
+    cases = CASES
+    expected = [rollout_record(tmp_path, tid, script) for tid, script in cases]
     assert [e["reward"] for e in expected][0] == 1.0 and expected[1]["reward"] < 0.5
     got = []
     for tid, script in cases:  # one run per case: the runner orders its rollouts itself
