@@ -10,3 +10,7 @@ if importlib.util.find_spec("verl") is None:
     collect_ignore_glob.append("verl/*")
 if importlib.util.find_spec("trl") is None or importlib.util.find_spec("torch") is None:
     collect_ignore_glob.append("trl/*")
+if importlib.util.find_spec("verifiers") is None:  # make test-protocols: .venv-verifiers
+    collect_ignore_glob.append("verifiers/*")
+if importlib.util.find_spec("nemo_gym") is None:  # make test-protocols: .venv-nemo-gym
+    collect_ignore_glob.append("nemo_gym/*")
