@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from verifiers.v1.mcp import Toolset
 from verifiers.v1.taskset import Taskset
@@ -63,7 +63,7 @@ class EnvFactoryTasksetConfig(NeMoGymConfig):
     :func:`~gym_envfactory.training.nemo_gym.dataset_rows`' form); left empty, rows come from ``env``.
     """
 
-    dataset: Path = Path()  # type: ignore[assignment]  # optional here: rows come from `env`
+    dataset: Path = Path()  # optional here: rows come from `env`
     env: str = "HotelBooking"
     split: str | None = None
     task_ids: list[str] | None = None
@@ -120,7 +120,7 @@ class EnvFactoryEnv(NeMoGymEnv):
     server on a free loopback port, in a daemon thread) when no ``resources_url`` is configured; stopped
     with the env."""
 
-    _server: ClassVar[Any] = None
+    _server: Any = None
 
     async def start(self) -> None:
         """Start the resources server (unless ``task.resources_url`` names one).
