@@ -168,3 +168,36 @@ def test_errors_are_typed_and_name_what_to_do(rows):
         assert bad.status_code == 422 and "hotel-999" in bad.json()["detail"]
         assert c.post("/seed_session", content=b"[1, 2]").status_code == 422
         assert c.get("/").json()["env"] == "HotelBooking"
+
+
+@pytest.mark.parametrize("kind", ["generated", "imported"])
+def test_generated_and_imported_packages_score_as_the_gym(tmp_path, monkeypatch, kind):
+    """An EnvGen-written and an imported package (untrusted: the server's episodes run on the isolated backend),
+    oracle and wrong attempts, against the same actions played on the Gymnasium env."""
+    from gym_envfactory.environment.catalog import register_catalog
+    from tests.backends.test_isolation import write_package
+
+    name = f"Nemo{kind.title()}"
+    write_package(tmp_path / "catalog", name, kind=kind)
+    monkeypatch.setenv("ENVFACTORY_CATALOG", str(tmp_path / "catalog"))
+    register_catalog()
+    row = dataset_rows(name)[0]
+    assert {t["name"] for t in row["responses_create_params"]["tools"]} >= {"bump"}
+    for calls, text in ([("bump", {})], "It is 1 now."), ([("bump", {}), ("bump", {})], "Done."):
+        env = EnvFactoryEnv(name)
+        env.reset(options=row["reset_options"])
+        for n, a in calls:
+            env.step(ToolCall(n, a))
+        env.step({"role": "assistant", "content": text})
+        expected = env.last_score
+        env.close()
+        with served(resources_app(name)) as base:
+            c = Client(base)
+            c.post("/seed_session", json=row)
+            assert c.post("/bump", json={}).status_code == 200
+            for n, a in calls[1:]:
+                c.post(f"/{n}", json=a)
+            out = c.post("/verify", json=row | {"response": reply(text, calls)}).json()
+        assert out["reward"] == pytest.approx(expected.reward)
+        assert out["reward_components"]["p_len"] == expected.p_len
+    assert expected.reward < 1.0  # the wrong attempt (a surplus bump) scored below the oracle
