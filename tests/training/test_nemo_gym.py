@@ -201,3 +201,26 @@ def test_generated_and_imported_packages_score_as_the_gym(tmp_path, monkeypatch,
         assert out["reward"] == pytest.approx(expected.reward)
         assert out["reward_components"]["p_len"] == expected.p_len
     assert expected.reward < 1.0  # the wrong attempt (a surplus bump) scored below the oracle
+
+
+def test_a_later_turn_of_a_multi_turn_task_starts_from_the_ground_truth_state(rows):
+    """Row hotel-003 turn 2 (cancel): earlier turns are history, the state is the ground truth's after turn 1;
+    the last turn right scores 1, a cancel of the wrong booking scores as the Gymnasium env says."""
+    row = rows[("hotel-003", 2)]
+    assert row["reset_options"] == {"task_id": "hotel-003", "start_turn": 2, "end_turn": 3}
+    assert [m["role"] for m in row["responses_create_params"]["input"]].count("user") == 3
+    got = []
+    for booking, text in (("BK-0001", "Cancelled."), ("BK-0002", "Cancelled.")):
+        env = EnvFactoryEnv("HotelBooking")
+        env.reset(options=row["reset_options"])
+        env.step(ToolCall("cancel_hotel_booking", {"booking_id": booking, "reason": "online"}))
+        env.step({"role": "assistant", "content": text})
+        expected = env.last_score
+        with clients() as (c,):
+            c.post("/seed_session", json=row)
+            c.post("/cancel_hotel_booking", json={"booking_id": booking, "reason": "online"})
+            out = c.post("/verify", json=row | {"response": reply(text)}).json()
+        assert out["reward"] == pytest.approx(expected.reward)
+        assert out["r_state"] == expected.r_state and out["r_traj"] == expected.r_traj
+        got.append(out["reward"])
+    assert got[0] == 1.0 and got[1] < 1.0 and out["r_state"] == 0.0
