@@ -42,7 +42,7 @@ from gym_envfactory import EnvFactoryEnv, ToolCall, get_environment
 from gym_envfactory.reward import EpisodeScore
 
 __all__ = ["resources_app", "dataset_rows", "verify_fields", "responses_tools", "SESSION_COOKIE",
-           "NeMoGymSessions"]
+           "NeMoGymSessions", "main"]
 
 #: The cookie that names a rollout's session (NeMo Gym's agents send back every cookie a resources server sets).
 SESSION_COOKIE = "envfactory_nemo_session"
@@ -311,3 +311,38 @@ def resources_app(env_id: str, *, max_sessions: int = 4096, **env_kwargs: Any) -
                     lifespan=lifespan)
     app.state.sessions = sessions
     return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve one environment as a NeMo Gym resources server (blocking), or write its dataset rows::
+
+        python -m gym_envfactory.training.nemo_gym HotelBooking --port 8000
+        python -m gym_envfactory.training.nemo_gym HotelBooking --rows hotel.jsonl --split train
+
+    A NeMo Gym config then names it as a resources server at that host and port (NeMo Gym does not start
+    it: it is not a NeMo Gym package), and verifiers' taskset takes it as ``resources_url``.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m gym_envfactory.training.nemo_gym", description=main.__doc__)
+    parser.add_argument("env", help="gym id or environment name")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--rows", help="write the dataset rows (JSON Lines) to this file instead of serving")
+    parser.add_argument("--split", help="only tasks of this split (with --rows)")
+    parser.add_argument("--per-task", action="store_true", help="one row per task instead of one per user turn")
+    parser.add_argument("--trust", action="store_true", help="run an untrusted package in this process")
+    args = parser.parse_args(argv)
+    if args.rows:
+        rows = dataset_rows(args.env, split=args.split, per_turn=not args.per_task, trust=args.trust)
+        with open(args.rows, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        print(f"wrote {len(rows)} rows to {args.rows}")
+        return
+    import uvicorn
+
+    uvicorn.run(resources_app(args.env, trust=args.trust), host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

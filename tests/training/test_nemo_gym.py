@@ -224,3 +224,35 @@ def test_a_later_turn_of_a_multi_turn_task_starts_from_the_ground_truth_state(ro
         assert out["r_state"] == expected.r_state and out["r_traj"] == expected.r_traj
         got.append(out["reward"])
     assert got[0] == 1.0 and got[1] < 1.0 and out["r_state"] == 0.0
+
+
+def test_the_module_writes_rows_and_serves_an_environment(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from gym_envfactory.training.nemo_gym import main
+
+    main(["HotelBooking", "--rows", str(tmp_path / "rows.jsonl"), "--split", "test", "--per-task"])
+    lines = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert lines and all("start_turn" not in r["reset_options"] for r in lines)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "gym_envfactory.training.nemo_gym", "HotelBooking", "--port", str(port)],
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        c = Client(f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                assert c.get("/").json()["env"] == "HotelBooking"
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        assert c.post("/seed_session", json=lines[0]).status_code == 200
+        assert c.post("/verify", json=lines[0] | {"response": reply("")}).json()["reward"] <= 1.0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
