@@ -46,9 +46,14 @@ def free_port():
 
 
 @contextlib.contextmanager
-def nemo_stack(script):
+def nemo_stack(script, env="HotelBooking", monkeypatch=None):
     """Our resources server, NeMo Gym's model server (over a scripted chat server) and its simple agent, in one
-    event loop (NeMo Gym's HTTP client is one global aiohttp session, bound to the loop that first used it)."""
+    event loop (NeMo Gym's HTTP client is one global aiohttp session, bound to the loop that first used it:
+    each stack starts without one)."""
+    import nemo_gym.server_utils
+
+    if monkeypatch is not None:
+        monkeypatch.setattr(nemo_gym.server_utils, "_GLOBAL_AIOHTTP_CLIENT", None)
     with ScriptedChatServer(script) as chat:
         ports = {"envfactory": free_port(), "policy_model": free_port(), "agent": free_port()}
         config = OmegaConf.create({
@@ -65,7 +70,7 @@ def nemo_stack(script):
             name="agent", host=HOST, port=ports["agent"], entrypoint="app.py",
             resources_server={"type": "resources_servers", "name": "envfactory"},
             model_server={"type": "responses_api_models", "name": "policy_model"}), server_client=client)
-        apps = {"envfactory": resources_app("HotelBooking"), "policy_model": model.setup_webserver(),
+        apps = {"envfactory": resources_app(env), "policy_model": model.setup_webserver(),
                 "agent": agent.setup_webserver()}
         servers = [uvicorn.Server(uvicorn.Config(apps[n], host=HOST, port=ports[n], log_level="warning")) for n in apps]
 
@@ -92,7 +97,7 @@ def test_simple_agent_runs_score_as_envfactory_rollout(tmp_path, monkeypatch):
     expected = [rollout_record(tmp_path, tid, script) for tid, script in CASES]
     assert expected[0]["reward"] == 1.0 and expected[1]["reward"] < 0.5
     # one stack for every case (NeMo Gym's global HTTP client outlives an event loop): the rollouts one by one
-    with nemo_stack([reply for _, script in CASES for reply in script]) as (agent_url, chat):
+    with nemo_stack([reply for _, script in CASES for reply in script], monkeypatch=monkeypatch) as (agent_url, chat):
         bodies = []
         for tid, _ in CASES:
             res = requests.post(f"{agent_url}/run", json=rows[tid], timeout=120)
@@ -104,3 +109,35 @@ def test_simple_agent_runs_score_as_envfactory_rollout(tmp_path, monkeypatch):
         assert body["reward"] == pytest.approx(exp["reward"]), tid
         for key in ("r_traj", "r_state", "r_output", "p_len"):
             assert body["reward_components"][key] == pytest.approx(exp["components"][key]), (tid, key)
+
+
+@pytest.mark.parametrize("kind", ["generated", "imported"])
+def test_generated_and_imported_packages_through_the_simple_agent(tmp_path, monkeypatch, kind):
+    """An EnvGen-style and an imported package, their episodes on the isolated backend (the default for them):
+    the oracle, then a surplus call, each in its own session; rewards as the Gymnasium env gives them."""
+    from gym_envfactory import EnvFactoryEnv, ToolCall
+    from gym_envfactory.environment.catalog import register_catalog
+    from tests.backends.test_isolation import write_package
+    from tests.training.hotel_scripts import call
+
+    monkeypatch.setattr(sys, "argv", ["nemo-gym"])
+    name = f"Nemo{kind.title()}"
+    write_package(tmp_path / "catalog", name, kind=kind)
+    monkeypatch.setenv("ENVFACTORY_CATALOG", str(tmp_path / "catalog"))
+    register_catalog()
+    row = dataset_rows(name)[0]
+    attempts = [1, 2]  # bumps
+    expected = []
+    for n in attempts:
+        env = EnvFactoryEnv(name)
+        env.reset(options=row["reset_options"])
+        for _ in range(n):
+            env.step(ToolCall("bump", {}))
+        env.step({"role": "assistant", "content": "It is 1 now."})
+        expected.append(env.last_score.reward)
+        env.close()
+    script = [r for n in attempts for r in [*({"content": None, "tool_calls": [call("bump")]} for _ in range(n)),
+                                            {"content": "It is 1 now."}]]
+    with nemo_stack(script, env=name, monkeypatch=monkeypatch) as (agent_url, _):
+        got = [requests.post(f"{agent_url}/run", json=row, timeout=120).json()["reward"] for _ in attempts]
+    assert got == pytest.approx(expected) and got[0] == 1.0 and got[1] < 1.0
