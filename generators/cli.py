@@ -21,12 +21,10 @@ from rich.table import Table
 
 from gym_envfactory.errors import EnvFactoryError
 
-from .errors import PackageExistsError
-
 if TYPE_CHECKING:
     from .importer.options import ImportOptions
 
-__all__ = ["gen_app", "import_cmd", "print_results", "print_task_stats"]
+__all__ = ["gen_app", "import_cmd", "print_results", "print_task_stats", "run_template_writer"]
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +255,12 @@ def import_cmd(
     class_name: Annotated[str | None, typer.Option("--class", help="import the plain Python class NAME of FILE (public "
                                                    "attributes are the state, typed public methods the tools; the "
                                                    "file runs in this process)")] = None,
+    lenient_types: Annotated[bool, typer.Option("--lenient-types", help="with --class: the class's annotations are "
+                                                "advisory (state types from the loaded values, results checked only "
+                                                "as JSON); default strict")] = False,
+    map_file: Annotated[Path | None, typer.Option("--map", help="with a folder: a TOML or JSON file of per-file options "
+                                                  "([files.\"x.py\"] name, domain, initial_state, state_model, "
+                                                  "api_class, class, tasks, scenarios, skip); docs/authoring.md")] = None,
 ) -> None:
     """Import existing single-file tool servers into the catalog without editing them.
 
@@ -274,7 +278,7 @@ def import_cmd(
         try:
             folder = import_class_package(file, class_name, name=name, out_dir=out, domain=domain or "utilities",
                                           initial_state=initial_state, tasks=tasks, scenarios=scenarios,
-                                          validate=validate, overwrite=overwrite)
+                                          validate=validate, overwrite=overwrite, lenient_types=lenient_types)
         except (EnvFactoryError, ValueError, OSError) as exc:
             err_console.print(f"[red]import failed: {escape(str(exc))}[/red]", soft_wrap=True)
             raise typer.Exit(1) from None
@@ -291,28 +295,39 @@ def import_cmd(
         SandboxOptions,
     )
 
-    options = ImportOptions(manifest=ManifestOptions(name=name, domain=domain or ManifestOptions.domain),
+    options = ImportOptions(manifest=ManifestOptions(name=name, domain=domain),  # None: inferred (generators.domains)
                             analysis=AnalysisHints(state_model=state_model, api_class=api_class),
                             checks=CheckOptions(validate=validate), sandbox=SandboxOptions(sandbox=sandbox),
                             output=OutputOptions(out_dir=out, overwrite=overwrite))
+    if lenient_types:
+        _fail_line("--lenient-types applies to plain classes: import FILE --class NAME --lenient-types (or "
+                   "lenient_types = true in a --map table with class = ...)")
+    if map_file is not None and not file.is_dir():
+        _fail_line("--map gives per-file options for a folder: envfactory import DIR --map FILE")
     if file.is_dir():
+        from .importer.folder import import_folder
+        from .importer.mapfile import load_import_map
+
         if name or tasks or scenarios:
-            err_console.print("[red]--name, --tasks and --scenarios apply to one file; import a folder without them[/red]")
-            raise typer.Exit(2)
-        servers = sorted(p for p in file.glob("*.py") if p.is_file() and not p.name.startswith("_"))
-        if not servers:
+            _fail_line("--name, --tasks and --scenarios apply to one file; for a folder give them per file in a "
+                       "--map file (name, domain, initial_state, state_model, class, tasks)")
+        try:
+            import_map = load_import_map(map_file, file) if map_file is not None else None
+        except EnvFactoryError as exc:
+            _fail_line(f"--map: {exc}")
+        rows = import_folder(file, options, import_map, initial_state=initial_state,
+                             on_file=lambda src: err_console.print(f"[dim]importing {escape(src.name)}[/dim]", soft_wrap=True))
+        if not any(not r.get("skipped") for r in rows):
             err_console.print(f"[red]import failed: no *.py server files in {escape(str(file))}[/red]", soft_wrap=True)
             raise typer.Exit(1)
-        rows = []
-        for src in servers:
-            state = _scenario_for(src, initial_state)
-            err_console.print(f"[dim]importing {escape(src.name)}[/dim]", soft_wrap=True)
-            rows.append(_import_one(src, dataclasses.replace(options, data=ImportData(initial_state=state))))
         _print_import_table(f"imported {file} ({len(rows)} files)", rows)
         _print_catalog_hint(out)
-        failed = sum(r["error"] is not None for r in rows)
-        console.print(f"{len(rows) - failed} of {len(rows)} imported"
-                      + (" and validated" if validate else " (not validated)") + (f"; {failed} refused" if failed else ""))
+        done_rows = [r for r in rows if not r.get("skipped")]
+        failed = sum(r["error"] is not None for r in done_rows)
+        skipped = len(rows) - len(done_rows)
+        console.print(f"{len(done_rows) - failed} of {len(done_rows)} imported"
+                      + (" and validated" if validate else " (not validated)") + (f"; {failed} refused" if failed else "")
+                      + (f"; {skipped} skipped by the map" if skipped else ""))
         raise typer.Exit(1 if failed else 0)
     row = _import_one(file, dataclasses.replace(options, data=ImportData(
         initial_state=_scenario_for(file, initial_state), tasks=tasks, scenarios=scenarios)))
@@ -344,36 +359,15 @@ def import_cmd(
 
 
 def _scenario_for(src: Path, given: Path | None) -> Path | None:
-    """The scenario JSON for server ``src`` in a folder import: ``given`` (a file, or a folder holding
-    ``<stem>.json``), else ``<stem>.json`` or ``<stem>_scenario.json`` beside the server, else ``None``."""
-    if given is not None and given.is_file():
-        return given
-    places = [given] if given is not None else []
-    places.append(src.parent)
-    for d in places:
-        for cand in (d / f"{src.stem}.json", d / f"{src.stem}_scenario.json"):
-            if cand.is_file():
-                return cand
-    return None
+    from .importer.folder import scenario_for
+
+    return scenario_for(src, given)
 
 
 def _import_one(src: Path, options: ImportOptions) -> dict[str, Any]:
-    """Import one server (:func:`~.importer.import_server_package`); a row for :func:`_print_import_table`:
-    ``{"file", "done" (an ImportedPackage or None), "error" (the refusal, or None)}``."""
-    from .importer import import_server_package
+    from .importer.folder import import_one
 
-    try:
-        done = import_server_package(src, options)
-    except PackageExistsError as exc:
-        return {"file": src, "done": None, "error": f"{exc.file} exists; pass --overwrite to replace it"}
-    except (EnvFactoryError, ValueError, OSError, ImportError) as exc:
-        return {"file": src, "done": None, "error": str(exc)}
-    report = done.validation
-    if report is not None and not (report["scenarios_passed"] == report["scenarios"] and not report["task_failures"]
-                                   and not report["lint_failures"]):
-        failures = "; ".join(f for f in report["failures"] if f not in report["coverage_failures"])
-        return {"file": src, "done": done, "error": f"imported but failed validation: {failures}"}
-    return {"file": src, "done": done, "error": None}
+    return import_one(src, options)
 
 
 def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
@@ -384,6 +378,9 @@ def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
         table.add_column(col, overflow="fold")
     for r in rows:
         done = r["done"]
+        if r.get("skipped"):
+            table.add_row(escape(r["file"].name), "-", "-", "-", "[dim]skipped (--map)[/dim]", "")
+            continue
         if done is None:
             table.add_row(escape(r["file"].name), "-", "-", "-", f"[red]refused: {escape(r['error'])}[/red]", "")
             continue
@@ -393,6 +390,9 @@ def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
         elif done.validation is not None:
             v = done.validation
             result = f"[green]imported + validated[/green] (scenarios {v['scenarios_passed']}/{v['scenarios']})"
+        elif r.get("class"):
+            result = ("[green]imported + validated[/green]" if r.get("validated") else "[yellow]imported (not validated)"
+                      "[/yellow]") + f" (class {escape(r['class'])})"
         else:
             result = "[yellow]imported (not validated)[/yellow]"
         notes = []
@@ -400,6 +400,8 @@ def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
             notes.append("no-op writes observed: " + ", ".join(done.noop_writes))
         if done.reclassified:
             notes.append("read-only (probe saw no change): " + ", ".join(done.reclassified))
+        if done.validation is not None and done.validation.get("coverage_failures"):  # warnings, as in validate
+            notes.append("warnings: " + "; ".join(done.validation["coverage_failures"]))
         table.add_row(escape(r["file"].name), escape(done.name), str(len(done.tools)), f"{len(done.tools) - writes}/{writes}", result,
                       escape("; ".join(notes)))
     console.print(table)
@@ -409,7 +411,8 @@ def _print_import_table(title: str, rows: list[dict[str, Any]]) -> None:
 def print_task_stats(stats: dict[str, Any]) -> None:
     """Print QueryGen's statistics (``querygen.task_statistics``) as rich tables: tasks, turns per
     task, steps per turn, calls, clarification share, state fallbacks, drop reasons, LLM usage."""
-    table = Table(title="QueryGen")
+    writer = f" ({stats['writer']} writer, {stats.get('style', '')}-style)" if stats.get("writer") else ""
+    table = Table(title=f"QueryGen{writer}")
     table.add_column("statistic")
     table.add_column("value", justify="right")
     rows = [("chains", stats["chains"]), ("tasks written", stats["tasks"]),
@@ -420,7 +423,11 @@ def print_task_stats(stats: dict[str, Any]) -> None:
             ("clarification share (turns)", stats["clarification_turn_share"]),
             ("resumed chains", stats.get("resumed_chains", 0))]
     rows += [(f"state: {k}", v) for k, v in stats.get("state", {}).items()]
-    rows += [(f"dropped: {k}", v) for k, v in stats.get("drop_reasons", {}).items()]
+    drops = sorted(stats.get("drop_reasons", {}).items(), key=lambda kv: -kv[1])
+    if len(drops) > 12:  # many environments (--all): the most frequent; every reason is in the statistics JSON
+        drops = drops[:11] + [(f"{len(drops) - 11} other reasons (see {stats.get('stats_path', 'the statistics')})",
+                               sum(v for _, v in drops[11:]))]
+    rows += [(f"dropped: {k}", v) for k, v in drops]
     rows += [(f"note: {k}", v) for k, v in stats.get("notes", {}).items()]
     for name, value in rows:
         table.add_row(escape(str(name)), str(value))
@@ -480,9 +487,16 @@ def endpoint_failure_line(outcomes: list[Any], base_url: str | None) -> str | No
 
 @gen_app.command("tasks")
 def gen_tasks(
-    envs: Annotated[list[str], typer.Argument(help="environment names or gym ids")],
+    envs: Annotated[list[str] | None, typer.Argument(help="environment names or gym ids")] = None,
+    all_envs: Annotated[bool, typer.Option("--all", help="every environment of the catalog")] = False,
+    writer: Annotated[str, typer.Option("--writer", help="llm: QueryGen's LLM stages and pass@k solving (needs "
+                                        "--model); template: instruction-style tasks from the executed chains, no "
+                                        "LLM, --n tasks per environment, each scored 1.0 by the oracle")] = "llm",
     preset: Annotated[str, typer.Option("--preset", help="sft-conv | sft-non-conv | rl-non-conv")] = "sft-conv",
-    n: Annotated[int, typer.Option("--n", min=1, help="chains to sample (each becomes at most one task)")] = 20,
+    n: Annotated[int, typer.Option("--n", min=1, help="solvable chains to sample (each becomes at most one task); "
+                                   "with --writer template: tasks per environment")] = 20,
+    budget: Annotated[int | None, typer.Option("--budget", min=1, help="chain checks at most (per environment with "
+                                               "--writer template); default 10 n + 50")] = None,
     model: Annotated[str | None, typer.Option("--model", envvar="ENVFACTORY_MODEL", help="model id (or $ENVFACTORY_MODEL)")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible base URL")] = None,
     api_key_env: Annotated[str, typer.Option("--api-key-env", help="environment variable holding the API key")] = "OPENAI_API_KEY",
@@ -504,21 +518,34 @@ def gen_tasks(
     """QueryGen (arXiv 2605.18703 §3.4): sample tool chains and turn them into verified multi-turn tasks
     (scenario, initial state, turns, refinement, pass@k solving); writes tasks.jsonl, their verified
     trajectories and statistics."""
+    from gym_envfactory.environment.catalog import get_environment, list_environments, strip_gym_id
+
+    if writer not in ("llm", "template"):
+        _fail_line(f"--writer must be llm or template, not {writer!r}")
+    if all_envs == bool(envs):
+        _fail_line("give environment names or --all (not both)")
+    if writer == "template":
+        need_extras("gen tasks --writer template", "synthesis")
+        try:
+            names = [get_environment(strip_gym_id(e)).name for e in (list_environments() if all_envs else envs or [])]
+        except EnvFactoryError as exc:
+            _fail_line(str(exc))
+        raise typer.Exit(run_template_writer(names, n=n, seed=seed, budget=budget, out=out, graph=graph,
+                                             checkpoint_dir=checkpoint_dir))
     need_extras("gen tasks", "gen", "synthesis")
     from rich.progress import Progress
 
-    from gym_envfactory.environment.catalog import get_environment, strip_gym_id
     from gym_envfactory.llm.client import LLMConfig
 
     from .tasks.querygen import QueryGen, QueryGenOptions, get_preset, write_tasks
 
     if not model:
-        _fail_line("give --model (or set ENVFACTORY_MODEL)")
+        _fail_line("give --model (or set ENVFACTORY_MODEL), or --writer template to write tasks without an LLM")
     if structured_output not in ("none", "json_schema", "json_object"):
         _fail_line(f"--structured-output must be none, json_schema or json_object, not {structured_output!r}")
     try:
         chosen = get_preset(preset)
-        names = [get_environment(strip_gym_id(e)).name for e in envs]
+        names = [get_environment(strip_gym_id(e)).name for e in (list_environments() if all_envs else envs or [])]
         options = QueryGenOptions(preset=chosen, k=k, seed=seed, checkpoint_dir=checkpoint_dir / "chains",
                                   concurrency=concurrency)
         config = LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env, seed=seed,
@@ -534,11 +561,20 @@ def gen_tasks(
     try:
         if chains_file is not None:
             chains = sampler.read_chains(chains_file)
+            chains = [c for c in chains if set(c.envs) <= set(names)][:n]
+            if len(chains) < n:
+                console.print(f"{chains_file} holds {len(chains)} chain(s) over {', '.join(names)}, not the {n} asked",
+                              style="yellow", markup=False, highlight=False, soft_wrap=True)
         else:
+            from .tasks.solvable import sample_solvable
+
             G = graph_mod.load_graph(graph) if graph is not None else \
                 graph_mod.build_graph(names, cache_dir=checkpoint_dir / "embeddings")
-            chains = sampler.sample_chains(G, n, seed=seed, envs=names)  # drawn inside ENV...: --n honoured
-        chains = [c for c in chains if set(c.envs) <= set(names)][:n]
+            # drawn inside ENV... and checked until --n run (issue 27 part 3): the report says why any are missing
+            found = sample_solvable(G, n, seed=seed, envs=names, budget=budget)
+            chains = found.chains
+            console.print(f"chains: {found.summary()}", style=None if found.kept >= n else "yellow", markup=False,
+                          highlight=False, soft_wrap=True)
     except (EnvFactoryError, ValueError, OSError) as exc:
         _fail_line(str(exc))
     if not chains:
@@ -559,3 +595,51 @@ def gen_tasks(
     console.print(f"wrote {stats['tasks']} task(s) to {out}; verified trajectories: {stats['trajectories_path']} "
                   f"({stats['trajectories']}); statistics: {stats['stats_path']}", highlight=False, markup=False)
     raise typer.Exit(0 if stats["tasks"] else 1)
+
+
+def run_template_writer(names: list[str], *, n: int, seed: int, budget: int | None, out: Path, graph: Path | None,
+                        checkpoint_dir: Path) -> int:
+    """``envfactory gen tasks --writer template``: ``n`` instruction-style tasks per environment of
+    ``names`` (:func:`~.tasks.template.generate_template_tasks`), written with their oracle trajectories and
+    statistics by :func:`~.tasks.querygen.write_tasks`; prints ``ENV: kept K of N (why dropped: ...)`` per
+    environment and the statistics.  Returns the exit code: 0 when tasks were written, 1 when none were."""
+    from rich.progress import Progress, TaskID
+
+    from .tasks import graph as graph_mod
+    from .tasks.querygen import write_tasks
+    from .tasks.template import STYLE, WRITER, TemplateOptions, generate_template_tasks
+
+    try:
+        G = graph_mod.load_graph(graph) if graph is not None else \
+            graph_mod.build_graph(names, cache_dir=checkpoint_dir / "embeddings")
+    except (EnvFactoryError, ValueError, OSError) as exc:
+        _fail_line(str(exc))
+    options = TemplateOptions(seed=seed, budget=budget)
+    results = []
+    with Progress(console=err_console, transient=True) as bar:
+        for name in names:
+            job = bar.add_task(f"template writer: {name}", total=n)
+
+            def advance(kept: int, job: TaskID = job) -> None:
+                bar.update(job, completed=kept)
+
+            try:
+                results.append(generate_template_tasks(G, name, n, options, progress=advance))
+            except (EnvFactoryError, ValueError) as exc:
+                _fail_line(f"{name}: {exc}")
+    outcomes = [o for r in results for o in r.outcomes]
+    per_env = {r.env: r.summary() for r in results}
+    stats = write_tasks(outcomes, out, extra={"writer": WRITER, "style": STYLE, "seed": seed, "requested_per_env": n,
+                                              "per_environment": per_env})
+    print_task_stats(stats)
+    for r in results:
+        assert r.sample is not None
+        s = per_env[r.env]
+        splits = " / ".join(f"{k} {v}" for k, v in s["splits"].items())
+        console.print(f"{r.env}: {r.sample.summary()}; {s['state_changing']} state-changing, {s['multi_turn']} "
+                      f"multi-turn, {s['clarification']} with a clarification turn; {splits or 'no tasks'}",
+                      style=None if r.sample.kept >= n else "yellow", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"wrote {stats['tasks']} {STYLE}-style task(s) ({WRITER} writer, no LLM) to {out}; oracle "
+                  f"trajectories: {stats['trajectories_path']} ({stats['trajectories']}); statistics: {stats['stats_path']}",
+                  highlight=False, markup=False, soft_wrap=True)
+    return 0 if stats["tasks"] else 1

@@ -36,6 +36,16 @@ def test_masked_arguments_ignored_and_invalid_never_match():
     assert match_calls([("note", None)], g) == [None]
 
 
+def test_masked_arguments_are_per_ground_truth_call():
+    """masked_arguments (EnvFactory's reward_model.ground_truth): keys the reward ignores for that call only;
+    a call differing in a masked key matches, one differing in an unmasked key does not."""
+    g = gt(("search", {"query": "rooms", "limit": 5}, ["limit"]), ("search", {"query": "flights", "limit": 5}, []))
+    assert match_calls([("search", {"query": "rooms", "limit": 10})], g) == [0, None]
+    assert match_calls([("search", {"query": "rooms"})], g) == [0, None]  # a masked key left out
+    assert match_calls([("search", {"query": "flights", "limit": 10})], g) == [None, None]
+    assert match_calls([("search", {"query": "hotels", "limit": 5})], g) == [None, None]
+
+
 def test_numbers_compare_by_value_bools_are_not_numbers():
     assert values_equal({"a": [5]}, {"a": [5.0]})
     assert not values_equal(True, 1) and not values_equal({"a": 1}, {"a": 1, "b": 2})

@@ -13,6 +13,9 @@ The runtime never imports this package.  Each part needs its extra:
   multi-turn tasks played with the trainer's model.
 - :mod:`.verl` (``pip install ".[train-verl]"``): the VeRL agent loop ``envfactory_agent``, Hydra GRPO
   configs and a launch script.
+- :mod:`.openenv` (``pip install ".[server]"``; clients: ``".[openenv]"``): OpenEnv's HTTP/WebSocket protocol,
+  mounted by ``envfactory serve`` at ``/openenv/<Env>`` (the ``envfactory.routes`` entry point).
+- :mod:`.skyrl` (``pip install ".[skyrl]"``): SkyRL-gym text environments (``register_environments``).
 - :mod:`.episodes`: token-faithful episodes (generated ids kept, observation tokens masked) for any
   trainer that generates with its own model.
 - :mod:`.export` (``pip install ".[export]"`` for parquet): training data from environments, VeRL RL rows

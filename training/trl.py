@@ -205,16 +205,16 @@ def environment_class(env_id: str, *, compact: bool = False, **env_kwargs: Any) 
 
 
 def prompt_key(messages: Any) -> str:
-    """A stable key for a prompt's messages (role, content, name, tool call id, tool calls; absent and
-    null fields alike), so a prompt coming back from a ``datasets`` table finds its row."""
+    """A stable key for a prompt's messages, so a prompt coming back from a ``datasets`` table finds its
+    row: the messages as a chat template sees them in an exported parquet file
+    (:func:`~gym_envfactory.training.export.rl.template_messages`: role and content, tool calls as
+    Hermes blocks; absent and null fields alike), so the structured rows of ``rl_rows`` and the rows read
+    back from parquet give the same key."""
+    from gym_envfactory.training.export.rl import template_messages
+
     if isinstance(messages, str):
         return messages
-    out = []
-    for m in messages:
-        calls = m.get("tool_calls") or None
-        out.append([m.get("role"), m.get("content") or "", m.get("name"), m.get("tool_call_id"),
-                    json.dumps(calls, sort_keys=True, default=str) if calls else None])
-    return json.dumps(out, ensure_ascii=False)
+    return json.dumps([[m["role"], m["content"]] for m in template_messages(messages)], ensure_ascii=False)
 
 
 def rollout_function(rows: Sequence[Mapping[str, Any]], *, max_steps: int = 8, max_new_tokens: int = 128,

@@ -4,7 +4,8 @@ rollouts (``trajectories.jsonl``), for people debugging what a policy did (issue
 Installed as ``gym_envfactory.ui``; an outside part like ``generators/``: it imports the runtime, the
 runtime never imports it (docs/architecture.md, "Layers").  Needs the ``server`` extra (Starlette and
 uvicorn); the tool graph picture also needs the ``synthesis`` extra.  Pages are server-rendered HTML
-with inline CSS: no JavaScript, no front-end build step, nothing loaded from the network.
+with inline CSS and one small dependency-free script (sorting tables): no front-end build step, nothing
+loaded from the network.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ def ui_cmd(
         "--token-file", help="read a bearer token from this file (first line; keep it mode 0600): every page then needs Authorization: Bearer <token>")] = None,
     tasks_files: Annotated[list[Path] | None, typer.Option(
         "--tasks", help="a tasks file (JSON Lines, e.g. from `envfactory gen tasks`): the environments its tasks name show them in place of their own; repeatable")] = None,
+    training_logs: Annotated[list[Path] | None, typer.Option(
+        "--training-log", help="a training log for the Training page: JSON Lines with a 'step' per line (gym_envfactory.training.log.TrainingLog), the recipe's result JSON or a trainer_state.json; repeatable")] = None,
 ) -> None:
     """Browse the catalog, environments (tools, states, tasks), the tool graph and rollouts in a web browser."""
     try:
@@ -40,6 +42,7 @@ def ui_cmd(
     from gym_envfactory.cli.tasks import read_tasks_option
     from gym_envfactory.errors import InsecureBindError
     from gym_envfactory.ui.rollouts import read_rollouts
+    from gym_envfactory.ui.traininglog import read_training_log
 
     token = read_token_file(token_file) if token_file is not None else None
     tasks = read_tasks_option(tasks_files, None) if tasks_files else None  # a bad line: one line, exit 1
@@ -51,12 +54,18 @@ def ui_cmd(
             raise typer.Exit(1) from None
         for why in [*(e.problem for e in found.episodes if e.problem is not None), *found.notes]:
             typer.echo(f"envfactory ui: warning: {why}", err=True)  # shown on its page too; the rest is served
+    for p in training_logs or []:
+        try:
+            read_training_log(p)  # fail now, naming the file and line
+        except Exception as exc:  # noqa: BLE001 - DatasetError, shown as one line
+            typer.echo(f"envfactory ui: {exc}", err=True)
+            raise typer.Exit(1) from None
     if graph is not None and not graph.is_file():
         typer.echo(f"envfactory ui: no graph file {graph}", err=True)
         raise typer.Exit(1)
     try:
         app = create_app(rollouts or [], graph_file=graph, check_images=not no_images, host=host, token=token,
-                         tasks=tasks)
+                         tasks=tasks, training_logs=training_logs or [])
     except InsecureBindError as exc:
         typer.echo(f"envfactory ui: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -1,6 +1,7 @@
 """HTML for ``envfactory ui``: one function per page, each returning a whole document as text.
 
-Server-rendered, inline CSS, no scripts: what the browser shows is what these functions wrote, so a
+Server-rendered, inline CSS, one small script that only sorts tables (:data:`SORT_SCRIPT`): what the
+browser shows is what these functions wrote, so a
 test can check a page by its text.  Every value from a file or a tool is escaped (``html.escape``).
 """
 
@@ -10,13 +11,10 @@ import html
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
-from gym_envfactory.reward import REWARD_COMPONENTS
-from gym_envfactory.ui.rollouts import Episode, split_turns
-
-__all__ = ["page", "catalog_page", "environment_page", "task_page", "state_page", "graph_page",
-           "rollouts_page", "episode_page", "error_page"]
+__all__ = ["page", "table", "url", "esc", "catalog_page", "environment_page", "task_page", "state_page", "graph_page",
+           "graph_building_page", "error_page", "SORT_SCRIPT"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -28,7 +26,36 @@ font-size:12px;max-height:28em;white-space:pre-wrap;overflow-wrap:anywhere}.tag{
 margin-right:3px}.write{background:#fde2e1}.read{background:#e1f5e4}.err{color:#b42318;font-weight:600}
 .ok{color:#067647}.turn{border-left:4px solid #9fb3c8;padding-left:1em;margin:1em 0}
 .msg{margin:.4em 0}.role{font-weight:600;margin-right:.5em}.muted{color:#667085}
+.filters,.compare-form{margin:.6em 0;display:flex;flex-wrap:wrap;gap:.4em;align-items:center}
+.stats{display:flex;gap:2em;align-items:flex-start}.nav a{margin-right:.3em}
+table.sortable th{cursor:pointer}th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}
+tr.better td.diff{background:#d1fadf;font-weight:600}tr.worse td.diff{background:#fee4e2;font-weight:600}
+tr.only td{color:#667085;font-style:italic}tr.pair-missed>td{background:#fef3f2}tr.pair-surplus>td{background:#fffaeb}
+tr.pair-differs>td:first-child{border-left:4px solid #f79009}tr.pair-same>td:first-child{border-left:4px solid #12b76a}
+table.argdiff td{border:none;padding:0 6px;font-size:12px}.arg-differs td,.arg-missing td,.arg-extra td,.arg-unparsed td{background:#fee4e2}
+.arg-masked td{color:#98a2b3}.assistant{border-left:2px solid #d0d7de;padding-left:.6em}.call{margin:.3em 0 .3em 1em}
+.call pre{margin:.2em 0}details.result summary{cursor:pointer}.plot{margin:.6em 0}.plot.small{display:inline-block;margin-right:1em}
 """
+
+#: Sorts any ``table.sortable`` by a click on a header (numbers by value, text alphabetically; a second click
+#: reverses), and on load by ``#sort=N`` or ``#sort=-N`` (column N from 0, ``-`` descending; ``@T`` picks the
+#: T-th sortable table), so a sorted view is a link.  A cell's ``data-v`` overrides its text as the sort value.
+SORT_SCRIPT = """(function(){
+function v(td){var t=td.getAttribute('data-v');if(t===null)t=td.textContent.trim();
+ return /^[-+]?[0-9]*[.]?[0-9]+(e[-+]?[0-9]+)?$/i.test(t)?parseFloat(t):t.toLowerCase();}
+function sortBy(table,col,desc){var body=table.tBodies[0],rows=Array.prototype.slice.call(body.rows);
+ rows.sort(function(a,b){var x=v(a.cells[col]),y=v(b.cells[col]),c;
+  if(typeof x===typeof y){c=x<y?-1:x>y?1:0;}else{c=typeof x==='number'?-1:1;}return desc?-c:c;});
+ rows.forEach(function(r){body.appendChild(r);});
+ var ths=table.tHead.rows[0].cells;for(var i=0;i<ths.length;i++){ths[i].removeAttribute('aria-sort');}
+ ths[col].setAttribute('aria-sort',desc?'descending':'ascending');}
+var tables=document.querySelectorAll('table.sortable');
+Array.prototype.forEach.call(tables,function(t){var ths=t.tHead.rows[0].cells;
+ Array.prototype.forEach.call(ths,function(th,i){th.title='sort by this column';
+  th.addEventListener('click',function(){sortBy(t,i,th.getAttribute('aria-sort')==='ascending');});});});
+var m=/^#sort=(-?)([0-9]+)(?:@([0-9]+))?$/.exec(location.hash);
+if(m){var t=tables[m[3]?+m[3]:0];if(t&&+m[2]<t.tHead.rows[0].cells.length)sortBy(t,+m[2],m[1]==='-');}
+})();"""
 
 
 def esc(value: Any) -> str:
@@ -36,7 +63,8 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _url(*parts: str) -> str:
+def url(*parts: str) -> str:
+    """An absolute path of URL-quoted ``parts`` (``url("env", "A/B")`` is ``/env/A%2FB``)."""
     return "/" + "/".join(quote(p, safe="") for p in parts)
 
 
@@ -44,18 +72,22 @@ def _json(value: Any) -> str:
     return f"<pre>{esc(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False))}</pre>"
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, cls: str = "", raw_headers: bool = False) -> str:
+    """A ``<table>`` with a ``<thead>`` of ``headers`` (escaped unless ``raw_headers``) and a ``<tbody>`` of
+    ``rows`` (cells already HTML); ``cls`` its class (``sortable``: :data:`SORT_SCRIPT` sorts it)."""
+    head = "".join(f"<th>{h if raw_headers else esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<table{f' class={chr(39)}{cls}{chr(39)}' if cls else ''}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def page(title: str, body: str) -> str:
-    """A whole HTML document: the navigation bar, ``<h1>`` = ``title``, then ``body`` (already HTML)."""
-    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+def page(title: str, body: str, head: str = "") -> str:
+    """A whole HTML document: the navigation bar, ``<h1>`` = ``title``, then ``body`` (already HTML);
+    ``head``: more elements for ``<head>`` (already HTML)."""
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{head}"
             f"<title>{esc(title)} · envfactory</title><style>{_CSS}</style></head><body>"
-            "<header><a href='/'>Catalog</a><a href='/rollouts'>Rollouts</a></header>"
-            f"<main><h1>{esc(title)}</h1>{body}</main></body></html>\n")
+            "<header><a href='/'>Catalog</a><a href='/rollouts'>Rollouts</a><a href='/training'>Training</a></header>"
+            f"<main><h1>{esc(title)}</h1>{body}</main>"
+            f"<script>{SORT_SCRIPT}</script></body></html>\n")
 
 
 def error_page(status: int, message: str) -> str:
@@ -71,12 +103,13 @@ def catalog_page(rows: Sequence[dict[str, Any]]) -> str:
     total_tasks = sum(r["tasks"] for r in rows)
     body = [f"<p>{len(rows)} environments in {len(domains)} domains ({esc(', '.join(domains))}); "
             f"{total_tools} tools, {total_tasks} tasks.</p>"]
-    table_rows = [[f"<a href='{_url('env', r['name'])}'>{esc(r['name'])}</a>", esc(r["domain"]),
+    table_rows = [[f"<a href='{url('env', r['name'])}'>{esc(r['name'])}</a>", esc(r["domain"]),
                    f"{r['tools']} ({r['writes']} writes)", f"{r['tasks']} ({r['multi_turn']} multi-turn)",
                    esc(", ".join(f"{k} {v}" for k, v in sorted(r["splits"].items()))),
                    esc(", ".join(r["states"])), esc(r["image"])]
                   for r in sorted(rows, key=lambda r: (r["domain"], r["name"]))]
-    body.append(_table(["environment", "domain", "tools", "tasks", "splits", "initial states", "image"], table_rows))
+    body.append(table(["environment", "domain", "tools", "tasks", "splits", "initial states", "image"], table_rows,
+                      cls="sortable"))
     return page("Catalog", "".join(body))
 
 
@@ -87,7 +120,7 @@ def environment_page(spec: Any, *, state_sizes: dict[str, str], graph_available:
     b = [f"<p>{esc(spec.description)}</p>",
          f"<p class='muted'>domain {esc(spec.domain)} · version {esc(spec.version)} · gym id "
          f"<code>{esc(spec.gym_id)}</code> · {len(tools)} tools · {len(tasks)} tasks</p>"]
-    b.append(f"<p><a href='{_url('env', spec.name, 'graph')}'>Tool graph</a>"
+    b.append(f"<p><a href='{url('env', spec.name, 'graph')}'>Tool graph</a>"
              + ("" if graph_available else " <span class='muted'>(needs the synthesis extra)</span>") + "</p>")
     b.append("<h2>Tools</h2>")
     rows = []
@@ -104,19 +137,19 @@ def environment_page(spec: Any, *, state_sizes: dict[str, str], graph_available:
                      f"<pre>{esc(t.description)}</pre><b>input schema</b>{_json(t.input_schema)}"
                      + (f"<b>output schema</b>{_json(t.output_schema)}" if t.output_schema else "")
                      + "</details>"])
-    b.append(_table(["tool", "annotations", "description and schemas"], rows))
+    b.append(table(["tool", "annotations", "description and schemas"], rows))
     b.append("<h2>Initial states</h2>")
-    b.append(_table(["state", "size"], [[f"<a href='{_url('env', spec.name, 'state', s)}'>{esc(s)}</a>",
+    b.append(table(["state", "size"], [[f"<a href='{url('env', spec.name, 'state', s)}'>{esc(s)}</a>",
                                          esc(state_sizes.get(s, ""))] for s in spec.initial_state_names()]))
     b.append("<h2>Tasks</h2>")
     trows = []
     for t in tasks:
         envs = t.envs or [spec.name]
         first = t.turns[0].user
-        trows.append([f"<a href='{_url('env', spec.name, 'task', t.task_id)}'>{esc(t.task_id)}</a>", esc(t.split),
+        trows.append([f"<a href='{url('env', spec.name, 'task', t.task_id)}'>{esc(t.task_id)}</a>", esc(t.split),
                       str(len(t.turns)), esc(", ".join(e for e in envs if e)),
                       esc(first if len(first) <= 140 else first[:137] + "...")])
-    b.append(_table(["task", "split", "turns", "environments", "first user message"], trows))
+    b.append(table(["task", "split", "turns", "environments", "first user message"], trows, cls="sortable"))
     return page(spec.name, "".join(b))
 
 
@@ -124,9 +157,11 @@ def task_page(spec: Any, task: Any) -> str:
     """One task: its initial state reference, then per turn the user message, the ground-truth calls
     and the expected outputs."""
     envs = task.envs or [spec.name]
-    links = ", ".join(f"<a href='{_url('env', e)}'>{esc(e)}</a>" for e in envs)
+    links = ", ".join(f"<a href='{url('env', e)}'>{esc(e)}</a>" for e in envs)
+    episodes = "/rollouts?" + urlencode({"task": task.task_id, "env": spec.name})
     b = [f"<p class='muted'>environment{'s' if len(envs) > 1 else ''} {links} · split "
-         f"{esc(task.split)} · {len(task.turns)} turns</p>",
+         f"{esc(task.split)} · {len(task.turns)} turns · <a href='{esc(episodes)}'>its episodes in the loaded "
+         "rollouts</a></p>",
          f"<p>initial state: <code>{esc(json.dumps(task.initial_state))}</code></p>"]
     for i, turn in enumerate(task.turns):
         calls = "".join(f"<li><code>{esc(c.name)}</code> <code>{esc(json.dumps(c.arguments, ensure_ascii=False))}</code>"
@@ -144,109 +179,35 @@ def state_page(spec: Any, name: str, state: Any) -> str:
     """One initial state: record counts per top-level field, then the JSON."""
     counts = [[esc(k), esc(len(v) if isinstance(v, (list, dict)) else v)] for k, v in state.items()]
     return page(f"{spec.name}: state {name}",
-                f"<p><a href='{_url('env', spec.name)}'>back to {esc(spec.name)}</a></p>"
-                + _table(["field", "records or value"], counts) + _json(state))
+                f"<p><a href='{url('env', spec.name)}'>back to {esc(spec.name)}</a></p>"
+                + table(["field", "records or value"], counts) + _json(state))
 
 
-def graph_page(env_name: str, svg: str | None, rows: Sequence[dict[str, Any]], note: str = "") -> str:
-    """The tool graph around one environment: the picture (inline SVG) and its ``output → input`` links."""
-    b = [f"<p><a href='{_url('env', env_name)}'>back to {esc(env_name)}</a></p>"]
+def graph_page(env_name: str, picture: str, rows: Sequence[dict[str, Any]], kinds: Sequence[tuple[str, str, int]],
+               note: str = "") -> str:
+    """The tool graph around one environment: the picture (inline SVG, :mod:`gym_envfactory.ui.graphview`),
+    the edge kinds with their counts (``(kind, legend text, count)``), and the ``output → input`` links
+    (``producer``, ``output``, ``consumer``, ``input``, ``score``, ``origin``, ``kind``), sortable, grouped by kind."""
+    b = [f"<p><a href='{url('env', env_name)}'>back to {esc(env_name)}</a></p>"]
     if note:
         b.append(f"<p class='muted'>{esc(note)}</p>")
-    if svg:
-        b.append(f"<div class='graph'>{svg[svg.find('<svg'):]}</div>")
-    b.append("<h2>Links</h2>")
-    b.append(_table(["producer", "output", "consumer", "input", "score", "origin"],
-                    [[esc(r["producer"]), esc(r["output"]), esc(r["consumer"]), esc(r["input"]),
-                      f"{r['score']:.3f}", esc(r["origin"])] for r in rows]))
+    b.append(f"<div class='graph'>{picture}</div>")
+    b.append("<h2>Links by kind</h2>")
+    b.append(table(["kind", "what", "links"], [[f"<code>{esc(k)}</code>", esc(t), str(n)] for k, t, n in kinds]))
+    order = {k: i for i, (k, _, _) in enumerate(kinds)}
+    b.append(table(["kind", "producer", "output", "consumer", "input", "score", "origin"],
+                   [[esc(r["kind"]), esc(r["producer"]), esc(r["output"]), esc(r["consumer"]), esc(r["input"]),
+                     f"{r['score']:.3f}", esc(r["origin"])]
+                    for r in sorted(rows, key=lambda r: (order.get(r["kind"], 99), -r["score"]))], cls="sortable links"))
     return page(f"Tool graph: {env_name}", "".join(b))
 
 
-def rollouts_page(files: Sequence[tuple[str, Sequence[Episode] | str, Sequence[str]]]) -> str:
-    """Every loaded rollout file (``(name, episodes, notes)``) and its episodes, with reward, steps and
-    errors; a file that does not load (a string: the error naming its line) is shown as that error; a
-    malformed record (``Episode.problem``) is a row saying so, listed under the table; ``notes`` (a
-    skipped incomplete last line) follow."""
-    if not files:
-        return page("Rollouts", "<p>No rollout file loaded: start with <code>envfactory ui --rollouts "
-                                "trajectories.jsonl</code> (written by <code>envfactory rollout --out</code>).</p>")
-    b = []
-    for fi, (name, eps, notes) in enumerate(files):
-        if isinstance(eps, str):
-            b.append(f"<h2>{esc(name)}</h2><p class='err'>{esc(eps)}</p>")
-            continue
-        shown = [e for e in eps if e.problem is None]
-        rewards = [float(rw) for e in shown if isinstance(rw := e.record.get("reward"), (int, float))]
-        mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "n/a"
-        malformed = len(eps) - len(shown)
-        b.append(f"<h2>{esc(name)}</h2><p>{len(eps)} episodes"
-                 f"{f' ({malformed} malformed)' if malformed else ''}, mean reward {mean}</p>")
-        rows = []
-        for ei, e in enumerate(eps):
-            r = e.record
-            rw = r.get("reward")
-            reward = ("<span class='err'>malformed</span>" if e.problem is not None
-                      else f"{float(rw):.3f}" if isinstance(rw, (int, float)) else "n/a")
-            rows.append([f"<a href='{_url('rollouts', str(fi), str(ei))}'>{esc(r.get('task_id', '?'))}</a>",
-                         esc(r.get("env", "")), esc(r.get("policy", "")), reward, esc(r.get("steps", "")),
-                         esc(len(r.get("errors") or []))])
-        b.append(_table(["task", "environment", "policy", "reward", "steps", "errors"], rows))
-        problems = [e.problem for e in eps if e.problem is not None]
-        if problems:
-            b.append("<ul>" + "".join(f"<li class='err'>{esc(x)}</li>" for x in problems) + "</ul>")
-        for note in notes:
-            b.append(f"<p class='muted'>note: {esc(note)}</p>")
-    return page("Rollouts", "".join(b))
-
-
-def _components_table(c: dict[str, Any]) -> str:
-    keys = [k for k in REWARD_COMPONENTS if k != "vacuous"] + ["matched", "n_ground_truth", "surplus", "invalid"]
-    cells = [[esc(k), esc(f"{c[k]:.3f}" if isinstance(c.get(k), float) else c.get(k))] for k in keys if k in c]
-    extra = [[esc(k), esc(", ".join(map(str, v)) if isinstance(v, list) else v)]
-             for k in ("vacuous", "missed") if (v := c.get(k))]
-    return _table(["component", "value"], cells + extra)
-
-
-def episode_page(episode: Episode, fi: int, ei: int) -> str:
-    """One episode, turn by turn: the user message, the assistant's messages, each tool call with its
-    arguments, result and typed error, the turn's reward components; then the episode's components and
-    its state diff against the ground truth."""
-    r = episode.record
-    raw_comps = r.get("components")
-    comps: dict[str, Any] = raw_comps if isinstance(raw_comps, dict) else {}
-    preamble, turns = split_turns(r)
-    rw = r.get("reward")
-    b = [f"<p class='muted'>{esc(episode.file)} line {episode.line} · environment {esc(r.get('env', '?'))} · "
-         f"policy {esc(r.get('policy', '?'))} · seed {esc(r.get('seed', ''))} · steps {esc(r.get('steps', ''))} · "
-         f"terminated {esc(r.get('terminated', ''))} · truncated {esc(r.get('truncated', ''))}</p>",
-         f"<p>reward <b>{f'{float(rw):.3f}' if isinstance(rw, (int, float)) else 'n/a'}</b></p>"]
-    if r.get("perturbations"):
-        b.append(f"<p class='muted'>perturbations: {esc(', '.join(map(str, r['perturbations'])))}</p>")
-    for m in preamble:
-        b.append(f"<details><summary>{esc(m.get('role', ''))} message</summary><pre>{esc(m.get('content', ''))}</pre></details>")
-    for t in turns:
-        b.append(f"<div class='turn'><h2>Turn {t.index}</h2>"
-                 f"<div class='msg'><span class='role'>user</span>{esc(t.user)}</div>")
-        for m in t.messages:
-            if m.get("role") == "assistant" and m.get("content"):
-                b.append(f"<div class='msg'><span class='role'>assistant</span>{esc(m['content'])}</div>")
-        if t.calls:
-            rows = [[f"<code>{esc(c.name)}</code>", f"<code>{esc(c.arguments)}</code>",
-                     (f"<span class='err'>{esc(c.error)}</span>" if c.error else "<span class='ok'>ok</span>"),
-                     f"<pre>{esc(c.result if c.result is not None else '(no result)')}</pre>"] for c in t.calls]
-            b.append(_table(["tool call", "arguments", "outcome", "result"], rows))
-        if t.components:
-            b.append("<b>turn reward</b>" + _components_table(t.components))
-        b.append("</div>")
-    b.append("<h2>Episode reward</h2>" + _components_table(comps))
-    diff = comps.get("state_diff") or []
-    b.append("<h2>State diff against the ground truth</h2>")
-    if diff:
-        b.append(_table(["path", "expected", "actual"],
-                        [[f"<code>{esc(d.get('path', ''))}</code>", f"<code>{esc(d.get('expected', ''))}</code>",
-                          f"<code>{esc(d.get('actual', ''))}</code>"] for d in diff if isinstance(d, dict)]))
-    else:
-        b.append("<p class='ok'>no difference: the final state equals the ground truth's</p>")
-    if r.get("errors"):
-        b.append("<h2>Errors</h2><ul>" + "".join(f"<li>{esc(e)}</li>" for e in r["errors"]) + "</ul>")
-    return page(f"Episode {r.get('task_id', '?')}", "".join(b))
+def graph_building_page(env_name: str, seconds: float, refresh_s: int = 2) -> str:
+    """Shown while the tool graph is being built (a background thread): how long it has been building;
+    the page reloads itself every ``refresh_s`` seconds until the graph is ready (no script needed)."""
+    return page(f"Tool graph: {env_name}",
+                f"<p class='building'>Building the tool graph over the catalog… {seconds:.0f} s so far (about a "
+                "minute on 2 CPU cores with the embedding model; pass <code>--graph graph.json</code> from "
+                "<code>envfactory graph build</code> to skip this). This page reloads itself every "
+                f"{int(refresh_s)} s.</p><p><a href='{url('env', env_name)}'>back to {esc(env_name)}</a></p>",
+                head=f"<meta http-equiv='refresh' content='{int(refresh_s)}'>")

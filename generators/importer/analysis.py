@@ -157,6 +157,81 @@ def _mutates_self(cls: type, method: str, seen: set[str] | None = None) -> bool:
     return False
 
 
+def _root_attr(node: ast.AST, roots: Mapping[str, str | None], self_name: str) -> tuple[bool, str | None]:
+    """(rooted, attribute): whether ``node`` is rooted at ``self`` or a local alias of part of it, and the
+    ``self`` attribute it reaches (``self.orders[k].status`` → ``orders``; ``None`` when unknown)."""
+    chain: list[ast.AST] = []
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        chain.append(node)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in roots:
+        return False, None
+    if node.id != self_name:
+        return True, roots[node.id]
+    last = chain[-1] if chain else None
+    return True, last.attr if isinstance(last, ast.Attribute) else None
+
+
+def written_attributes(cls: type, method: str, seen: set[str] | None = None) -> set[str] | None:
+    """The attributes of ``self`` that ``cls.method`` visibly writes (directly, through a local alias such
+    as ``order = self.orders[k]; order.status = ...`` → ``orders``, or through another method it calls),
+    or ``None`` when that cannot be told (no source, a write whose attribute is unknown).  The same
+    heuristic as the read/write guess; the importer uses it so that the probe never reclassifies as
+    read-only a tool whose code writes a state field on a branch the probe did not reach (issue 26)."""
+    seen = set() if seen is None else seen
+    if method in seen:
+        return set()
+    seen.add(method)
+    fn = getattr(cls, method, None)
+    node = function_node(fn) if callable(fn) else None
+    if node is None:
+        return None
+    args = node.args.posonlyargs + node.args.args
+    if not args:
+        return set()
+    self_name = args[0].arg
+    roots: dict[str, str | None] = {self_name: None}
+    for sub in ast.walk(node):
+        value = None
+        if isinstance(sub, ast.Assign):
+            value = sub.value.func if isinstance(sub.value, ast.Call) and isinstance(sub.value.func, ast.Attribute) \
+                else sub.value
+            for t in sub.targets:
+                rooted, attr = _root_attr(value, roots, self_name)
+                if rooted and isinstance(t, ast.Name):
+                    roots[t.id] = attr
+        if isinstance(sub, (ast.For, ast.comprehension)) and isinstance(sub.target, ast.Name):
+            it = sub.iter.func if isinstance(sub.iter, ast.Call) else sub.iter
+            rooted, attr = _root_attr(it, roots, self_name)
+            if rooted:
+                roots[sub.target.id] = attr
+    out: set[str] = set()
+    for sub in ast.walk(node):
+        targets: list[ast.AST] = []
+        if isinstance(sub, ast.Assign):
+            targets = list(sub.targets)
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
+            targets = [sub.target]
+        elif isinstance(sub, ast.Delete):
+            targets = list(sub.targets)
+        calls: list[ast.AST] = []
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            if sub.func.attr in _MUTATORS:
+                calls.append(sub.func.value)
+            if isinstance(sub.func.value, ast.Name) and sub.func.value.id == self_name:
+                inner = written_attributes(cls, sub.func.attr, seen)
+                if inner is None:
+                    return None
+                out |= inner
+        for target in [t for t in targets if isinstance(t, (ast.Attribute, ast.Subscript))] + calls:
+            rooted, attr = _root_attr(target, roots, self_name)
+            if rooted:
+                if attr is None:
+                    return None
+                out.add(attr)
+    return out
+
+
 def classify_tool(name: str, cls: type | None, methods: Sequence[str], read_only: Mapping[str, bool] | None,
                   destructive: Mapping[str, bool] | None,
                   annotations: Mapping[str, bool] | None = None) -> tuple[bool, bool]:
@@ -166,7 +241,8 @@ def classify_tool(name: str, cls: type | None, methods: Sequence[str], read_only
     MCP annotations (``annotations``: ``readOnlyHint``/``destructiveHint``, :func:`mcp_annotations`),
     then a guess: read-only when the verbs of the tool and of every method it calls are reading verbs
     (``get``, ``list``, ``search`` ...; a service prefix is skipped, ``hotel_get_room`` reads) and none
-    of the methods visibly mutates ``self``; destructive when it is not read-only and a verb is
+    of the methods visibly mutates ``self``, or, whatever the verbs, when no method visibly writes any
+    attribute of ``self`` (:func:`written_attributes`: ``balance``, ``pick_driver``); destructive when it is not read-only and a verb is
     ``cancel``, ``delete``, ``remove`` ...  The import probe then reclassifies a guessed write whose
     name reads and whose calls changed nothing (:mod:`.probe`); the validator's write checks catch a
     wrong guess.
@@ -179,6 +255,8 @@ def classify_tool(name: str, cls: type | None, methods: Sequence[str], read_only
         ro = all(v in _READ_PREFIXES for v in verbs)
         if ro and cls is not None and methods:
             ro = not any(_mutates_self(cls, m) for m in methods)
+        elif not ro and cls is not None and methods:  # whatever its verb, code that writes nothing reads
+            ro = all(written_attributes(cls, m) == set() for m in methods)
     if read_only and name in read_only:
         ro = bool(read_only[name])
     de = not ro and (bool(given["destructiveHint"]) if "destructiveHint" in given

@@ -75,6 +75,13 @@ SERVER_CLASSES = ("FastMCP", "MCPServer")
 PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError, AssertionError, ImportError, RecursionError,
                       NotImplementedError, SyntaxError, ZeroDivisionError, UnicodeError)
 _ERROR_TEXT = re.compile(r"^(error|failed|failure|exception)\b", re.IGNORECASE)
+#: Past-participle flags of an action reply: ``{"deleted": false}`` alone says the action did not happen.
+_DONE_FLAGS = frozenset({"deleted", "removed", "cancelled", "canceled", "created", "updated", "added", "sent", "saved",
+                         "booked", "registered", "uploaded", "moved", "renamed", "submitted", "scheduled",
+                         "transferred", "refunded", "reserved", "written", "shipped", "paid", "applied"})
+#: Shell-style error text (``bash: foo: command not found``, ``cd: x: No such file or directory``).
+_SHELL_ERROR = re.compile(r"(?:^|:\s)(?:command not found|no such file or directory|permission denied|not a directory"
+                          r"|is a directory|directory not empty)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 class Anything:
@@ -211,9 +218,8 @@ class Entropy:
         return self.clock
 
     def rewind(self, clock: float) -> None:
-        """Put the clock back to ``clock`` (from :meth:`mark`) and the generator where it was then: a
-        read-only tool's draws are not kept, so a session's rollback, which replays only its writes, sees
-        the same draws as the first run."""
+        """Put the clock back to ``clock`` (from :meth:`mark`) and the generator where it was then (a
+        failed write undone in place takes back its draws)."""
         if self._saved is not None:
             self._rng.setstate(self._saved)
         self.clock, self._marked, self._saved = clock, False, None
@@ -463,8 +469,15 @@ def error_in(result: Any) -> tuple[str, str] | None:
       ``failure``, ``fail`` (any case) in a reply envelope (keys among ``status``, ``result``,
       ``message``, ``detail(s)``, ``reason``, ``code``, ``error_code``, ``success``, ``ok``; a record
       such as ``{"payment_id": ..., "status": "failed"}`` is data);
+      A reply that also carries ids (``id``, ``*_id``) is a failure when its status is ``error``
+      (``{"order_id": "O-1", "status": "Error"}``), data otherwise; a reply whose one other key is a
+      past-participle action flag (``deleted``, ``removed``, ``cancelled``, ``created``, ``sent``...) set to
+      false (``{"deleted": false}``, ``{"cancelled": false, "message": ...}``)
+      is a failure;
     * free text whose first word is ``Error``, ``Failed``, ``Failure`` or ``Exception`` (any case),
-      e.g. ``"Error: no such room"``, ``"Failed to book"``.
+      e.g. ``"Error: no such room"``, ``"error: bad flag"``, ``"Failed to book"``, or shell-style error
+      text ending a line with ``: command not found``, ``: No such file or directory``, ``: Permission
+      denied`` (``"bash: foo: command not found"``).
 
     The message is the ``error``/``message``/``detail``/``reason`` value (or the text); the code is
     the result's ``error_code``/``code`` (or the error object's ``code``/``type``), else ``tool_error``.
@@ -479,7 +492,7 @@ def error_in(result: Any) -> tuple[str, str] | None:
                 obj = json.loads(text)
             except ValueError:
                 return None
-        elif _ERROR_TEXT.match(text):
+        elif _ERROR_TEXT.match(text) or _SHELL_ERROR.search(text):
             return text, "tool_error"
         else:
             return None
@@ -490,8 +503,13 @@ def error_in(result: Any) -> tuple[str, str] | None:
     failed_words = ("error", "failed", "failure", "fail")
     envelope = {"status", "result", "message", "detail", "details", "reason", "code", "error_code", "success", "ok"}
     status = next((str(obj[k]).strip().lower() for k in ("status", "result") if isinstance(obj.get(k), str)), "")
-    if not set(obj) <= envelope:
+    ids = {k for k in obj if isinstance(k, str) and (k == "id" or k.endswith("_id"))}
+    others = set(obj) - envelope - ids
+    if others or (ids and status != "error"):
         status = ""  # a record whose own status is "failed" (a payment, a job) is data, not a failure
+    # {"deleted": false}: a reply whose one flag says the action did not happen
+    flag = next((k for k in obj if k in others), None) if len(others) == 1 else None
+    denied = flag is not None and obj[flag] is False and isinstance(flag, str) and flag.lower() in _DONE_FLAGS
     if err:
         if isinstance(err, dict):
             code = code or err.get("code") or err.get("type")
@@ -500,7 +518,7 @@ def error_in(result: Any) -> tuple[str, str] | None:
             err = "; ".join(str(e) for e in err)
         message = str(err) if not isinstance(err, bool) else str(obj.get("message") or json.dumps(obj, sort_keys=True,
                                                                                                        default=str))
-    elif obj.get("success") is False or obj.get("ok") is False or status in failed_words:
+    elif obj.get("success") is False or obj.get("ok") is False or status in failed_words or denied:
         message = str(obj.get("message") or obj.get("detail") or obj.get("reason")
                       or json.dumps(obj, sort_keys=True, default=str))
     else:
@@ -670,7 +688,8 @@ def private_fingerprint(obj: Any) -> str:
 
 def run_on_live(slot: LiveInstance, state: BaseModel, read_only: bool, run: Any) -> Any:
     """Run ``run()`` (a call on ``slot.api``) as a tool call on ``state``: drawing from the slot's
-    :class:`Entropy` (rewound after a read-only tool), marking the instance dirty, turning domain failures
+    :class:`Entropy` (a read's draws and clock readings are kept, as the original server keeps them:
+    a "random pick" read gives a new pick each call; issue 26), marking the instance dirty, turning domain failures
     into :class:`ToolError` (programming errors pass), and, when the state was read since the last call
     (validation mode), bringing it up to date inside the call; then, and on an instance's first call,
     noting whether its private attributes changed (:attr:`LiveInstance.hidden_write`).
@@ -682,7 +701,6 @@ def run_on_live(slot: LiveInstance, state: BaseModel, read_only: bool, run: Any)
     watch, slot.fresh = eager or slot.fresh, False  # a session's first call may be validation mode's too
     before = private_fingerprint(slot.api) if watch else None
     slot.dirty, slot.hidden_write = True, False
-    mark = slot.entropy.mark() if read_only else None
     journal = None
     if not read_only and not slot.journal_off:
         slot.undo_clock = slot.entropy.mark()
@@ -699,8 +717,6 @@ def run_on_live(slot: LiveInstance, state: BaseModel, read_only: bool, run: Any)
     except Exception as exc:  # noqa: BLE001 - a domain failure of the imported code
         raise as_tool_error(exc) from exc
     finally:
-        if mark is not None:
-            slot.entropy.rewind(mark)
         if journal is not None:
             journal.close()
             if journal.spent:  # this instance's calls reach too much to journal: failures replay
@@ -902,10 +918,10 @@ class ImportedServer:
 
     def call(self, state: BaseModel, tool_name: str, arguments: dict) -> Any:
         """Run the wrapper registered as ``tool_name`` against the live API instance of ``state``
-        (:func:`live_instance`).  The instance is changed in place; the session's rollback (a fresh view
-        of its rollback point, whose instance is a copy of the one it had then, and a replay of the
-        writes since) undoes a failed call.  A read-only tool's draws from the session's :class:`Entropy`
-        are rewound after it (the rollback replays writes only).  Raises :class:`ToolError` for a domain
+        (:func:`live_instance`).  The instance is changed in place; a failed write is undone in place
+        (:func:`run_on_live`).  A read-only tool's draws from the session's :class:`Entropy` are kept, as
+        the original keeps them (the slow fallback rollback, which rebuilds and replays only writes, may
+        then draw differently: docs/authoring.md).  Raises :class:`ToolError` for a domain
         failure (an exception of the API, an error-looking result) and programming errors as they are."""
         fn = self.wrappers[tool_name]
         slot = live_instance(self, state)

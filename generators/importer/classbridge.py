@@ -12,8 +12,11 @@ This module is ``generators/importer/classbridge.py``; :func:`import_python_clas
   ``self.x: T = ...`` annotations, else inferred from the values (``set`` stays a set, serialised as a
   sorted list; ``dict`` with ``int`` keys keeps ``int`` keys).  A class with a serialiser hook
   (``to_dict()`` with a ``from_dict`` classmethod, or its own ``__getstate__``/``__setstate__``) is
-  read and rebuilt through it instead, so object graphs work.  A state with no field is refused
-  (:class:`ClassImportError`, naming the class and the ways out), never an empty environment.
+  read and rebuilt through it instead, so object graphs work.  A class whose instances have no
+  attribute at all and that declares none (a calculator) is a **tools-only** environment: an empty
+  state, every tool read-only (issue 26 item 9).  One with only private attributes, or with class
+  annotations that only a loaded scenario fills, is refused (:class:`ClassImportError`, naming the
+  class and what to pass), never a silently empty environment.
 - **Tools**: public methods with typed parameters (keyword-only in the schema).  Each call runs the
   method on the session's **live instance** (:class:`~.bridge.LiveInstance`, built on the session's
   first call the way the class builds itself: constructor, its loader on the stored scenario, then the
@@ -31,13 +34,14 @@ import copy
 import functools
 import importlib
 import inspect
+import re
 import textwrap
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Optional, get_origin, get_type_hints
 
 import pydantic_core
-from pydantic import BaseModel, Field, PlainSerializer, create_model
+from pydantic import BaseModel, Field, PlainSerializer, TypeAdapter, ValidationError, create_model
 
 from gym_envfactory import tool
 
@@ -113,6 +117,31 @@ def init_annotations(cls: type) -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - fall back to inference
                 pass
     return out
+
+
+def attribute_place(cls: type, attr: str) -> str:
+    """``"file:line"`` where ``cls`` annotates or first assigns attribute ``attr`` (a class annotation, or
+    ``self.attr`` in a method), else the class's own ``file:line``; ``"<unknown>"`` without source."""
+    try:
+        lines, start = inspect.getsourcelines(cls)
+        file = inspect.getsourcefile(cls) or "<unknown>"
+    except (OSError, TypeError):
+        return "<unknown>"
+    try:
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:
+        return f"{file}:{start}"
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == attr:
+            best = node.lineno
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) for t in targets):
+                best = node.lineno if best is None else min(best, node.lineno)
+        if best is not None and isinstance(node, ast.AnnAssign):
+            break
+    return f"{file}:{start + (best or 1) - 1}"
 
 
 def serializer_hook(cls: type) -> str | None:
@@ -192,7 +221,8 @@ class ClassBridge:
         return self.state_model.model_validate(pydantic_core.to_jsonable_python(self.dump(obj)))
 
 
-def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Sequence[str]) -> type[BaseModel]:
+def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Sequence[str],
+                 lenient: bool = False) -> type[BaseModel]:
     hints: dict[str, Any] = {}  # field name -> type (none from a to_dict/__getstate__ hook)
     if hook is not None:
         data = (proto.to_dict() if hook == "to_dict" else proto.__getstate__())
@@ -213,6 +243,17 @@ def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Se
             if k not in values and k not in exclude:
                 values[k] = None
                 hints[k] = Optional[hints[k]]  # noqa: UP045 - hints[k] may be a typing form
+    if lenient:  # --lenient-types: the annotations are advisory; the loaded values decide
+        hints = {k: infer_type(v) for k, v in values.items()}
+    declared = [k for k in hints if k not in exclude]
+    if not values and declared and hook is None:  # class-level annotations that only a loaded scenario fills
+        raise ClassImportError(
+            f"{cls.__qualname__} declares {', '.join(sorted(declared)[:6])} but a new instance sets none of them: "
+            "pass --initial-state SCENARIO.json (initial_state=) with the data its loader (_load_scenario, "
+            "load_scenario) reads, or set them in __init__")
+    if not values and hook is None and not vars(proto):  # no attribute at all: a stateless tool class
+        doc = (cls.__doc__ or f"State of {name}").strip()
+        return create_model(f"{name}State", __doc__=doc)
     if not values:
         raise ClassImportError(
             f"{cls.__qualname__} has no state: an instance has no public attributes"
@@ -220,15 +261,28 @@ def _class_state(cls: type, proto: Any, name: str, hook: str | None, exclude: Se
             + "; give __init__ public attributes (self.accounts: dict[str, Account] = {}), load a scenario "
               "(initial_state= with a loader such as _load_scenario), or define to_dict()/from_dict()")
     fields: dict[str, Any] = {}
+    bad = []
     for k, v in values.items():
         typ = with_sorted_sets(hints.get(k, infer_type(v)))
+        try:
+            TypeAdapter(typ)
+        except Exception as exc:  # noqa: BLE001 - PydanticSchemaGenerationError, or a broken annotation
+            shown = getattr(typ, "__name__", None) or repr(typ)
+            bad.append(f"{attribute_place(cls, k)}: attribute {k!r} of type {shown} is not JSON data "
+                       f"({type(exc).__name__})")
+            continue
         fields[k] = (typ, Field(default_factory=functools.partial(copy.deepcopy, v)))
+    if bad:
+        raise ClassImportError(
+            f"{cls.__qualname__}: {len(bad)} attribute(s) cannot be state:\n  " + "\n  ".join(bad)
+            + "\n  keep JSON-like attributes (dicts, lists, numbers, strings, Pydantic models), make them private "
+              "(_name), or give the class to_dict()/from_dict()")
     doc = (cls.__doc__ or f"State of {name}").strip()
     return create_model(f"{name}State", __doc__=doc, **fields)
 
 
 def _make_tool(owner: ClassBridge, method_name: str, fn: Callable[..., Any], module_name: str | None,
-               read_only: bool, destructive: bool) -> Callable[..., Any]:
+               read_only: bool, destructive: bool, lenient: bool = False) -> Callable[..., Any]:
     cls, state_model = owner.cls, owner.state_model
     sig = inspect.signature(fn)
     try:
@@ -247,7 +301,7 @@ def _make_tool(owner: ClassBridge, method_name: str, fn: Callable[..., Any], mod
         new_params.append(inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY,
                                             default=p.default, annotation=mhints[p.name]))
         annotations[p.name] = mhints[p.name]
-    ret = mhints.get("return", Any)
+    ret = Any if lenient else mhints.get("return", Any)  # lenient: results are checked only as JSON
     annotations["return"] = ret
 
     def call(_state: BaseModel, /, **kwargs: Any) -> Any:
@@ -266,13 +320,21 @@ def _make_tool(owner: ClassBridge, method_name: str, fn: Callable[..., Any], mod
     return tool(read_only=read_only, destructive=destructive)(call)
 
 
+#: Public methods that are the class's state interface, never agent tools (issue 26): its scenario
+#: loader/saver and serialisers (``load_scenario``, ``save_scenario``, ``to_dict``, ``from_dict``...).
+STATE_INTERFACE = re.compile(r"^(?:(?:load|save|dump|restore|export|import|reset)_(?:scenario|state|snapshot)s?"
+                             r"|(?:to|from)_(?:dict|json)|as_dict|(?:get|set)state)$")
+
+
 def public_methods(cls: type, exclude: Sequence[str] = ()) -> list[tuple[str, Callable[..., Any]]]:
-    """``(name, function)`` of the public instance methods of ``cls`` and its bases, most derived first."""
+    """``(name, function)`` of the public instance methods of ``cls`` and its bases, most derived first,
+    without the state interface (:data:`STATE_INTERFACE`: the environment loads and saves the state
+    itself; a model must not be able to replace or dump it)."""
     methods: list[tuple[str, Callable[..., Any]]] = []
     seen: set[str] = set()
     for klass in cls.__mro__[:-1]:
         for attr, member in vars(klass).items():
-            if attr.startswith("_") or attr in seen or attr in exclude:
+            if attr.startswith("_") or attr in seen or attr in exclude or STATE_INTERFACE.match(attr):
                 continue
             seen.add(attr)
             if isinstance(member, types.FunctionType):
@@ -292,6 +354,7 @@ def class_environment(
     exclude: Sequence[str] = (),
     read_only: Mapping[str, bool] | None = None,
     destructive: Mapping[str, bool] | None = None,
+    lenient_types: bool = False,
 ) -> tuple[type[BaseModel], dict[str, Callable[..., Any]], dict[str, Any]]:
     """The state model ``<name>State``, the tools (name -> ``@tool`` function; ``__module__`` set to
     ``module_name`` when given, so a package's ``tools.py`` collects them) and the initial state (JSON
@@ -300,6 +363,10 @@ def class_environment(
     ``initial_state``: with ``loader`` (a method name; default ``_load_scenario`` or ``load_scenario``
     when the class has one) it is loaded into the first instance and the state read from it; without a
     loader it is validated as the state itself.  ``read_only``/``destructive``: per tool (default False).
+    ``lenient_types`` (opt-in, ``--lenient-types``): the class's annotations are advisory, as in some
+    benchmark classes: the state's field types are inferred from the loaded values (not the attribute
+    annotations) and results are checked only as JSON data (not against the return annotation);
+    parameter annotations still make the tool schemas.  The default is strict.
 
     Raises:
         ClassImportError: constructing or loading failed; no state; state that is not JSON data;
@@ -317,7 +384,7 @@ def class_environment(
         raise ClassImportError(f"constructing {cls.__qualname__}"
                                f"{' and loading the initial state' if loader else ''} failed: {exc!r}") from exc
     exclude = tuple(exclude) + ((loader,) if loader else ())
-    state_model = _class_state(cls, proto, name, hook, exclude)
+    state_model = _class_state(cls, proto, name, hook, exclude, lenient_types)
     bridge.install_live_hooks(state_model)
     owner = ClassBridge(cls, state_model, tuple(state_model.model_fields), hook, init_args, init_kwargs,
                         loader=loader, scenario=initial_state)
@@ -328,6 +395,13 @@ def class_environment(
             start = owner.saved_model(proto)
         start_json = start.model_dump(mode="json")
         pydantic_core.to_json(start_json)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(root)"
+        raise ClassImportError(
+            f"the state of {cls.__qualname__} contradicts its annotations: {exc.error_count()} error(s), first at "
+            f"{where}: {first['msg']} (got {first.get('input')!r}); fix the data or the annotations, or import with "
+            "--lenient-types (lenient_types=True: annotations advisory, types from the loaded values)") from None
     except Exception as exc:
         raise ClassImportError(f"the state of {cls.__qualname__} is not JSON data for {state_model.__name__}: {exc}; "
                                "keep JSON-like attributes or give the class to_dict()/from_dict()") from exc
@@ -335,5 +409,8 @@ def class_environment(
     if not methods:
         raise ClassImportError(f"{cls.__qualname__} has no public methods to use as tools")
     ro, de = dict(read_only or {}), dict(destructive or {})
-    tools = {m: _make_tool(owner, m, f, module_name, ro.get(m, False), de.get(m, False)) for m, f in methods}
+    if not state_model.model_fields:  # a stateless tool class (issue 26 item 9): nothing to write
+        ro, de = {m: True for m, _ in methods}, {}
+    tools = {m: _make_tool(owner, m, f, module_name, ro.get(m, False), de.get(m, False), lenient_types)
+             for m, f in methods}
     return state_model, tools, start_json

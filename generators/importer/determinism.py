@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-__all__ = ["UNFIXABLE_CALLS", "unfixable_nondeterminism"]
+__all__ = ["NETWORK_CLIENTS", "UNFIXABLE_CALLS", "network_imports", "unfixable_nondeterminism"]
 
 #: Calls (full dotted names after resolving imports) the stand-ins cannot make deterministic, and why.
 UNFIXABLE_CALLS: dict[str, str] = {
@@ -79,3 +79,39 @@ def unfixable_nondeterminism(source: str, filename: str = "<source>") -> list[st
             if why is not None:
                 found.append((node.lineno, f"{written}() uses {why}"))
     return [f"{filename}:{line}: {what}{_TAIL}" for line, what in sorted(set(found))]
+
+
+#: Network client libraries (top-level module names): a server importing one makes live network calls.
+NETWORK_CLIENTS: frozenset[str] = frozenset({
+    "requests", "httpx", "aiohttp", "urllib3", "http.client", "urllib.request", "httplib2", "pycurl",
+    "websocket", "websockets", "grpc", "boto3", "botocore", "smtplib", "ftplib", "paramiko", "socket",
+})
+
+
+def network_imports(source: str, filename: str) -> list[str]:
+    """Imports of network client libraries (:data:`NETWORK_CLIENTS`) in ``source``, each as
+    ``"file:line: imports X: ..."``.  An environment's results must come from its state: a server that
+    makes live network calls cannot be replayed, isolated or scored (issue 26).  A file that does not
+    parse gives no line (the analysis reports it)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            hit = next((c for c in sorted(NETWORK_CLIENTS) if name == c or name.startswith(c + ".")), None)
+            if hit is not None:
+                out.append(f"{filename}:{node.lineno}: imports {hit}, a network client library: the server makes live "
+                           "network calls, which an environment cannot (its results must come from its state, so "
+                           "sessions can be isolated, replayed and scored); import a version whose API class keeps "
+                           "its data in the scenario instead")
+                break
+    return out

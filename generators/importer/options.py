@@ -36,14 +36,15 @@ class ManifestOptions:
 
     Attributes:
         name: environment name (CamelCase); ``None``: from the API class (``BookStoreAPI`` → ``BookStore``).
-        domain: one of :data:`gym_envfactory.environment.manifest.DOMAINS`.
+        domain: one of :data:`gym_envfactory.environment.manifest.DOMAINS`; ``None``: inferred from the
+            environment's name, tools and state (:func:`gym_envfactory.generators.domains.infer_domain`).
         version: semver of the package.
         description: ``None``: the first line of the server's module docstring.
         bookkeeping_fields, free_text_fields, set_fields: dotted state paths, as in the manifest.
     """
 
     name: str | None = None
-    domain: str = "utilities"
+    domain: str | None = None
     version: str = "0.1.0"
     description: str | None = None
     bookkeeping_fields: Sequence[str] = ()
@@ -123,10 +124,14 @@ class OutputOptions:
     Attributes:
         out_dir: the parent folder (``None``: :data:`~.server.DEFAULT_OUT_DIR`, ``./envfactory_envs``).
         overwrite: replace a previous import of the same name there (never a shipped or hand-written package).
+        taken: names already given in this run (name → the file imported under it): an import whose name
+            is one of them is refused, naming that file and asking for another name (a folder import
+            passes the names of the files before; ``overwrite`` does not apply between them).
     """
 
     out_dir: str | Path | None = None
     overwrite: bool = False
+    taken: Mapping[str, str] = field(default_factory=dict)
 
 
 class ImportKeywords(TypedDict, total=False):
@@ -134,7 +139,7 @@ class ImportKeywords(TypedDict, total=False):
     :class:`ImportOptions`, same name, type and default)."""
 
     name: str | None
-    domain: str
+    domain: str | None
     version: str
     description: str | None
     bookkeeping_fields: Sequence[str]
@@ -156,6 +161,7 @@ class ImportKeywords(TypedDict, total=False):
     timeout_s: float
     out_dir: str | Path | None
     overwrite: bool
+    taken: Mapping[str, str]
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gym_envfactory.environment.catalog import define_environment
+from gym_envfactory.environment.catalog import add_environment, caller_module, define_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 
 from ..errors import PackageExistsError
@@ -67,6 +68,7 @@ def import_python_class(
     destructive: Mapping[str, bool] | None = None,
     exclude: Sequence[str] = (),
     register: bool = True,
+    lenient_types: bool = False,
 ) -> EnvironmentSpec:
     """A plain Python class as a programmatic environment (registered with Gymnasium by default).
 
@@ -83,6 +85,9 @@ def import_python_class(
     not changed: for seeded ``random``/``uuid``/clock stand-ins load the file with
     :func:`import_class_package`.
 
+    ``lenient_types`` (opt-in): annotations are advisory; state types come from the loaded values and
+    results are checked only as JSON (:func:`.classbridge.class_environment`).
+
     Raises:
         ImporterError: no state (naming the class and what to do), untyped or variadic method
             parameters, attributes that are not JSON data, no tools.
@@ -91,18 +96,24 @@ def import_python_class(
         ro, de = _classify(cls, [m for m, _ in classbridge.public_methods(cls, exclude)], read_only, destructive)
         state_model, tools, start = classbridge.class_environment(
             cls, name=name, init_args=init_args, init_kwargs=init_kwargs, initial_state=_state_dict(initial_state),
-            loader=loader, exclude=exclude, read_only=ro, destructive=de)
+            loader=loader, exclude=exclude, read_only=ro, destructive=de, lenient_types=lenient_types)
     except classbridge.ClassImportError as exc:
         raise ImporterError(str(exc)) from None
-    return define_environment(
+    spec = define_environment(
         name, state_model, list(tools.values()), initial_state=start, tasks=tasks, scenarios=scenarios,
         domain=domain, version=version, description=description or (cls.__doc__ or name).strip().splitlines()[0],
-        register=register,
+        register=False,
     )
+    # where a server process can define it again: the caller's module when it called at its top level
+    # (the subprocess backend, ``envfactory serve --module``), not this function
+    spec.defined_in = caller_module(sys._getframe(1))
+    if register:
+        add_environment(spec)
+    return spec
 
 
 def _tools_py(env_name: str, src_name: str, class_name: str, loader: str | None, exclude: Sequence[str],
-              ro: Mapping[str, bool], de: Mapping[str, bool]) -> str:
+              ro: Mapping[str, bool], de: Mapping[str, bool], lenient_types: bool = False) -> str:
     scenario = ("json.loads((Path(__file__).parent / '_scenario.json').read_text(encoding='utf-8'))"
                 if loader else "None")
     return (
@@ -117,7 +128,8 @@ def _tools_py(env_name: str, src_name: str, class_name: str, loader: str | None,
         f"State, _TOOLS, _ = class_environment(_source.{class_name}, name={env_name!r}, module_name=__name__,\n"
         f"                                     initial_state={scenario}, loader={loader!r},\n"
         f"                                     exclude={tuple(exclude)!r}, read_only={dict(ro)!r},\n"
-        f"                                     destructive={dict(de)!r})\n"
+        f"                                     destructive={dict(de)!r}"
+        + (", lenient_types=True" if lenient_types else "") + ")\n"
         "globals().update(_TOOLS)\n"
     )
 
@@ -140,6 +152,7 @@ def import_class_package(
     description: str | None = None,
     validate: bool = True,
     overwrite: bool = False,
+    lenient_types: bool = False,
 ) -> Path:
     """Write ``out_dir/<name>/``, an environment package running class ``class_name`` of the file
     ``path`` unedited (``envfactory import FILE --class NAME``), and return its folder.
@@ -162,12 +175,18 @@ def import_class_package(
     from gym_envfactory.validation import validate_environment
 
     from ..packages import purge_modules, write_environment_package
-    from .server import DEFAULT_OUT_DIR, bridge_source, undo_source
+    from .sandbox import tracebacks_at_debug, validation_summary
+    from .server import DEFAULT_OUT_DIR, bridge_source, undo_source, validation_refusal
 
     src = Path(path).resolve()
     if not src.is_file():
         raise ImporterError("no such file", file=src)
     src_bytes = src.read_bytes()
+    from .determinism import network_imports
+
+    network = network_imports(src_bytes.decode("utf-8", errors="replace"), str(src))
+    if network:
+        raise ImporterError("refused: " + "\n  ".join(network), file=src)
     env_name = name or class_name
     module_name = f"envfactory_class_import_{hashlib.sha256(src_bytes).hexdigest()[:12]}"
     try:
@@ -184,7 +203,7 @@ def import_class_package(
             scenario = _state_dict(initial_state)
             _, _, start = classbridge.class_environment(
                 cls, name=env_name, initial_state=scenario, loader=loader, exclude=exclude,
-                read_only=ro, destructive=de)
+                read_only=ro, destructive=de, lenient_types=lenient_types)
         except classbridge.ClassImportError as exc:
             raise ImporterError(str(exc), file=src) from None
     finally:
@@ -211,10 +230,10 @@ def import_class_package(
         "state.py": f'"""State model of {env_name}: the state of {class_name}."""\n\nfrom .tools import State\n\n'
                     '__all__ = ["State"]\n',
         "tools.py": _tools_py(env_name, src.name, class_name, eff_loader if scenario is not None else None,
-                              exclude, ro, de),
+                              exclude, ro, de, lenient_types),
     }
     if eff_loader and scenario is not None:  # the scenario the first instance loads, as given
-        files["_scenario.json"] = json.dumps(scenario, indent=1, sort_keys=True)
+        files["_scenario.json"] = json.dumps(scenario, indent=1)  # in its own order (issue 26)
     scenario_objs = _objects(scenarios)
     out = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
     dest = out / env_name
@@ -225,17 +244,20 @@ def import_class_package(
         pkg = work / env_name
         write_environment_package(pkg, manifest, files=files, initial_states={"small": start},
                                   scenarios=scenario_objs or None, tasks=_objects(tasks) or None,
-                                  sort_state_keys=True, replace=True)
+                                  sort_state_keys=False, replace=True)
         if validate:
             purge_modules(env_name)
             try:
                 spec = load_environment(pkg)
-                report = validate_environment(spec, require_coverage=False, hash_seeds=None)  # as the server import
+                with tracebacks_at_debug():
+                    report = validate_environment(spec, require_coverage=False, hash_seeds=None)  # as the server import
             finally:
                 purge_modules(env_name)
             if not report.passed:
-                raise ImporterError("the imported environment failed validation:\n  "
-                                    + "\n  ".join(str(f) for f in report.failures()[:20]), file=src)
+                places = {str(pkg / "_source.py"): str(src), str(pkg / "tasks.jsonl"): str(tasks) if isinstance(
+                    tasks, (str, Path)) else f"{env_name}/tasks.jsonl (the tasks given)", str(pkg): env_name}
+                raise ImporterError(validation_refusal(validation_summary(report), [str(f) for f in report.failures()], places),
+                                    file=src)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.exists():
             if "imported" not in (dest / "environment.toml").read_text(encoding="utf-8", errors="replace"):

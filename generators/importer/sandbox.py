@@ -30,11 +30,12 @@ report): the sandbox keeps secrets and the host out of its reach, it does not ma
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import sys
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -89,8 +90,13 @@ def _build(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
 
     from .analysis import reads_by_name
     from .codegen import generate_tools_py
+    from .determinism import network_imports
     from .isolation import shared_module_globals, static_refusals
 
+    display = str(req.get("display") or Path(req["source"]).name)
+    network = network_imports((root / req["source"]).read_text(encoding="utf-8"), display)
+    if network:
+        raise ImporterError("refused: " + "\n  ".join(network))
     a = _analyze(root, req, req["source"])
     problems = static_refusals(a.source, str(req.get("display") or a.path.name)) if req.get("check_isolation", True) else []
     if problems:
@@ -110,12 +116,87 @@ def _build(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
                     and "small" not in req["states"] else "")
             raise ImporterError(f"initial state {k!r}{hint} does not validate with {a.state_model.__name__}: "
                                 f"{exc.error_count()} error(s), first at {where}: {first['msg']}") from None
+        unknown = _unknown_keys(a.state_model, v)
+        if unknown:
+            raise ImporterError(
+                f"initial state {k!r} has key(s) {', '.join(map(repr, unknown[:8]))} that {a.state_model.__name__} "
+                f"(fields: {', '.join(a.state_model.model_fields) or 'none'}) does not know: its data would be "
+                "dropped" + (" (the state model chosen with --state-model)" if req.get("state_model") else "")
+                + "; choose the root scenario model whose fields are the scenario's keys with --state-model NAME")
+        if k in req["states"]:  # a given state: what the server itself keeps of it, in its order (issue 26)
+            states[k] = _through_server(a, k, v)
     env_name = req.get("name") or _default_env_name(a)
     return {"env_name": env_name, "state_model": a.state_model.__name__, "api_class": a.api_class.__name__,
             "module_doc": a.module_doc, "states": states, "tools_py": generate_tools_py(a, env_name),
             "tools": {t.name: t.read_only for t in a.tools},
             "annotated": sorted(t.name for t in a.tools if t.annotated),
-            "reads_by_name": sorted(t.name for t in a.tools if reads_by_name(t.name))}
+            "reads_by_name": sorted(t.name for t in a.tools if reads_by_name(t.name)),
+            "writes_state": _writes_state(a), "writes_nothing": _writes_nothing(a)}
+
+
+def _writes_nothing(a: ServerAnalysis) -> list[str]:
+    """Tools none of whose API methods visibly writes any attribute (a read whatever its name: the probe
+    may import it read-only when it changed nothing, instead of reporting a silent no-op write)."""
+    from .analysis import written_attributes
+
+    return sorted(t.name for t in a.tools if t.methods and all(written_attributes(a.api_class, m) == set()
+                                                                 for m in t.methods))
+
+
+def _writes_state(a: ServerAnalysis) -> list[str]:
+    """Tools whose API methods visibly write a field of the state model, or might (unknown source):
+    never reclassified read-only by the probe (issue 26: a write on a branch the probe did not reach)."""
+    from .analysis import written_attributes
+
+    fields = set(a.state_model.model_fields)
+    out = []
+    for t in a.tools:
+        for m in t.methods:
+            attrs = written_attributes(a.api_class, m)
+            if attrs is None or attrs & fields:
+                out.append(t.name)
+                break
+    return sorted(out)
+
+
+def _through_server(a: ServerAnalysis, name: str, data: Any) -> Any:
+    """Initial state ``name`` as the server keeps it: a new API instance loads it (``load_scenario``, with
+    a seeded stand-in entropy) and saves it (``save_scenario``), as JSON data in the server's own key
+    order, checked again by the state model.  What the server does on load (normalising, filling
+    defaults) is kept, and nothing is sorted."""
+    import copy
+
+    import pydantic_core
+    from pydantic import ValidationError
+
+    from . import bridge
+
+    api_name = a.api_class.__name__
+    try:
+        with bridge.drawing_from(bridge.Entropy(bridge.state_seed(data))):
+            api = a.api_class()
+            api.load_scenario(copy.deepcopy(data))
+            saved = pydantic_core.to_jsonable_python(api.save_scenario())
+    except Exception as exc:  # noqa: BLE001 - the server's own code refused the state
+        raise ImporterError(f"initial state {name!r}: {api_name}.load_scenario then save_scenario failed: "
+                            f"{type(exc).__name__}: {exc}") from None
+    try:
+        a.state_model.model_validate(saved)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(root)"
+        raise ImporterError(f"initial state {name!r} as {api_name}.save_scenario() gives it back does not validate "
+                            f"with {a.state_model.__name__}: first at {where}: {first['msg']}") from None
+    return saved
+
+
+def _unknown_keys(model: Any, data: Any) -> list[str]:
+    """Top-level keys of scenario ``data`` that ``model`` neither has as a field (or alias) nor keeps as
+    an extra: data a scenario holds that the state would silently drop (issue 26)."""
+    if not isinstance(data, dict) or model.model_config.get("extra") == "allow":
+        return []
+    known = set(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
+    return sorted(str(k) for k in data if k not in known)
 
 
 def _load(root: Path, req: Mapping[str, Any]) -> Any:
@@ -139,12 +220,13 @@ def _probe(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
         purge_modules(req["env_name"])
 
 
-def _summary(report: Any) -> dict[str, Any]:
+def validation_summary(report: Any) -> dict[str, Any]:
     return {"scenarios": len(report.scenarios), "scenarios_passed": sum(s.passed for s in report.scenarios),
             "tools": len(report.coverage), "tools_covered": sum(len(v) == 2 for v in report.coverage.values()),
             "tasks": report.n_tasks, "task_failures": len(report.task_failures),
-            "lint_failures": len(report.lint_failures), "failures": list(report.failures()),
-            "coverage_failures": list(report.coverage_failures)}
+            "lint_failures": len(report.lint_failures),
+            "failures": list(report.failures()) + list(report.coverage_warnings),
+            "coverage_failures": list(report.coverage_failures) + list(report.coverage_warnings)}
 
 
 def _check(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
@@ -161,13 +243,40 @@ def _check(root: Path, req: Mapping[str, Any]) -> dict[str, Any]:
         from gym_envfactory.validation import validate_environment
 
         report = validate_environment(spec, hash_seeds=None)  # no processes in the sandbox (docs/authoring.md)
+        # one rule with `envfactory validate`: refused exactly when the report fails; an imported
+        # environment's coverage gaps are warnings there too (ValidationReport.coverage_warnings)
         hard, gaps = split_coverage_gaps(report)
-        return {"hard": hard, "gaps": gaps, "summary": _summary(report)}
+        return {"hard": hard, "gaps": gaps + list(report.coverage_warnings), "summary": validation_summary(report)}
     finally:
         purge_modules(req["env_name"])
 
 
 _STAGES = {"build": _build, "probe": _probe, "check": _check}
+
+
+class _TracebacksAtDebug(logging.Filter):
+    """Keeps a record's one-line message and moves its traceback to a DEBUG record of the same logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.levelno > logging.DEBUG:
+            logger = logging.getLogger(record.name)
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("traceback of: %s", record.getMessage(), exc_info=record.exc_info)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+@contextlib.contextmanager
+def tracebacks_at_debug() -> Iterator[None]:
+    """While it runs, a tool's exception logged by the session during an import's checks (validation
+    replays hundreds of calls) is one line; its traceback is logged at DEBUG (``--verbose``/``-v``)."""
+    filt = _TracebacksAtDebug()
+    logger = logging.getLogger("gym_envfactory.session")
+    logger.addFilter(filt)
+    try:
+        yield
+    finally:
+        logger.removeFilter(filt)
 
 
 class _Collect(logging.Handler):
@@ -188,7 +297,8 @@ def run_stage_here(stage: str, root: str | Path, request: Mapping[str, Any]) -> 
     logger.addHandler(handler)
     try:
         try:
-            out: dict[str, Any] = {"result": _STAGES[stage](Path(root), request)}
+            with tracebacks_at_debug():
+                out: dict[str, Any] = {"result": _STAGES[stage](Path(root), request)}
         except ImporterError as exc:  # the parent names the original file: drop this side's (temporary) path
             out = {"error": str(getattr(exc, "message", None) or (exc.args[0] if exc.args else exc))}
         except Exception as exc:  # noqa: BLE001 - whatever the imported code raised is its answer

@@ -28,6 +28,7 @@ from gym_envfactory.environment.manifest import Manifest, Provenance
 from gym_envfactory.environment.package import load_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 
+from ..domains import environment_texts, infer_domain
 from ..errors import PackageExistsError
 from ..packages import jsonl_text, purge_modules, write_environment_package
 from ..sandbox import package_digest, warn_process_mode
@@ -238,6 +239,10 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
             raise ImporterError(str(exc.args[0]) if exc.args else str(exc), file=src) from None
         env_name = str(built["env_name"])
         folder = out / env_name
+        if env_name in opts.output.taken:
+            raise ImporterError(f"{env_name} is also the name of {opts.output.taken[env_name]}, imported before it in "
+                                "this run; give this file its own name (--name NAME, or name = \"...\" in its "
+                                "--map table)", file=src)
         clash = name_collision(env_name, folder)
         if clash:
             raise ImporterError(clash, file=src)
@@ -249,13 +254,15 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
         model = str(built["state_model"])
         desc = man.description or (str(built["module_doc"]).splitlines()[0] if built["module_doc"]
                                else f"Imported from {src.name}")
+        domain = man.domain or infer_domain(environment_texts(env_name, desc, built["tools"], built["states"]), name=env_name)
         manifest = Manifest(
-            name=env_name, version=man.version, domain=man.domain, description=desc, state_model=f"state:{model}",
+            name=env_name, version=man.version, domain=domain, description=desc, state_model=f"state:{model}",
             tools_module="tools", default_initial_state="small", bookkeeping_fields=list(man.bookkeeping_fields),
             free_text_fields=list(man.free_text_fields), set_fields=list(man.set_fields),
             provenance=Provenance.model_validate(  # extra keys are kept (Provenance allows them)
                 {"kind": "imported", "source": str(src), "sha256": hashlib.sha256(src_text.encode()).hexdigest(),
-                 "api_class": str(built["api_class"]), "importer": "gym_envfactory.generators.importer"}))
+                 "api_class": str(built["api_class"]), "importer": "gym_envfactory.generators.importer",
+                 **({} if man.domain else {"domain": "inferred from its names (generators.domains)"})}))
         files: dict[str, str | bytes] = {
             "_source.py": src_bytes,  # the server, byte for byte
             "_bridge.py": bridge_source(),
@@ -270,7 +277,7 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
         pkg.mkdir(parents=True)
         states = dict(built["states"])
         write_environment_package(pkg, manifest, files=files, initial_states=states, scenarios=user_scenarios or None,
-                                  tasks=task_objs or None, sort_state_keys=True, replace=True)
+                                  tasks=task_objs or None, sort_state_keys=False, replace=True)
         digest = package_digest(pkg)
         analysis = {**analysis, "api_class": str(built["api_class"]), "state_model": model}
         stage_req = {"env_name": env_name, "source": str(src), **analysis}
@@ -309,8 +316,12 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
                 raise ImporterError(str(exc.args[0]) if exc.args else str(exc), file=src) from None
             _check_digest(pkg, digest, "validation")
             if checked["hard"]:
-                raise ImporterError("the imported environment failed validation:\n  "
-                                    + "\n  ".join(list(checked["hard"])[:20]), file=folder)
+                places = {str(work / "pkg" / env_name / "_source.py"): str(src),
+                          str(work / "pkg" / env_name / "tasks.jsonl"): str(data.tasks) if isinstance(
+                              data.tasks, (str, Path)) else f"{env_name}/tasks.jsonl (the tasks given)",
+                          str(work / "pkg" / env_name / "scenarios.jsonl"): f"{env_name}/scenarios.jsonl",
+                          str(work / "pkg" / env_name): env_name}
+                raise ImporterError(validation_refusal(checked["summary"], checked["hard"], places), file=src)
             for gap in checked["gaps"]:
                 log.warning("%s: %s (pass scenarios= to cover it)", env_name, gap)
             summary = checked["summary"]
@@ -322,14 +333,42 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
                            noop_writes=tuple(noop_writes), reclassified=tuple(reclassified))
 
 
+def validation_refusal(summary: Mapping[str, Any] | None, failures: Iterable[str],
+                       places: Mapping[str, str] | None = None, limit: int = 20) -> str:
+    """The message of an import refused by validation: the counts first (``"3 of 25 tasks failed to
+    replay; 1 of 6 scenarios failed"``), then up to ``limit`` failures, one a line, with every temporary
+    path in ``places`` (path → what to say instead: the user's own file) replaced, and how many more."""
+    parts = []
+    if summary:
+        if summary.get("task_failures"):
+            parts.append(f"{summary['task_failures']} of {summary['tasks']} tasks failed to replay")
+        failed = int(summary.get("scenarios", 0)) - int(summary.get("scenarios_passed", 0))
+        if failed:
+            parts.append(f"{failed} of {summary['scenarios']} scenarios failed")
+        if summary.get("lint_failures"):
+            parts.append(f"{summary['lint_failures']} determinism lint finding(s)")
+    lines = list(failures)
+    for i, line in enumerate(lines):
+        for tmp, mine in sorted((places or {}).items(), key=lambda kv: -len(kv[0])):
+            line = line.replace(tmp, mine)
+        lines[i] = line
+    more = f"\n  ... and {len(lines) - limit} more" if len(lines) > limit else ""
+    return (f"the imported environment failed validation ({'; '.join(parts) or f'{len(lines)} failure(s)'}):\n  "
+            + "\n  ".join(lines[:limit]) + more)
+
+
 def _read_after_probe(built: Mapping[str, Any], observed: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[str]]:
     """From the probe's observations: (tools to import read-only instead, no-op writes to report).
 
     A tool guessed as a write (not annotated by the server or an override) whose name reads
-    (``hotel_get_room``) and whose probe calls all changed nothing is read-only; any other write tool
+    (``hotel_get_room``), whose API methods write no field of the state model (only private or unsaved
+    attributes: :func:`~.analysis.written_attributes`; one that writes a field on a branch the probe did
+    not reach stays a write), or whose methods write nothing at all whatever its name, and whose probe
+    calls all changed nothing is read-only; any other write tool
     the probe saw succeed without a change is a silent no-op write, reported as ``name(arguments)``."""
     annotated = set(built.get("annotated") or ())
-    reads = set(built.get("reads_by_name") or ())
+    reads = ((set(built.get("reads_by_name") or ()) - set(built.get("writes_state") or ()))
+             | set(built.get("writes_nothing") or ()))
     to_read, noops = [], []
     for tool, ro in dict(built["tools"]).items():
         seen = observed.get(tool)

@@ -8,7 +8,6 @@ gen``); the embedding model is ``--embedding-model``.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -138,44 +137,38 @@ def show_cmd(
 @graph_app.command("sample")
 def sample_cmd(
     graph: Annotated[Path, typer.Option("--graph", help="graph JSON from `envfactory graph build`")],
-    n: Annotated[int, typer.Option("--n", min=1, help="chains to sample")] = 100,
+    n: Annotated[int, typer.Option("--n", min=1, help="chains to sample (runnable ones with --check)")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="sampling seed")] = 0,
     out: Annotated[Path, typer.Option("--out", help="chains JSONL to write")] = Path("chains.jsonl"),
     check: Annotated[bool, typer.Option("--check/--no-check",
                                         help="execute each chain in a session and keep the runnable ones")] = True,
+    budget: Annotated[int | None, typer.Option("--budget", min=1, help="chain checks at most (default 10 n + 50)")] = None,
 ) -> None:
-    """Sample tool chains from a graph (sampler.sample_chains), optionally keep only runnable ones
-    (sampler.check_chain), and write them as JSONL (sampler.write_chains)."""
-    from rich.progress import Progress
-
+    """Sample tool chains from a graph (sampler.sample_chains); with --check (the default) keep sampling and
+    executing them (solvable.sample_solvable) until --n run or --budget checks were made, and say why any
+    were dropped; write them as JSONL (sampler.write_chains)."""
     _need_synthesis_extra()
     from gym_envfactory.generators.tasks.graph import load_graph
 
     try:
-        from gym_envfactory.generators.tasks.sampler import check_chain, sample_chains, write_chains
+        from gym_envfactory.generators.tasks.sampler import sample_chains, write_chains
+        from gym_envfactory.generators.tasks.solvable import sample_solvable
     except ImportError as exc:
         _fail(EnvFactoryError(f"the chain sampler is not available: {exc}"))
     try:
         G = load_graph(graph)
-        chains = sample_chains(G, n, seed=seed)
-        sampled = len(chains)
-        reasons: Counter[str] = Counter()
         if check:
-            kept = []
-            with Progress(transient=True, console=_err) as bar:
-                task = bar.add_task("checking chains", total=len(chains))
-                for chain in chains:
-                    result = check_chain(chain)
-                    if result.ok:
-                        kept.append(chain)
-                    else:
-                        reasons[str(result.reason or "unknown")] += 1
-                    bar.advance(task)
-            chains = kept
+            with _err.status("sampling and checking chains"):
+                found = sample_solvable(G, n, seed=seed, budget=budget)
+            chains, line = found.chains, found.summary()
+        else:
+            chains = sample_chains(G, n, seed=seed)
+            line = f"sampled {len(chains)} of {n} (not checked)" + (
+                "" if len(chains) >= n else f"; the graph gave only {len(chains)} distinct chains")
         write_chains(chains, out)
     except (EnvFactoryError, ValueError) as exc:
         _fail(exc)
-    _out.print(f"wrote {len(chains)} chains to {out} ({sampled} sampled"
-               + (f", {sampled - len(chains)} dropped by the check" if check else "") + ")", highlight=False, markup=False)
-    for reason, count in reasons.most_common():
-        _out.print(f"  {count:5d}  {reason}", highlight=False, markup=False)
+    _out.print(f"wrote {len(chains)} chains to {out}: {line}", highlight=False, markup=False)
+    if check:
+        for reason, count in found.drops.most_common():
+            _out.print(f"  {count:5d}  {reason}", highlight=False, markup=False)

@@ -505,6 +505,54 @@ def _walk_named(obj: Any, names: set[str], out: list[Any], collections: set[str]
             stack.extend(x for x in cur if isinstance(x, dict | list))
 
 
+#: Parameter names of a free-text search input: filled with words of the state's names and titles first.
+SEARCH_PARAMS = frozenset({"query", "q", "search", "search_term", "search_text", "term", "terms", "keyword",
+                           "keywords", "pattern", "phrase", "contains", "name_contains", "match"})
+#: Description words that mark a search input whatever its name ("Part of a name or email address").
+_SEARCH_HINTS = ("part of", "search", "matches", "substring", "words that")
+
+
+def is_search_input(param: str, schema: Mapping[str, Any]) -> bool:
+    """Whether a string input is a free-text search (a query matched against the state's names and
+    titles): its name is one of :data:`SEARCH_PARAMS`, or its description says so ("part of a name")."""
+    if schema.get("type") != "string" or "enum" in schema or _date_kind(schema):
+        return False
+    desc = str(schema.get("description", "")).lower()
+    return param.lower() in SEARCH_PARAMS or any(h in desc for h in _SEARCH_HINTS)
+
+
+def _text_field(key: str) -> bool:
+    k = key.lower()
+    return k.endswith(("name", "title", "email", "subject", "label", "city")) or k in ("keywords", "tags", "topic")
+
+
+def state_words(state: Any, limit: int = CANDIDATES) -> list[str]:
+    """Search terms drawn from the records of ``state``: words (4+ letters) of the values of name-, title-,
+    email-, subject-like fields, in document order, then those values whole; at most ``limit`` of each.
+    What a search input is filled with instead of a placeholder (a literal ``'sample query'`` matches nothing)."""
+    values: list[str] = []
+    stack = [state]
+    while stack and len(values) < 50:
+        cur = stack.pop(0)
+        if isinstance(cur, dict):
+            for k, v in cur.items():
+                if isinstance(v, str) and v.strip() and _text_field(str(k)):
+                    values.append(v.strip())
+                elif isinstance(v, list) and _text_field(str(k)):
+                    values.extend(x.strip() for x in v if isinstance(x, str) and x.strip())
+                if isinstance(v, dict | list):
+                    stack.append(v)
+        elif isinstance(cur, list):
+            stack.extend(x for x in cur if isinstance(x, dict | list))
+    words: list[str] = []
+    for v in values:
+        for w in re.findall(r"[A-Za-z]{4,}", v.split("@")[0]):
+            if w not in words:
+                words.append(w)
+    whole = [v for j, v in enumerate(values) if v not in values[:j]]
+    return words[:limit] + whole[:limit]
+
+
 def _singular(param: str) -> str:
     return param[:-1] if param.endswith("s") and not param.endswith("ss") else param
 
@@ -564,6 +612,8 @@ class _Filler:
         if guess:
             out.extend(re.findall(r"e\.g\.\s*\[?['\"]?([A-Za-z0-9][\w.-]*[A-Za-z0-9])",
                                   str(schema.get("description", ""))))
+            if is_search_input(param, schema):  # a word of a real record, not 'sample query' (issue 27 part 3)
+                out.extend(state_words(self.state))
             out.extend(self.schema_values(param, schema))
         else:
             out.extend(schema.get("enum", []))
@@ -670,7 +720,7 @@ def _session(chain: Chain, initial_states: Mapping[str, Any] | None) -> tuple[Se
 
 
 def check_chain(chain: Chain, *, initial_states: Mapping[str, Any] | None = None,
-                attempts: int = FILL_ATTEMPTS) -> ChainCheck:
+                attempts: int = FILL_ATTEMPTS, variant: int = 0) -> ChainCheck:
     """Run ``chain`` in a fresh session (paper §3.3, the executed solvability check).
 
     The session spans the chain's environments, from ``initial_states`` (``{env: state name, dict or
@@ -681,7 +731,9 @@ def check_chain(chain: Chain, *, initial_states: Mapping[str, Any] | None = None
     ``<name>_id`` field, or the keys of the ``<name>s`` collection) in the initial state, an ``e.g.``
     example in the parameter's description, the input schema (enum, default, examples, bounds); dates
     are computed from the state's ``now``; ``optional`` inputs are omitted.  A failing call is retried
-    with the next filling, at most ``attempts`` in all.
+    with the next filling, at most ``attempts`` in all.  ``variant`` ``v > 0`` starts every input's
+    candidate list at its ``v``-th entry (modulo its length; the list rotated): another record, date or
+    value where there are several, so one chain gives several different executed ground truths.
 
     Returns:
         A :class:`ChainCheck`: ``ok`` with the ground-truth calls, or not ok with the ``reason`` naming
@@ -739,6 +791,8 @@ def check_chain(chain: Chain, *, initial_states: Mapping[str, Any] | None = None
                 dims.append([{param: v} for v in values])
         if dates:
             dims.append(filler.date_options(dates))
+        if variant:
+            dims = [d[variant % len(d):] + d[:variant % len(d)] for d in dims]
         last = None
         tried = 0
         for arguments in _with_optionals(_fillings(dims, max(1, attempts)), optional_options, attempts):

@@ -11,7 +11,8 @@ import logging
 import os
 import statistics
 import sys
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -32,6 +33,7 @@ from gym_envfactory.cli.tasks import TASKS_HELP, left_out_note, read_tasks_optio
 from gym_envfactory.environment.catalog import get_environment, import_environment_module, list_environments
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.taskfiles import tasks_for
+from gym_envfactory.environment.tasks import Task
 from gym_envfactory.errors import EnvFactoryError, UntrustedPackageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,11 +88,19 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
+def split_counts(tasks: Iterable[Task]) -> str:
+    """Tasks per split for ``envfactory list``: ``train 30 / test 8`` (``train`` first, then ``test``, then
+    the others by name); ``0`` when there are none."""
+    counts = Counter(t.split for t in tasks)
+    order = sorted(counts, key=lambda s: (s != "train", s != "test", s))
+    return " / ".join(f"{escape(s)} {counts[s]}" for s in order) or "0"
+
+
 @app.command("list")
 def list_cmd() -> None:
-    """List the catalog: every environment with its gym id, domain, tools and tasks."""
+    """List the catalog: every environment with its gym id, domain, tools and tasks per split."""
     table = Table(title="envfactory catalog")
-    for col in ("gym id", "domain", "version", "tools (write)", "tasks (multi-turn)", "initial states"):
+    for col in ("gym id", "domain", "version", "tools (write)", "tasks per split (multi-turn)", "initial states"):
         table.add_column(col)
     broken: list[str] = []
     for name in list_environments():
@@ -103,7 +113,7 @@ def list_cmd() -> None:
             continue
         writes = sum(not t.read_only for t in spec.tools.values())
         table.add_row(escape(spec.gym_id), escape(spec.domain), escape(spec.version), f"{len(spec.tools)} ({writes})",
-                      f"{len(tasks)} ({sum(t.multi_turn for t in tasks)})", escape(", ".join(spec.initial_state_names())))
+                      f"{split_counts(tasks)} ({sum(t.multi_turn for t in tasks)})", escape(", ".join(spec.initial_state_names())))
     console.print(table)
     for line in broken:
         err_console.print(f"broken: {line}", style="red", soft_wrap=True, markup=False, highlight=False)
@@ -203,6 +213,8 @@ def validate_cmd(
                       f"tasks replayed {report.n_tasks - len(report.task_failures)}/{report.n_tasks}")
         for f in report.failures():
             console.print(f"    {f}", style="red", markup=False, highlight=False)
+        for f in report.coverage_warnings:  # an imported environment's coverage gaps (as the import reports them)
+            console.print(f"    warning: {f}", style="yellow", markup=False, highlight=False)
         ok &= report.passed
     raise typer.Exit(0 if ok else 1)
 
@@ -567,6 +579,7 @@ def _register_subcommands() -> None:
     (``gen``, ``import`` from the generators): the runtime never imports them by name (docs/architecture.md, "Layers")."""
     from importlib.metadata import entry_points
 
+    from gym_envfactory.cli import taskimport  # noqa: F401  (adds `tasks import` to tasks_app)
     from gym_envfactory.cli.images import catalog_app, image_app
     from gym_envfactory.cli.tasks import tasks_app
 

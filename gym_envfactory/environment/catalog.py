@@ -39,6 +39,7 @@ __all__ = [
     "list_environments",
     "get_environment",
     "define_environment",
+    "caller_module",
     "add_environment",
     "forget_environment",
     "programmatic_environments",
@@ -252,13 +253,13 @@ def define_environment(
         tasks_source=tasks,
         scenarios_source=scenarios,
     )
-    spec.defined_in = _caller_module(sys._getframe(1))
+    spec.defined_in = caller_module(sys._getframe(1))
     if register:
         add_environment(spec)
     return spec
 
 
-def _caller_module(frame: Any) -> tuple[str, str | None]:
+def caller_module(frame: Any) -> tuple[str, str | None]:
     """``(module name, file)`` of the code that called :func:`define_environment`; a script run as
     ``python -m pkg.mod`` gives its real name (``__spec__.name``), not ``__main__``.  The file is
     ``None`` when the call was not at a module's top level (inside a function, a notebook cell, ``exec``):

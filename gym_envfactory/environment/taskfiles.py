@@ -15,6 +15,12 @@ environment name no catalog folder or code definition has (``env``); a ground-tr
 added tool that none of the task's environments has (a task spanning several environments names them
 all in ``env``, primary first); a ``task_id`` seen before in any of the files.  Whether the ground truth
 replays is checked when a task is first played or validated (:func:`gym_envfactory.replay.task_reference`).
+
+A file of EnvFactory's own RL rows (a ``.parquet`` file, or JSON Lines whose first object has ``prompt``,
+``reward_model`` and ``extra_info``) is read as tasks the same way
+(:func:`gym_envfactory.environment.paperformat.tasks_from_rows`: servers matched to environments by name,
+tool prefixes stripped); a task's line is its first row.  Its ``final_config`` is compared with the replayed
+states only by ``envfactory tasks import``, the checked route (docs/synthesis.md).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from gym_envfactory.environment.catalog import get_environment, list_environments, strip_gym_id
 from gym_envfactory.environment.manifest import parse_json_text
+from gym_envfactory.environment.paperformat import is_paper_rows_file, read_rows, tasks_from_rows
 from gym_envfactory.environment.spec import EnvironmentSpec
 from gym_envfactory.environment.tasks import Task, TaskSet, check_tool_names, parse_task
 from gym_envfactory.errors import DatasetError
@@ -124,6 +131,11 @@ def _reparse(task: Task, env: str | None, file: Path | None, line: int) -> tuple
 
 
 def _file_items(path: Path, env: str | None) -> Iterable[tuple[Task, Path, int]]:
+    if is_paper_rows_file(path):  # EnvFactory's own RL rows (docs/synthesis.md): read as tasks, line = first row
+        for item in tasks_from_rows(read_rows(path), file=path):
+            first = item.task["provenance"]["rows"][0]
+            yield parse_task(item.task, env=env, file=path, line=first), path, first
+        return
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

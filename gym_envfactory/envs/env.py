@@ -38,6 +38,7 @@ from gym_envfactory.environment.tasks import Task, Turn
 from gym_envfactory.envs.options import BackendOptions, EpisodeLimits, PromptOptions, TaskSelection, fill
 from gym_envfactory.envs.parsing import MAX_RAW_CHARS, ParseError, ToolCall, parse_action
 from gym_envfactory.envs.spaces import AssistantActionSpace, MessagesSpace
+from gym_envfactory.envs.vector_memory import MessagesSharedMemory  # noqa: F401 - registers async make_vec's hooks
 from gym_envfactory.errors import DatasetError, SpecError, UnknownTaskError
 from gym_envfactory.replay import TaskReference, task_reference
 from gym_envfactory.reward import (

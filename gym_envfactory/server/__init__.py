@@ -81,6 +81,8 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     else:
         extra_routes, hook = mcp_routes(manager, config)
         hooks.append(hook)
+    plugins: list[str] = []
+    extra_routes = list(extra_routes) + plugin_routes(manager, config, hooks, plugins)
     app = build_app(manager, config, extra_routes=extra_routes, lifespan_hooks=hooks)
     if uds is not None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -109,7 +111,8 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
         if announce_fd is not None:
             write_announcement(announce_fd, line)
         print(f"envfactory: serving {', '.join(manager.specs)} on {where} "
-              f"(fast protocol /v1/ws, control plane /v1/rpc, MCP /mcp/<Env>, /healthz, /readyz, /metrics)"
+              f"(fast protocol /v1/ws, control plane /v1/rpc, MCP /mcp/<Env>, "
+              f"{''.join(f'{n} /{n}/<Env>, ' for n in plugins)}/healthz, /readyz, /metrics)"
               f"{'; token required' if token else ''}", file=sys.stderr, flush=True)
         await server.serve(sockets=[sock])
 
@@ -120,6 +123,34 @@ def serve(envs: list[str] | None = None, *, host: str = "127.0.0.1", port: int =
     finally:
         sock.close()
         sys.stdout.flush()
+
+
+#: Entry-point group of the protocols other packages add to ``envfactory serve`` (the OpenEnv mounts of
+#: ``gym_envfactory.training.openenv``): each is ``provider(manager, config) -> (routes, hook | None)``.
+ROUTES_GROUP = "envfactory.routes"
+
+
+def plugin_routes(manager: SessionManager, config: object, hooks: list, names: list[str] | None = None) -> list:
+    """The routes of every ``envfactory.routes`` entry point (their lifespan hooks appended to ``hooks``,
+    their names to ``names``).  A provider whose optional dependency is missing is skipped with a
+    warning, as the MCP endpoint is."""
+    import logging
+    from importlib.metadata import entry_points
+
+    routes: list = []
+    for ep in entry_points(group=ROUTES_GROUP):
+        try:
+            provider = ep.load()
+        except ImportError as exc:
+            logging.getLogger(__name__).warning("%s endpoint disabled (%s)", ep.name, exc)
+            continue
+        more, hook = provider(manager, config)
+        routes += more
+        if names is not None:
+            names.append(ep.name)
+        if hook is not None:
+            hooks.append(hook)
+    return routes
 
 
 def write_announcement(fd: int, line: str) -> None:

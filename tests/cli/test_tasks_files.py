@@ -17,6 +17,7 @@ from gym_envfactory.cli import app
 from gym_envfactory.cli.tasks import oracle_refusal
 from gym_envfactory.environment.tasks import Task, TaskSet
 from gym_envfactory.generators.tasks.querygen import ChainOutcome, write_tasks
+from gym_envfactory.training.export.rl import template_messages
 from tests.conftest import CATALOG_SERVER_TOKEN as TOKEN
 from tests.environment.test_package import PKG
 from tests.environment.test_package import TOOLS as PACKAGE_TOOLS
@@ -122,7 +123,7 @@ def test_export_rl_rows_come_from_the_tasks_file_and_rebuild_with_gym_make(gener
     env = gym.make(row["data_source"], tasks=generated)
     try:
         obs, _ = env.reset(options=row["extra_info"]["reset_options"])
-        assert [m["content"] or "" for m in obs] == [m["content"] for m in row["prompt"]]
+        assert template_messages(obs) == row["prompt"]
     finally:
         env.close()
 

@@ -16,7 +16,7 @@ from gym_envfactory.rollout.policies import OraclePolicy
 from gym_envfactory.rollout.runner import run_episode
 from gym_envfactory.training.export.cli import export_app
 from gym_envfactory.training.export.episodes import Trajectory, oracle_trajectories, read_trajectories
-from gym_envfactory.training.export.rl import rl_rows, write_parquet
+from gym_envfactory.training.export.rl import rl_rows, template_messages, write_parquet
 from gym_envfactory.training.export.sft import dataset_info_entry, to_alpaca, to_sharegpt
 
 ENV = "HotelBooking"
@@ -79,8 +79,8 @@ def test_parquet_round_trip(turn_rows, tmp_path):
     back = pq.read_table(path).to_pylist()
     assert len(back) == len(turn_rows)
     for a, b in zip(back, turn_rows, strict=True):
-        assert [m["role"] for m in a["prompt"]] == [m["role"] for m in b["prompt"]]
-        assert [m["content"] for m in a["prompt"]] == [m.get("content") or "" for m in b["prompt"]]
+        assert a["prompt"] == template_messages(b["prompt"])  # role and content only (test_chat_templates.py)
+        assert json.loads(a["extra_info"]["messages"]) == b["prompt"]
         assert a["extra_info"]["reset_options"] == b["extra_info"]["reset_options"]
         assert a["reward_model"] == b["reward_model"]
 
@@ -216,3 +216,18 @@ def test_rl_rows_export_a_window_whose_reward_is_constant_under_the_default_conf
             rewards.add(r)
         assert len(rewards) > 1, f"exported window scores {rewards} for a right and a wrong answer"
 
+
+
+def test_alpaca_records_mark_tool_results_as_observations_not_user_words():
+    """Issue 28 part 6: a tool result in an alpaca instruction is a <tool_response> block, never bare JSON."""
+    trajectories = list(oracle_trajectories(ENV, split="test"))
+    records = to_alpaca(trajectories)
+    after_call = [r for r in records if r["history"] and r["history"][-1][1].startswith("<tool_call>")]
+    assert after_call
+    for r in after_call:
+        assert r["instruction"].startswith("<tool_response>\n") and r["instruction"].endswith("\n</tool_response>")
+    results = [m["content"] for m in trajectories[0].messages if m["role"] == "tool"]
+    first = next(r for r in records if r["task_id"] == trajectories[0].task_id and r["instruction"].startswith("<tool_response>"))
+    assert first["instruction"] == f"<tool_response>\n{results[0]}\n</tool_response>"
+    sharegpt = to_sharegpt(trajectories[:1])[0]["conversations"]
+    assert all(set(turn) == {"from", "value"} for turn in sharegpt)

@@ -15,7 +15,7 @@ from gym_envfactory.ui.app import create_app
 from gym_envfactory.ui.cli import ui_cmd
 from tests.ui.helpers import client_of
 
-PAGES = ["/", "/env/HotelBooking/state/small", "/rollouts", "/rollouts/0/0"]
+PAGES = ["/", "/env/HotelBooking/state/small", "/rollouts", "/rollouts/0/0", "/compare?a=0&b=0", "/training"]
 
 
 @pytest.fixture

@@ -7,5 +7,7 @@
   observation, ``system``, ``tools``) and ``alpaca`` records, plus the ``dataset_info.json`` entry;
   from the tasks' ground truth (played by the oracle policy through the real environment) or from
   rollout trajectories filtered by reward.
+- :mod:`.paper`: the same data in EnvFactory's own row shapes (``--format envfactory``: its RL rows with
+  ``mcp_factory_kwargs`` and its alpaca SFT rows), which ``envfactory tasks import`` reads back as tasks.
 - :mod:`.cli`: ``envfactory export rl|sft``.
 """

@@ -14,6 +14,7 @@ from gym_envfactory.environment.taskfiles import read_tasks, tasks_for
 from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.errors import DatasetError, EnvFactoryError
 from gym_envfactory.training.export.episodes import oracle_trajectories, read_trajectories, resolve_env_names
+from gym_envfactory.training.export.paper import envfactory_rl_rows, envfactory_sft_records, write_rows
 from gym_envfactory.training.export.rl import rl_rows, write_parquet
 from gym_envfactory.training.export.sft import dataset_info_entry, to_alpaca, to_sharegpt
 
@@ -31,10 +32,22 @@ class Per(StrEnum):
 
 
 class SFTFormat(StrEnum):
-    """LlamaFactory dataset formats."""
+    """LlamaFactory dataset formats (``envfactory``: alpaca rows in the paper's own layout)."""
 
     sharegpt = "sharegpt"
     alpaca = "alpaca"
+    envfactory = "envfactory"
+
+
+class RLFormat(StrEnum):
+    """RL row formats: this gym's VeRL rows, or the paper's own (training/export/paper.py)."""
+
+    verl = "verl"
+    envfactory = "envfactory"
+
+
+SEPARATOR_HELP = ("--format envfactory: write tool names as <server><SEPARATOR><tool> (default: as the tasks were "
+                  "imported, else bare)")
 
 
 def _fail(exc: Exception) -> None:
@@ -72,15 +85,26 @@ def export_rl(
     split: Annotated[str | None, typer.Option(help="only tasks of this split (train, test)")] = None,
     per: Annotated[Per, typer.Option(help="one row per task turn (the paper's unit) or per task")] = Per.turn,
     tasks_files: Annotated[list[Path] | None, typer.Option("--tasks", help=TASKS_HELP)] = None,
+    fmt: Annotated[RLFormat, typer.Option("--format", help="verl: this gym's VeRL rows (parquet); envfactory: the paper's own rows (parquet, .jsonl or .json by --out's suffix)")] = RLFormat.verl,
+    separator: Annotated[str | None, typer.Option("--separator", help=SEPARATOR_HELP)] = None,
 ) -> None:
     """RL prompts as VeRL parquet rows; every row rebuilds its episode with env.reset(options=...)
-    (with --tasks, on gym.make(..., tasks=FILE))."""
+    (with --tasks, on gym.make(..., tasks=FILE)).  --format envfactory: the paper's row shape
+    (one row per turn with tool calls; docs/training.md)."""
     try:
         names, given = _with_tasks(envs, tasks_files)
-        rows = rl_rows(names, split=split, per=per.value, tasks=given)
+        if fmt is RLFormat.envfactory:
+            if per is not Per.turn:
+                raise EnvFactoryError("--format envfactory writes one row per turn (the paper's unit); leave out --per")
+            rows = envfactory_rl_rows(names, split=split, tasks=given, separator=separator)
+        else:
+            rows = rl_rows(names, split=split, per=per.value, tasks=given)
         if not rows:
             raise EnvFactoryError(f"no task to export (split={split!r})")
-        write_parquet(rows, out)
+        if fmt is RLFormat.envfactory:
+            write_rows(rows, out)
+        else:
+            write_parquet(rows, out)
     except (EnvFactoryError, ValueError) as exc:
         _fail(exc)
     except ImportError as exc:
@@ -99,6 +123,7 @@ def export_sft(
     min_reward: Annotated[float, typer.Option(help="keep trajectories with at least this reward")] = 1.0,
     name: Annotated[str, typer.Option(help="dataset name in dataset_info.json")] = "envfactory",
     tasks_files: Annotated[list[Path] | None, typer.Option("--tasks", help=TASKS_HELP)] = None,
+    separator: Annotated[str | None, typer.Option("--separator", help=SEPARATOR_HELP)] = None,
 ) -> None:
     """SFT conversations from the tasks' ground truth (oracle episodes) or from rollout trajectories
     filtered by reward; writes the data file and a dataset_info.json entry beside it.  A bad trajectory
@@ -110,6 +135,22 @@ def export_sft(
         typer.echo(f"skipped: {err}", err=True)
 
     try:
+        if fmt is SFTFormat.envfactory:
+            if from_trajectories is not None:
+                raise EnvFactoryError("--format envfactory writes the tasks' ground truth; it does not read --from-trajectories")
+            if not envs and not tasks_files:
+                raise EnvFactoryError("name environments, or give --tasks FILE")
+            names, given = _with_tasks(envs, tasks_files)
+            paper = envfactory_sft_records(names, split=split, tasks=given, separator=separator)
+            if not paper:
+                raise EnvFactoryError(f"no task with tool calls to export (split={split!r})")
+            write_rows(paper, out)
+            info_path = out.parent / "dataset_info.json"
+            info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+            info.update(dataset_info_entry(name, out.name, "alpaca"))
+            info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+            typer.echo(f"wrote {len(paper)} alpaca records (the paper's layout) to {out}; dataset_info entry {name!r} in {info_path}")
+            return
         if from_trajectories is not None:
             trajectories = list(read_trajectories(from_trajectories, min_reward=min_reward, on_bad=skip))
         else:
@@ -125,6 +166,8 @@ def export_sft(
             raise DatasetError(f"no usable trajectory left: {len(skipped)} bad records (above); nothing written")
     except EnvFactoryError as exc:
         _fail(exc)
+    except ImportError as exc:  # --format envfactory --out X.parquet without pyarrow
+        _fail(RuntimeError(f"parquet needs the 'export' extra (pip install '.[export]'): {exc}"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     info_path = out.parent / "dataset_info.json"

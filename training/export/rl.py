@@ -26,12 +26,17 @@ step that opens it says the same).
 Nested values whose shape varies between rows (tool schemas, ground truth) are JSON strings, so one
 parquet schema holds every environment.  The reward is the environment's own: a trainer rebuilds the
 episode with ``env.reset(options=row["extra_info"]["reset_options"])`` and steps it.
+
+In the parquet file (:func:`write_parquet`) every ``prompt`` message is ``{"role", "content"}`` only, so
+that any chat template renders it after ``datasets.load_dataset("parquet")``; the exact messages are
+``extra_info.messages`` (JSON).  ``envfactory export rl --format envfactory`` writes the paper's own row
+shape instead (:mod:`gym_envfactory.training.export.paper`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +46,7 @@ from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.replay import task_reference
 from gym_envfactory.reward import turn_has_criteria
 
-__all__ = ["rl_rows", "write_parquet"]
+__all__ = ["rl_rows", "write_parquet", "template_messages"]
 
 
 def _ground_truth(reference: Any, start: int, end: int) -> str:
@@ -116,21 +121,53 @@ def rl_rows(env_names: Iterable[str], *, split: str | None = None, per: str = "t
 
 
 def write_parquet(rows: list[dict[str, Any]], path: str | Path) -> Path:
-    """Write ``rows`` as one parquet file (pyarrow).  Raises ``ImportError`` without pyarrow (the
-    ``export`` extra)."""
+    """Write ``rows`` as one parquet file (pyarrow) that any chat template renders (issue 28 part 6).
+
+    Parquet gives every message of a column one schema, and a reader (``datasets.load_dataset("parquet")``,
+    VeRL's ``RLHFDataset``) hands back every key of it, absent ones as null: a Llama-3.x-style template
+    (``'tool_calls' in message``) then fails on every row.  So the ``prompt`` column holds each message
+    as ``{"role", "content"}`` strings only (:func:`template_messages`: tool calls written as Hermes
+    ``<tool_call>`` blocks in the assistant's content, tool results as ``tool`` messages with their text),
+    still the list of messages VeRL's ``RLHFDataset`` passes to ``apply_chat_template``; the exact
+    OpenAI-format messages, with only the keys each has, are ``extra_info.messages`` (a JSON string).
+
+    Raises:
+        ImportError: without pyarrow (the ``export`` extra).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # the prompt's messages differ in keys (tool_calls, tool_call_id, name): one schema for all
-    prompts = [[_message(m) for m in r["prompt"]] for r in rows]
-    table = pa.Table.from_pylist([{**r, "prompt": p} for r, p in zip(rows, prompts, strict=True)])
+    table = pa.Table.from_pylist([
+        {**r, "prompt": template_messages(r["prompt"]),
+         "extra_info": {**r["extra_info"], "messages": json.dumps(r["prompt"], ensure_ascii=False)}}
+        for r in rows])
     pq.write_table(table, path)
     return path
 
 
-def _message(m: dict[str, Any]) -> dict[str, Any]:
-    """A chat message with every key the schema has (absent ones null)."""
-    return {"role": m["role"], "content": m.get("content") or "", "tool_calls": m.get("tool_calls"),
-            "tool_call_id": m.get("tool_call_id"), "name": m.get("name")}
+def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """``messages`` (OpenAI format) as ``{"role", "content"}`` messages with string content and no
+    other key, which every chat template renders: an assistant message's ``tool_calls`` become Hermes
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks after its text (the form the
+    environment parses back from any model; ``arguments`` parsed when they are JSON text), a ``tool``
+    message keeps its role and content.  Null fields count as absent."""
+    out = []
+    for m in messages:
+        content = m.get("content") or ""
+        calls = m.get("tool_calls") or []
+        blocks = []
+        for c in calls:
+            fn = c.get("function", c)
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args) if args.strip() else {}
+                except ValueError:
+                    pass  # the text the policy wrote: kept as it is
+            blocks.append("<tool_call>" + json.dumps({"name": fn.get("name"), "arguments": args},
+                                                     ensure_ascii=False) + "</tool_call>")
+        text = "\n".join(([content] if content else []) + blocks)
+        out.append({"role": str(m.get("role")), "content": text})
+    return out

@@ -15,7 +15,9 @@ task's turn 0; a turn that adds tools (a task's ``added_tools``) brings a system
 (``gym_envfactory.envs.env.tools_note``), which the record puts at the head of that turn's ``human``
 value (LlamaFactory has no system role inside a conversation), separated by a blank line.  ``alpaca`` records (one per assistant
 action) carry the preceding exchange in ``history``; tool calls are written in the Hermes
-``<tool_call>{...}</tool_call>`` form the environment parses back.
+``<tool_call>{...}</tool_call>`` form the environment parses back, tool results in its observation form,
+one ``<tool_response>\\n...\\n</tool_response>`` block per result (alpaca has no observation role: unmarked,
+a result would read as the user's instruction).
 
 Only what LlamaFactory trains on is written: a conversation that opens with a user message, alternates
 human|observation with gpt|function_call and ends with the model's move, string values, calls with a
@@ -33,7 +35,7 @@ from typing import Any
 from gym_envfactory.errors import DatasetError
 from gym_envfactory.training.export.episodes import Trajectory, messages_problem
 
-__all__ = ["to_sharegpt", "to_alpaca", "dataset_info_entry", "hermes_call"]
+__all__ = ["to_sharegpt", "to_alpaca", "dataset_info_entry", "hermes_call", "tool_responses"]
 
 
 class _Unusable(ValueError):
@@ -76,7 +78,14 @@ def hermes_call(call: dict[str, Any]) -> str:
     return "<tool_call>" + json.dumps(call, ensure_ascii=False) + "</tool_call>"
 
 
-def _turns(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, str]]]:
+def tool_responses(results: Sequence[str]) -> str:
+    """Tool results in the observation form of Hermes/Qwen prompts, one ``<tool_response>\\n...\\n</tool_response>``
+    block each (newline-separated): how an alpaca record marks tool output, which has no role of its own
+    there, so a model never takes it for the user's words (the form EnvFactory's SFT rows use)."""
+    return "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in results)
+
+
+def _turns(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     """(system prompt, sharegpt turns) from OpenAI-format messages.
 
     Raises:
@@ -87,14 +96,14 @@ def _turns(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, str]
             assistant move at all.
     """
     system = ""
-    out: list[dict[str, str]] = []
+    out: list[dict[str, Any]] = []
     pending_results: list[str] = []
     notes: list[str] = []  # system messages after the first (tools notes): they open the next human turn
 
     def flush() -> None:
         if pending_results:
             value = pending_results[0] if len(pending_results) == 1 else json.dumps(pending_results, ensure_ascii=False)
-            out.append({"from": "observation", "value": value})
+            out.append({"from": "observation", "value": value, "results": list(pending_results)})
             pending_results.clear()
 
     for i, m in enumerate(messages):
@@ -137,7 +146,7 @@ def _turns(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, str]
 
 
 def _convert(trajectories: Iterable[Trajectory], on_bad: Callable[[DatasetError], None] | None,
-             ) -> Iterator[tuple[Trajectory, str, list[dict[str, str]]]]:
+             ) -> Iterator[tuple[Trajectory, str, list[dict[str, Any]]]]:
     """``(trajectory, system, turns)`` of each usable trajectory; an unusable one is a
     :class:`DatasetError` naming its file and line (or task) and field: raised, or handed to ``on_bad``."""
     for t in trajectories:
@@ -164,14 +173,14 @@ def to_sharegpt(trajectories: Iterable[Trajectory], *,
         DatasetError: without ``on_bad``, a trajectory LlamaFactory could not train on (:func:`_turns`);
             with it, such a trajectory is handed to ``on_bad`` and left out.
     """
-    return [{"conversations": conv, "system": system, "tools": _tools(t.tools), "env": t.env, "task_id": t.task_id,
+    return [{"conversations": [{"from": turn["from"], "value": turn["value"]} for turn in conv], "system": system, "tools": _tools(t.tools), "env": t.env, "task_id": t.task_id,
              "reward": t.reward} for t, system, conv in _convert(trajectories, on_bad)]
 
 
 def to_alpaca(trajectories: Iterable[Trajectory], *,
               on_bad: Callable[[DatasetError], None] | None = None) -> list[dict[str, Any]]:
-    """One alpaca record per assistant action: ``instruction`` (the last user message or tool
-    results), ``output`` (reply text or Hermes tool-call blocks), ``system`` (with the tool list) and
+    """One alpaca record per assistant action: ``instruction`` (the last user message, or the tool
+    results as ``<tool_response>`` blocks: :func:`tool_responses`), ``output`` (reply text or Hermes tool-call blocks), ``system`` (with the tool list) and
     ``history`` (earlier ``[instruction, output]`` pairs).  Unusable trajectories: as :func:`to_sharegpt`."""
     records = []
     for t, system, conv in _convert(trajectories, on_bad):
@@ -180,7 +189,8 @@ def to_alpaca(trajectories: Iterable[Trajectory], *,
         prompt = ""
         for turn in conv:
             if turn["from"] in ("human", "observation"):
-                prompt = turn["value"] if not prompt else f"{prompt}\n{turn['value']}"
+                value = turn["value"] if turn["from"] == "human" else tool_responses(turn["results"])
+                prompt = value if not prompt else f"{prompt}\n{value}"
                 continue
             if turn["from"] == "function_call":
                 value = json.loads(turn["value"])

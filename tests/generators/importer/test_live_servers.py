@@ -97,18 +97,21 @@ def test_a_failed_call_rolls_the_live_instance_back(garage):
     assert all(t["driver"] == "ada" for t in crashed.state()["trips"].values())  # still logged in
 
 
-def test_reads_do_not_consume_the_sessions_randomness_or_clock(garage):
+def test_reads_keep_their_draws_and_clock_readings_as_the_original_does(garage):
+    """Issue 26 item 5 (reverses the first round's rewinding): a read's draws are kept, so a "random
+    pick" read gives a new pick each call and the clock moves on; a failing write after reads is still
+    undone in place."""
     assert garage.tools["get_time"].read_only
-    with_reads, without = Session(garage), Session(garage)
-    run(with_reads, START)
-    run(without, START)
-    first = with_reads.call("get_time", {}).content
-    assert with_reads.call("get_time", {}).content == first  # rewound: the same instant and draws
-    run(with_reads, [("drive", {"km": 5})])
-    run(without, [("drive", {"km": 5})])
-    r = with_reads.call("crash", {"km": 1})  # the rollback replays the writes only
-    assert "could not be rolled back" not in r.error
-    assert with_reads.state_bytes() == without.state_bytes()
+    s = Session(garage)
+    run(s, START)
+    first = s.call("get_time", {}).content
+    second = s.call("get_time", {}).content
+    assert second["draw"] != first["draw"] and second["now"] > first["now"]
+    run(s, [("drive", {"km": 5})])
+    before = s.state_bytes()
+    r = s.call("crash", {"km": 1})
+    assert not r.ok and "could not be rolled back" not in r.error
+    assert s.state_bytes() == before
 
 
 def test_validation_mode_rolls_back_onto_a_copy_of_the_instance(garage):

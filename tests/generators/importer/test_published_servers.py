@@ -169,6 +169,18 @@ def test_failure_shaped_results_are_tool_errors_and_change_nothing(folder_import
     ("Errors found: none", None),
     ("Booked: no errors", None),
     ([{"error": "inside a list is data"}], None),
+    # issue 26 item 6: failure-shaped replies that carry an id, action flags set to false, shell-style text
+    ({"order_id": "O-1", "status": "Error"}, ('{"order_id": "O-1", "status": "Error"}', "tool_error")),
+    ({"id": 4, "status": "error", "message": "card declined"}, ("card declined", "tool_error")),
+    ({"deleted": False}, ('{"deleted": false}', "tool_error")),
+    ({"cancelled": False, "reason": "too late"}, ("too late", "tool_error")),
+    ({"deleted": True}, None),
+    ({"verified": False}, None),  # a read's answer, not an action's
+    ({"active": False, "name": "x"}, None),
+    ("error: unknown flag --x", ("error: unknown flag --x", "tool_error")),
+    ("bash: frob: command not found", ("bash: frob: command not found", "tool_error")),
+    ("cat: notes.txt: No such file or directory", ("cat: notes.txt: No such file or directory", "tool_error")),
+    ("ran: found the command", None),
 ])
 def test_error_in_rule(result, expected):
     assert bridge.error_in(result) == expected

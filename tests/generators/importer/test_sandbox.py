@@ -154,11 +154,12 @@ def test_grouped_options_keep_the_flat_keywords_and_their_defaults(tmp_path):
     flat = {f.name: getattr(group, f.name) for group in (getattr(defaults, g.name) for g in dataclasses.fields(defaults))
             for f in dataclasses.fields(group)}
     # the defaults of the keyword signature this replaced
-    assert flat == {"name": None, "domain": "utilities", "version": "0.1.0", "description": None,
+    assert flat == {"name": None, "domain": None, "version": "0.1.0", "description": None,  # domain None: inferred (issue 27)
                     "bookkeeping_fields": (), "free_text_fields": (), "set_fields": (), "initial_state": None,
                     "initial_states": None, "tasks": None, "scenarios": None, "state_model": None, "api_class": None,
                     "read_only": None, "destructive": None, "probe": True, "validate": True, "check_isolation": True,
-                    "sandbox": "auto", "image": None, "timeout_s": 600.0, "out_dir": None, "overwrite": False}
+                    "sandbox": "auto", "image": None, "timeout_s": 600.0, "out_dir": None, "overwrite": False,
+                        "taken": {}}
     assert set(flat) == set(ImportKeywords.__annotations__)
     opts = ImportOptions().with_keywords(name="Snoopy", sandbox="process", validate=False)
     assert (opts.manifest.name, opts.sandbox.sandbox, opts.checks.validate, opts.checks.probe) == ("Snoopy", "process",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -272,29 +271,36 @@ def test_cli_unknown_environment_is_one_line() -> None:
     assert r2.exit_code == 2
 
 
-def test_cli_sample_drops_unrunnable_chains(tmp_path: Path, graph_all: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_sample_keeps_sampling_until_n_run_and_says_why_others_dropped(
+        tmp_path: Path, graph_all: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 27 part 3: `graph sample --n N` samples until N chains run (or the budget is spent) and
+    reports "kept K of N (why dropped: ...)" instead of silently writing fewer."""
+    from gym_envfactory.generators.tasks import solvable
+    from gym_envfactory.generators.tasks.sampler import ChainCheck
+
     g = save_graph(graph_all, tmp_path / "G.json")
-    seen: dict[str, Any] = {}
+    checked: list[str] = []
 
-    def sample_chains(G: Any, n: int, *, seed: int) -> list[dict]:
-        seen.update(n=n, seed=seed, tools=G.number_of_nodes())
-        return [{"i": i} for i in range(n)]
+    def check_chain(chain: Any, *, variant: int = 0) -> ChainCheck:
+        checked.append(chain.chain_id)
+        if len(checked) % 3 == 0:  # every third chain does not run
+            return ChainCheck(ok=False, reason=f"step 0 ({chain.steps[0].tool}): sold_out: no rooms (after 1 filling(s))")
+        return ChainCheck(ok=True, calls=[{"env": chain.envs[0], "name": chain.steps[0].name, "arguments": {}}])
 
-    def check_chain(chain: dict) -> Any:
-        ok = chain["i"] % 3 != 0
-        return types.SimpleNamespace(ok=ok, reason=None if ok else "sold_out")
-
-    def write_chains(chains: list, path: Path) -> None:
-        Path(path).write_text("".join(json.dumps(c) + "\n" for c in chains))
-
-    fake = types.ModuleType("gym_envfactory.generators.tasks.sampler")
-    fake.sample_chains, fake.check_chain, fake.write_chains = sample_chains, check_chain, write_chains  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gym_envfactory.generators.tasks.sampler", fake)
+    monkeypatch.setattr(solvable, "check_chain", check_chain)
     out = tmp_path / "chains.jsonl"
     r = CliRunner().invoke(graph_app, ["sample", "--graph", str(g), "--n", "9", "--seed", "4", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert seen == {"n": 9, "seed": 4, "tools": graph_all.number_of_nodes()}
-    assert len(out.read_text().splitlines()) == 6 and "3  sold_out" in r.output
+    assert len(out.read_text().splitlines()) == 9  # 9 asked, 9 written: the dropped ones were replaced
+    text = " ".join(r.output.split())
+    assert "kept 9 of 9 after 13 checks (why dropped: " in text
+    assert sum(int(line.split()[0]) for line in r.output.splitlines() if line.endswith(": sold_out")) == 4
+    checked.clear()
+    r = CliRunner().invoke(graph_app, ["sample", "--graph", str(g), "--n", "9", "--budget", "5", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert len(out.read_text().splitlines()) == 4 and "kept 4 of 9 after 5 checks" in text
+    assert "the budget of 5 checks was spent" in text
     r = CliRunner().invoke(graph_app, ["sample", "--graph", str(g), "--n", "9", "--no-check", "--out", str(out)])
     assert r.exit_code == 0 and len(out.read_text().splitlines()) == 9
 
