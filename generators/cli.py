@@ -276,7 +276,7 @@ def import_cmd(
             raise typer.Exit(2)
 
         try:
-            folder = import_class_package(file, class_name, name=name, out_dir=out, domain=domain or "utilities",
+            folder = import_class_package(file, class_name, name=name, out_dir=out, domain=domain,
                                           initial_state=initial_state, tasks=tasks, scenarios=scenarios,
                                           validate=validate, overwrite=overwrite, lenient_types=lenient_types)
         except (EnvFactoryError, ValueError, OSError) as exc:

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from gym_envfactory.environment.catalog import add_environment, caller_module, define_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 
+from ..domains import environment_texts, infer_domain
 from ..errors import PackageExistsError
 from . import bridge, classbridge
 from .analysis import ImporterError, classify_tool
@@ -140,7 +141,7 @@ def import_class_package(
     *,
     name: str | None = None,
     out_dir: str | Path | None = None,
-    domain: str = "utilities",
+    domain: str | None = None,
     initial_state: Mapping[str, Any] | BaseModel | str | Path | None = None,
     loader: str | None = None,
     tasks: str | Path | Iterable[Mapping[str, Any]] | None = None,
@@ -212,13 +213,17 @@ def import_class_package(
         sys.modules.pop(module_name, None)
     eff_loader = loader or next((m for m in ("_load_scenario", "load_scenario") if callable(getattr(cls, m, None))),
                                 None)
+    desc = description or (cls.__doc__ or f"Imported from {src.name}").strip().splitlines()[0]
+    inferred = domain is None  # no --domain and no map entry: inferred from its names, as a server's is
+    if domain is None:
+        domain = infer_domain(environment_texts(env_name, desc, methods, {"small": scenario or {}}), name=env_name)
     manifest = Manifest(
         name=env_name, version=version, domain=domain, state_model="state:State", tools_module="tools",
-        description=description or (cls.__doc__ or f"Imported from {src.name}").strip().splitlines()[0],
-        default_initial_state="small",
+        description=desc, default_initial_state="small",
         provenance=Provenance.model_validate(  # extra keys are kept (Provenance allows them)
             {"kind": "imported", "source": str(src), "sha256": hashlib.sha256(src_bytes).hexdigest(),
-             "api_class": class_name, "importer": "gym_envfactory.generators.importer"}))
+             "api_class": class_name, "importer": "gym_envfactory.generators.importer",
+             **({"domain": "inferred from its names (generators.domains)"} if inferred else {})}))
     files: dict[str, str | bytes] = {
         "_source.py": src_bytes,
         "_bridge.py": bridge_source(),
