@@ -259,8 +259,7 @@ def check_link(out: Mapping[str, Any], into: Mapping[str, Any], *, out_env: str,
     if not is_id_like(param) and not is_id_like(leaf):
         return LinkVerdict(True)
     if is_id_like(param) != is_id_like(leaf):
-        side = "input" if is_id_like(param) else "output"
-        return LinkVerdict(False, f"entity: only the {side} is an id ({leaf or path!r} -> {param!r})")
+        return LinkVerdict(True)  # an id under another name (`requested_by`): the types decide
     ents = entities or {}
     eo = entity_of(leaf, path, out_env, ents.get(out_env))
     ei = entity_of(param, "", in_env, ents.get(in_env))
