@@ -21,7 +21,8 @@ The embedding score (arXiv 2605.18703 §3.3) says two parameters *read* alike; i
       their record models' names (``bookings`` / ``ClassBooking``);
    c. otherwise the name's words themselves (``organizer``), compared by name.
 
-   Ids named ``deleted_*``/``removed_*``/``purged_*`` name records that are gone: never a source.  An id
+   Ids named ``deleted_*``/``removed_*``/``purged_*`` name records that are gone: never a source.  When
+   only one side has an id-like name (``requested_by`` takes a person id) the types alone decide.  An id
    links across environments only when the two collections are declared the same entity
    (``shared_entities``: each environment has its own database, so two ``customer_id`` of two environments
    are different customers unless someone says otherwise; the shipped catalog declares none).
