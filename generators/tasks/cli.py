@@ -137,12 +137,11 @@ def show_cmd(
         if not G.graph.get("link_check"):
             _out.print("this graph was built with --no-link-check: nothing was rejected", highlight=False, markup=False)
         rej = list(G.graph.get("rejected") or [])
-        if top > 0 and rej:
-            table = Table("producer", "output", "consumer", "input", "score", "reason")
-            for r in rej[:top]:
-                table.add_row(*map(escape, (str(r.get("producer")), str(r.get("output")), str(r.get("consumer")),
-                                            str(r.get("input")), f"{float(r.get('score', 0)):.3f}", str(r.get("reason")))))
-            _out.print(table)
+        for r in rej[:max(top, 0)]:  # one line each: reasons are sentences, too long for table cells
+            _out.print(f"{r.get('producer')}:{r.get('output')} -> {r.get('consumer')}:{r.get('input')} "
+                       f"({float(r.get('score', 0)):.3f}): {r.get('reason')}", highlight=False, markup=False)
+        if len(rej) > top:
+            _out.print(f"... {len(rej) - top} more (--top)", highlight=False, markup=False)
     elif top > 0 and rows:
         table = Table("producer", "output", "consumer", "input", "score", "origin")
         for r in rows[:top]:

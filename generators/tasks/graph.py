@@ -415,7 +415,7 @@ def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, mod
         raise GraphError(f"unknown encoder {encoder_kind!r}; choose one of {', '.join(ENCODERS)}")
     t0 = time.perf_counter()
     infos = [_as_info(t) for t in tools]
-    shared = [tuple(p) for p in shared_entities]
+    shared = [(str(a), str(b)) for a, b in shared_entities]
     G = nx.DiGraph(model=(model or DEFAULT_MODEL) if encoder is None else (model or getattr(encoder, "__name__", "custom")),
                    encoder=encoder_kind if encoder is None else "custom",
                    threshold=float(threshold), weights=dict(WEIGHTS),

@@ -107,8 +107,8 @@ def test_entity_from_state_fields_and_names(entities: Any) -> None:
 
 def test_shared_entities_allow_a_declared_cross_environment_link(entities: Any) -> None:
     args = dict(out_env="OnlineStore", in_env="ParcelDelivery", entities=entities)
-    assert not check_link(_out("customer_id"), _in("customer_id"), **args).ok  # type: ignore[arg-type]
-    assert check_link(_out("customer_id"), _in("customer_id"), **args,  # type: ignore[arg-type]
+    assert not check_link(_out("customer_id"), _in("customer_id"), **args).ok
+    assert check_link(_out("customer_id"), _in("customer_id"), **args,
                       shared_entities=[("OnlineStore.customers", "ParcelDelivery.customers")]).ok
 
 
