@@ -181,3 +181,10 @@ def test_cli_show_lists_rejected_links_with_reasons(catalog_graphs: tuple[Any, A
     path = save_graph(catalog_graphs[0], tmp_path / "U.json")
     r = CliRunner().invoke(graph_app, ["show", str(path), "--rejected"])
     assert r.exit_code == 0 and "--no-link-check" in r.output
+
+
+def test_cli_unknown_encoder_is_one_line(tmp_path: Path) -> None:
+    r = CliRunner().invoke(graph_app, ["build", "HotelBooking", "--encoder", "onnx", "--out", str(tmp_path / "G.json"),
+                                       "--no-embedding-cache"])
+    assert r.exit_code == 1
+    assert r.output.strip().count("\n") == 0 and "unknown encoder 'onnx'" in r.output and "st, numpy" in r.output
