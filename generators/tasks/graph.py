@@ -23,13 +23,16 @@ implementation notes"):
   <tool name>"``, an input without one ``"<leaf words> for <tool name>"``.
 
 All texts are deduplicated, then encoded once each, in batches (256 texts per forward pass); with a
-cache folder (:class:`~.embcache.EmbeddingCache`, keyed by model and text) only texts never encoded under
-that model are, so rebuilding an unchanged catalog encodes nothing and loads no model.  The scores are one
-matrix product per block of outputs (outputs × required inputs, NumPy), thresholded without a Python loop
-over pairs.
+cache folder (:class:`~.embcache.EmbeddingCache`, keyed by encoder, model and text) only texts never
+encoded under that encoder and model are, so rebuilding an unchanged catalog encodes nothing and loads no
+model.  The scores are one matrix product per block of outputs (outputs × required inputs, NumPy),
+thresholded without a Python loop over pairs.  A candidate at or above the threshold then counts only when
+:func:`~.linkcheck.check_link` accepts its types and, for ids, its entities (``docs/synthesis.md``, "Tool
+graph: link check"); the refused ones are kept, with reasons, in the graph attribute ``rejected``.
 
-``import gym_envfactory.generators.tasks.graph`` loads networkx and NumPy only; sentence-transformers
-(torch) is imported when the default encoder is first built.
+``import gym_envfactory.generators.tasks.graph`` loads networkx and NumPy only; the encoder's libraries
+(sentence-transformers and torch, or tokenizers and safetensors for ``numpy``) are imported when it is
+first built.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ __all__ = [
     "name_text",
     "description_text",
     "ENCODERS",
+    "resolve_encoder_kind",
     "load_encoder",
     "build_graph",
     "build_graph_from_tools",
@@ -83,9 +87,26 @@ THRESHOLD = 0.85
 """Published match threshold on the combined score (arXiv 2605.18703 §3.3)."""
 WEIGHTS = {"name_type": 0.6, "description": 0.4}
 """Weights of the two cosine similarities in the score (arXiv 2605.18703 §3.3)."""
-ENCODERS = ("st", "numpy")
+ENCODERS = ("auto", "st", "numpy")
 """Encoder kinds (:func:`load_encoder`): ``st`` sentence-transformers (torch, extra ``synthesis``),
-``numpy`` the same weights in NumPy (no torch, extra ``synthesis-lite``)."""
+``numpy`` the same weights in NumPy (no torch, extra ``synthesis-lite``), ``auto`` (the default) ``st``
+where sentence-transformers is installed, else ``numpy`` (:func:`resolve_encoder_kind`)."""
+
+
+def resolve_encoder_kind(kind: str) -> str:
+    """``"st"`` or ``"numpy"`` for ``kind`` (``"auto"``: ``"st"`` when sentence-transformers can be
+    imported, found without importing it; else ``"numpy"``).
+
+    Raises:
+        GraphError: ``kind`` is not one of :data:`ENCODERS`.
+    """
+    if kind not in ENCODERS:
+        raise GraphError(f"unknown encoder {kind!r}; choose one of {', '.join(ENCODERS)}")
+    if kind != "auto":
+        return kind
+    import importlib.util
+
+    return "st" if importlib.util.find_spec("sentence_transformers") is not None else "numpy"
 MAX_DEPTH = 3
 """Most object-property levels an output path descends (``a.b[].c`` is 3); deeper values stop there."""
 
@@ -286,10 +307,10 @@ def _default_model_path(kind: str = "st") -> str:
 
 
 def load_encoder(model: str | None = None, *, batch_size: int = 256, device: str | None = "cpu",
-                 kind: str = "st") -> Encoder:
+                 kind: str = "auto") -> Encoder:
     """A sentence encoder of kind ``kind`` (:data:`ENCODERS`): ``"st"`` sentence-transformers (torch),
     ``"numpy"`` the same model folder run in NumPy (:func:`~.npencoder.load_numpy_encoder`, no torch; a
-    local folder only).  ``model``: a local folder or (``st``) a Hugging Face model name; ``None``:
+    local folder only), ``"auto"`` the first where sentence-transformers is installed, else the second.  ``model``: a local folder or (``st``) a Hugging Face model name; ``None``:
     :data:`DEFAULT_MODEL`, offline.  Returns ``texts -> float32 array (n, dim)``, L2-normalised.
     ``batch_size``: texts per forward pass.  Parameter texts are short (a few to ~30 tokens) and
     sentence-transformers sorts each call's texts by length, so padding stays small and per-pass
@@ -299,8 +320,7 @@ def load_encoder(model: str | None = None, *, batch_size: int = 256, device: str
     Raises:
         GraphError: an unknown ``kind``, the encoder's libraries are missing, or the model cannot be loaded.
     """
-    if kind not in ENCODERS:
-        raise GraphError(f"unknown encoder {kind!r}; choose one of {', '.join(ENCODERS)}")
+    kind = resolve_encoder_kind(kind)
     path = _default_model_path(kind) if model in (None, DEFAULT_MODEL) else str(model)
     if kind == "numpy":
         from gym_envfactory.generators.tasks.npencoder import load_numpy_encoder
@@ -348,7 +368,7 @@ def _normalised(m: np.ndarray) -> np.ndarray:
 def build_graph(envs: Iterable[Any], *, model: str | None = None, threshold: float = THRESHOLD,
                 encoder: Encoder | None = None, progress: bool = False,
                 timings: dict[str, float] | None = None, cache_dir: str | Path | None = None,
-                encoder_kind: str = "st", check_links: bool = True,
+                encoder_kind: str = "auto", check_links: bool = True,
                 shared_entities: Iterable[tuple[str, str]] = ()) -> nx.DiGraph:
     """The tool graph of ``envs`` (environment names, gym ids or specs), one global tool set: edges
     join tools of the same and of different environments (arXiv 2605.18703 §3.3; ``docs/synthesis.md``).
@@ -362,7 +382,7 @@ def build_graph(envs: Iterable[Any], *, model: str | None = None, threshold: flo
             counts (``texts`` distinct, ``encoded`` sent to the encoder, ``cached`` found in the cache).
         cache_dir: embedding cache folder (:class:`~.embcache.EmbeddingCache`), keyed by the graph's
             ``encoder`` and ``model`` attributes and the text; ``None``: no cache.
-        encoder_kind: ``"st"`` or ``"numpy"`` (:data:`ENCODERS`; ignored with ``encoder``).
+        encoder_kind: ``"auto"``, ``"st"`` or ``"numpy"`` (:data:`ENCODERS`; ignored with ``encoder``).
         check_links: apply the type/entity check (:mod:`~.linkcheck`) before a candidate counts; the
             environments' entities come from their state models and default initial states.
         shared_entities: pairs ``("EnvA.collection", "EnvB.collection")`` holding the same records, so
@@ -391,14 +411,14 @@ def _as_info(t: ToolInfo | Mapping[str, Any]) -> ToolInfo:
 def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, model: str | None = None,
                            threshold: float = THRESHOLD, encoder: Encoder | None = None,
                            progress: bool = False, timings: dict[str, float] | None = None,
-                           cache_dir: str | Path | None = None, encoder_kind: str = "st",
+                           cache_dir: str | Path | None = None, encoder_kind: str = "auto",
                            check_links: bool = True, entities: Mapping[str, EnvEntities] | None = None,
                            shared_entities: Iterable[tuple[str, str]] = ()) -> nx.DiGraph:
     """:func:`build_graph` over plain tool descriptions (:class:`ToolInfo` or mappings with its fields).
     ``entities``: :class:`~.linkcheck.EnvEntities` per environment for the link check (missing ones:
     entities from names only).
 
-    Graph attributes added: ``encoder`` (``encoder_kind``, or ``"custom"`` with ``encoder``),
+    Graph attributes added: ``encoder`` (``st`` or ``numpy``, ``auto`` resolved; ``"custom"`` with ``encoder``),
     ``link_check`` (bool), ``shared_entities`` (list of pairs) and ``rejected``: the candidates at or
     above ``threshold`` the check refused, ``[{"producer", "output", "consumer", "input", "score",
     "reason"}]`` sorted by score, highest first.  Accepted id links carry ``entity`` on their ``match`` edge.
@@ -411,8 +431,8 @@ def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, mod
 
     from gym_envfactory.generators.tasks.linkcheck import check_link
 
-    if encoder is None and encoder_kind not in ENCODERS:
-        raise GraphError(f"unknown encoder {encoder_kind!r}; choose one of {', '.join(ENCODERS)}")
+    if encoder is None:
+        encoder_kind = resolve_encoder_kind(encoder_kind)
     t0 = time.perf_counter()
     infos = [_as_info(t) for t in tools]
     shared = [(str(a), str(b)) for a, b in shared_entities]
@@ -504,7 +524,7 @@ def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, mod
 
 
 def _encode_all(encoder: Encoder | None, model: str | None, texts: list[str], progress: bool,
-                cache: EmbeddingCache | None, kind: str = "st") -> tuple[np.ndarray, int]:
+                cache: EmbeddingCache | None, kind: str = "auto") -> tuple[np.ndarray, int]:
     """Normalised embeddings of ``texts`` (distinct) and how many were encoded (the rest came from
     ``cache``; the model is loaded only when some text is not cached)."""
     found = cache.get(texts) if cache is not None else {}

@@ -10,6 +10,8 @@ rounded down.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +143,24 @@ def test_numpy_encoder_refuses_what_it_cannot_run(tmp_path: Path) -> None:
         load_encoder(kind="onnx")
 
 
+def test_graph_builds_without_torch(tmp_path: Path) -> None:
+    """What a `synthesis-lite` install sees: torch and sentence-transformers cannot be imported, so the
+    default (`auto`) encoder is the NumPy one, and the graph still links search_hotels to the quote."""
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['sentence_transformers'] = None\n"
+        "from gym_envfactory.generators.tasks.graph import build_graph\n"
+        f"G = build_graph(['HotelBooking'], cache_dir={str(tmp_path)!r})\n"
+        "assert G.graph['encoder'] == 'numpy', G.graph['encoder']\n"
+        "m = G.edges['HotelBooking.search_hotels:out:[].hotel_id', 'HotelBooking.create_hotel_quote:in:hotel_id']\n"
+        "assert m['score'] >= 0.85 and m['entity'] == 'HotelBooking.hotels', m\n"
+        "assert not [k for k, v in sys.modules.items() if k.startswith('torch') and v is not None]\n"
+        "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       cwd=Path(__file__).resolve().parents[3])
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+    assert any(p.name.startswith("numpy-") for p in tmp_path.iterdir())  # the cache folder names the encoder
+
+
 def test_embedding_cache_is_keyed_by_encoder(tmp_path: Path) -> None:
     a, b = EmbeddingCache(tmp_path, "m", encoder="st"), EmbeddingCache(tmp_path, "m", encoder="numpy")
     assert a.path != b.path and a.key("t") != b.key("t")
@@ -187,4 +207,4 @@ def test_cli_unknown_encoder_is_one_line(tmp_path: Path) -> None:
     r = CliRunner().invoke(graph_app, ["build", "HotelBooking", "--encoder", "onnx", "--out", str(tmp_path / "G.json"),
                                        "--no-embedding-cache"])
     assert r.exit_code == 1
-    assert r.output.strip().count("\n") == 0 and "unknown encoder 'onnx'" in r.output and "st, numpy" in r.output
+    assert r.output.strip().count("\n") == 0 and "unknown encoder 'onnx'" in r.output and "auto, st, numpy" in r.output
