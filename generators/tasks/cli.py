@@ -55,6 +55,9 @@ def build_cmd(
     threshold: Annotated[float, typer.Option("--threshold", min=0.0, max=1.0, help="match score threshold")] = 0.85,
     no_link_check: Annotated[bool, typer.Option("--no-link-check",
                                                 help="keep every candidate above the threshold (no type/entity check)")] = False,
+    shared_entity: Annotated[list[str] | None, typer.Option(
+        "--shared-entity", help="EnvA.collection=EnvB.collection: the two hold the same records, so their ids may "
+                                "link across the environments (repeatable)")] = None,
     refine: Annotated[bool, typer.Option("--refine", help="then refine each environment with an LLM")] = False,
     model: Annotated[str | None, typer.Option("--model", envvar="ENVFACTORY_MODEL",
                                               help="LLM model id for --refine (or $ENVFACTORY_MODEL)")] = None,
@@ -78,11 +81,18 @@ def build_cmd(
         _fail(EnvFactoryError("give environment names or --all"), 2)
     if refine and not model:
         _fail(EnvFactoryError("--refine needs --model (or $ENVFACTORY_MODEL)"), 2)
+    shared: list[tuple[str, str]] = []
+    for item in shared_entity or []:
+        a, sep, b = item.partition("=")
+        if not sep or a.count(".") != 1 or b.count(".") != 1 or not all(a.split(".") + b.split(".")):
+            _fail(EnvFactoryError(f"--shared-entity {item!r}: write EnvA.collection=EnvB.collection, "
+                                  "e.g. OnlineStore.customers=ParcelDelivery.customers"), 2)
+        shared.append((a.strip(), b.strip()))
     try:
         timings: dict[str, float] = {}
         G = build_graph(names, model=embedding_model, threshold=threshold, progress=True, timings=timings,
                         cache_dir=None if no_embedding_cache else embedding_cache, encoder_kind=encoder,
-                        check_links=not no_link_check)
+                        check_links=not no_link_check, shared_entities=shared)
         report = None
         if refine:
             from gym_envfactory.llm.client import LLMClient, LLMConfig

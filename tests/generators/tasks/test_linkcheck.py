@@ -208,3 +208,25 @@ def test_cli_unknown_encoder_is_one_line(tmp_path: Path) -> None:
                                        "--no-embedding-cache"])
     assert r.exit_code == 1
     assert r.output.strip().count("\n") == 0 and "unknown encoder 'onnx'" in r.output and "auto, st, numpy" in r.output
+
+
+def test_cli_shared_entity_lets_declared_ids_link_across(tmp_path: Path) -> None:
+    runner, cache = CliRunner(), ["--embedding-cache", str(tmp_path / "emb"), "--encoder", "numpy"]
+    r = runner.invoke(graph_app, ["build", "OnlineStore", "ParcelDelivery", "--out", str(tmp_path / "A.json"), *cache])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(graph_app, ["build", "OnlineStore", "ParcelDelivery", "--out", str(tmp_path / "B.json"), *cache,
+                                  "--shared-entity", "OnlineStore.customers=ParcelDelivery.customers"])
+    assert r.exit_code == 0, r.output
+
+    def cross_ids(name: str) -> set[tuple[str, str]]:
+        data = json.loads((tmp_path / name).read_text())
+        tool = {n["id"]: n.get("tool") for n in data["nodes"]}
+        return {(e["source"], e["target"]) for e in data["edges"] if e["kind"] == "match"
+                and str(tool[e["source"]]).split(".")[0] != str(tool[e["target"]]).split(".")[0]
+                and e["target"].endswith(":in:customer_id")}
+
+    assert not cross_ids("A.json") and cross_ids("B.json")
+    assert json.loads((tmp_path / "B.json").read_text())["graph"]["shared_entities"] == [
+        ["OnlineStore.customers", "ParcelDelivery.customers"]]
+    r = runner.invoke(graph_app, ["build", "OnlineStore", "--out", str(tmp_path / "C.json"), "--shared-entity", "x=y"])
+    assert r.exit_code == 2 and "EnvA.collection=EnvB.collection" in r.output
