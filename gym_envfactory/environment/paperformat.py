@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_envfactory.environment.catalog import get_environment, list_environments
-from gym_envfactory.errors import DatasetError, EnvFactoryError
+from gym_envfactory.errors import DatasetError, EnvFactoryError, SpecError
 
 __all__ = ["PaperRow", "ImportedTask", "TOOL_SEPARATORS", "read_rows", "parse_rl_row", "is_paper_rows_file",
            "server_environment", "tasks_from_rows", "tasks_from_sft_rows", "is_tool_response", "tool_call_blocks"]
@@ -217,12 +217,18 @@ def server_environment(server: str, known: Sequence[str] | None = None) -> str |
     """The environment a server name stands for, by the importer's name rule: the server name in
     CamelCase without an ``API``/``Service``/``Server``/``Client``/``MCP`` suffix (``hotel_booking_api`` →
     ``HotelBooking``), matched case- and punctuation-blind against the environments' names and against an
-    imported environment's source file stem and API class; ``None`` when none matches."""
+    imported environment's source file stem and API class; ``None`` when none matches.
+
+    Raises:
+        SpecError: no environment is named like the server and several imported ones come from a source
+            file or API class of its name (the same server imported twice): name one with a mapping.
+    """
     known = list(list_environments() if known is None else known)
     wanted = {_key(server), _key(_SUFFIX.sub("", server)), _key(_SUFFIX.sub("", _camel(server)))}
     for name in known:
         if _key(name) in wanted:
             return name
+    found = []
     for name in known:
         try:
             prov = get_environment(name).manifest.provenance
@@ -231,8 +237,11 @@ def server_environment(server: str, known: Sequence[str] | None = None) -> str |
         extra = prov.model_dump() if hasattr(prov, "model_dump") else dict(prov or {})
         names = [Path(str(extra.get("source") or "")).stem, str(extra.get("api_class") or "")]
         if any(n and (_key(n) in wanted or _key(_SUFFIX.sub("", n)) in wanted) for n in names):
-            return name
-    return None
+            found.append(name)
+    if len(found) > 1:
+        raise SpecError(f"server {server!r} was imported as several environments ({', '.join(found)}): "
+                        f"name the one meant in the mapping")
+    return found[0] if found else None
 
 
 class _Resolver:
@@ -250,7 +259,11 @@ class _Resolver:
     def env(self, server: str, row: PaperRow | int, where: str) -> str:
         number = row if isinstance(row, int) else row.number
         if server not in self.envs:
-            name = self.mapping.get(server) or server_environment(server, self.known)
+            try:
+                name = self.mapping.get(server) or server_environment(server, self.known)
+            except SpecError as exc:
+                raise DatasetError(f"row {number}: {exc} (--map servers.json: {{\"{server}\": \"Environment\"}})",
+                                   file=self.file, line=number, field=where) from None
             if name is None or name not in self.known:
                 hint = (f"the mapping names {name!r}, no environment" if name else
                         "no environment matches its name") + "; give --map servers.json ({\"server\": \"Environment\"})"

@@ -248,6 +248,12 @@ def test_an_imported_server_is_found_by_its_source_file_and_double_underscore_pr
                                                  "final_config": json.dumps({server: end})}}}
     src = tmp_path / "shop.jsonl"
     src.write_text(json.dumps(row) + "\n")
+    from gym_envfactory.environment import paperformat
+    from tests.shipped import SHIPPED
+
+    # other tests of the session may have imported the same server under names of their own (an ambiguity,
+    # tested below): this test sees the shipped catalog and its own import
+    monkeypatch.setattr(paperformat, "list_environments", lambda: [*SHIPPED, spec.name])
     assert server_environment(server) == spec.name
     out = tmp_path / "tasks.jsonl"
     res = invoke("tasks", "import", src, "--out", out)  # the replay would run the imported code here
@@ -259,6 +265,14 @@ def test_an_imported_server_is_found_by_its_source_file_and_double_underscore_pr
     assert [c["name"] for c in task["turns"][0]["ground_truth"]] == ["add_to_cart", "place_order"]
     back = envfactory_rl_rows([spec.name], tasks=read_tasks(out))
     assert decoded(back[0]) == decoded(row)
+    # the same server imported twice: the rows name a server two environments come from
+    twin = import_tool_server(fixtures / "bookstore_server.py", name="ShelfShopPaperTwin", out_dir=tmp_path / "pkgs",
+                              initial_state=fixtures / "bookstore_scenario.json")
+    request.addfinalizer(lambda: forget_environment(twin.name))
+    monkeypatch.setattr(paperformat, "list_environments", lambda: [*SHIPPED, spec.name, twin.name])
+    res = invoke("tasks", "import", src, "--out", tmp_path / "again.jsonl", "--trust")
+    assert res.exit_code == 1 and "ShelfShopPaper, ShelfShopPaperTwin" in res.output and "--map" in res.output
+    assert f"{src}:1" in res.output or "row 1" in res.output
 
 
 def test_sft_rows_read_back_as_tasks_and_export_the_same_records(library, tmp_path: Path) -> None:
