@@ -12,8 +12,8 @@ $(BIN)/python:
 
 # 1. Install and run the main job on the embedded default: in-process backend, shipped catalog.
 demo: $(BIN)/python
-	@echo "make demo: installing gym_envfactory and its dependencies into $(VENV) (pip, quiet; a minute or two on a fresh machine)..."
-	$(BIN)/python -m pip install --quiet .
+	@echo "make demo: installing gym_envfactory (editable: the catalog under env_images/ is the one the commands use) and its dependencies into $(VENV) (pip, quiet; a minute or two on a fresh machine)..."
+	$(BIN)/python -m pip install --quiet -e .
 	$(BIN)/envfactory list
 	$(BIN)/envfactory rollout envfactory/HotelBooking-v0 --policy oracle
 	$(BIN)/envfactory rollout envfactory/HotelBooking-v0 --policy noisy --seed 0 --out trajectories.jsonl

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 gen_app = typer.Typer(add_completion=False, no_args_is_help=True,
                       help="EnvGen: synthesise, execution-validate and revise environments from tool metadata with an LLM.")
 console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # an error is one line, however narrow the terminal
 
 
 def _fmt_counts(counts: dict[str, int]) -> str:
@@ -471,7 +471,7 @@ def need_extras(command: str, *extras: str) -> None:
         names = " and ".join(f"'{e}'" for e in missing) + (" extras" if len(missing) > 1 else " extra")
         spec = ",".join(missing)
         _fail_line(f"envfactory {command} needs the {names}: pip install 'gym-envfactory[{spec}]' (in a checkout: "
-                   f"pip install '.[{spec}]'); {'; '.join(why)}")
+                   f"pip install -e '.[{spec}]'); {'; '.join(why)}")
 
 
 def endpoint_failure_line(outcomes: list[Any], base_url: str | None) -> str | None:

@@ -1,4 +1,4 @@
-"""SkyRL-gym text environments over the catalog (issue 28, part 4; ``pip install ".[skyrl]"``).
+"""SkyRL-gym text environments over the catalog (issue 28, part 4; ``pip install -e ".[skyrl]"``).
 
 SkyRL (``skyrl-gym``) trains on *text environments*: a class derived from
 ``skyrl_gym.envs.base_text_env.BaseTextEnv``, built by ``skyrl_gym.make(env_class, env_config=...,

@@ -45,7 +45,7 @@ from gym_envfactory.ui.traininglog import TrainingCurves, read_training_log
 __all__ = ["create_app", "GraphSource"]
 
 _TOKEN_HOW = ("pass --token-file PATH (every page then needs Authorization: Bearer <token>), or keep the UI on "
-              "127.0.0.1 and reach it through an SSH tunnel (ssh -L 8765:127.0.0.1:8765 HOST)")
+              "127.0.0.1 and reach it through an SSH tunnel (ssh -L PORT:127.0.0.1:PORT HOST, PORT being --port, 8760 by default)")
 
 #: Builds the tool graph of the named environments (a ``networkx.DiGraph``, generators.tasks.graph).
 GraphSource = Callable[[list[str]], Any]
@@ -275,7 +275,7 @@ def create_app(rollouts: Sequence[str | Path] = (), *, graph_file: str | Path | 
         if isinstance(error, ImportError):
             return HTMLResponse(pages.page(f"Tool graph: {spec.name}",
                                            "<p class='err'>The tool graph needs the synthesis extra "
-                                           f"(pip install '.[synthesis]'): {pages.esc(error)}</p>"), status_code=501)
+                                           f"(pip install -e '.[synthesis]'): {pages.esc(error)}</p>"), status_code=501)
         if error is not None:
             return HTMLResponse(pages.page(f"Tool graph: {spec.name}", f"<p class='err'>building the tool graph "
                                            f"failed: {pages.esc(error)}; reload to try again</p>"), status_code=500)

@@ -36,7 +36,7 @@ def ui_cmd(
 
         from gym_envfactory.ui.app import create_app
     except ImportError as exc:
-        typer.echo(f"envfactory ui needs the 'server' extra (pip install '.[server]'): {exc}", err=True)
+        typer.echo(f"envfactory ui needs the 'server' extra (pip install -e '.[server]'): {exc}", err=True)
         raise typer.Exit(2) from None
     from gym_envfactory.cli.main import read_token_file
     from gym_envfactory.cli.tasks import read_tasks_option

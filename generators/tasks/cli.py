@@ -36,8 +36,8 @@ def _need_synthesis_extra() -> None:
         import networkx  # noqa: F401
         import numpy  # noqa: F401
     except ImportError as exc:
-        _fail(RuntimeError("the tool graph needs the 'synthesis' extra (pip install '.[synthesis]'), or "
-                           f"'synthesis-lite' without torch (pip install '.[synthesis-lite]'): {exc}"))
+        _fail(RuntimeError("the tool graph needs the 'synthesis' extra (pip install -e '.[synthesis]'), or "
+                           f"'synthesis-lite' without torch (pip install -e '.[synthesis-lite]'): {exc}"))
 
 
 @graph_app.command("build")

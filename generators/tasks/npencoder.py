@@ -87,7 +87,7 @@ def load_numpy_encoder(folder: str | Path, *, batch_size: int = 64,
         from tokenizers import Tokenizer
     except ImportError as exc:
         raise GraphError("the numpy encoder needs tokenizers and safetensors "
-                         "(pip install '.[synthesis-lite]')") from exc
+                         "(pip install -e '.[synthesis-lite]')") from exc
     root = Path(folder)
     cfg = _read_json(root / "config.json")
     if cfg.get("model_type") != "bert" or cfg.get("hidden_act", "gelu") != "gelu" \

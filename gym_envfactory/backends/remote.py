@@ -299,7 +299,7 @@ def require_websockets() -> Any:
         import websockets
     except ImportError:
         raise BackendError("the remote backends (url, subprocess, docker) need the 'server' extra: "
-                           "pip install 'gym-envfactory[server]' (in a checkout: pip install '.[server]')") from None
+                           "pip install 'gym-envfactory[server]' (in a checkout: pip install -e '.[server]')") from None
     return websockets
 
 

@@ -47,7 +47,7 @@ image_app = typer.Typer(add_completion=False, no_args_is_help=True,
 catalog_app = typer.Typer(add_completion=False, no_args_is_help=True,
                           help="Run the catalog's environment images as one compose project.")
 console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # an error is one line, however narrow the terminal
 
 DIR_HELP = "the catalog's folder (compose file, .env with the token and the project name)"
 PROJECT_HELP = ("compose project name (default: the one recorded in <dir>/.env; else envfactory for build/catalog, "

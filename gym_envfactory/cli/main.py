@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="gym_envfactory: stateful, verifiable tool-use environments for RL (EnvFactory).")
 console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # an error is one line, however narrow the terminal
 
 
 def _version(value: bool) -> None:
@@ -427,7 +427,7 @@ def serve_cmd(
         from gym_envfactory.errors import InsecureBindError
         from gym_envfactory.server import serve
     except ImportError as exc:
-        err_console.print(f"envfactory serve needs the 'server' extra (pip install '.[server]'): {exc}", style="red",
+        err_console.print(f"envfactory serve needs the 'server' extra (pip install -e '.[server]'): {exc}", style="red",
                           markup=False, highlight=False)  # markup would eat '[server]'
         raise typer.Exit(2) from None
 
@@ -601,7 +601,7 @@ def _register_subcommands() -> None:
 def _missing_extra(name: str, exc: ImportError) -> None:
     def stub() -> None:
         extra = {"gen": "gen", "import": "gen", "export": "export"}.get(name, name)
-        err_console.print(f"envfactory {name} needs the '{extra}' extra (pip install '.[{extra}]'): {exc}", style="red",
+        err_console.print(f"envfactory {name} needs the '{extra}' extra (pip install -e '.[{extra}]'): {exc}", style="red",
                           markup=False, highlight=False, soft_wrap=True)  # markup would eat '[{extra}]'
         raise typer.Exit(2)
 

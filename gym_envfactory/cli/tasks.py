@@ -30,7 +30,7 @@ __all__ = ["tasks_app", "read_tasks_option", "left_out_note", "oracle_refusal", 
 tasks_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Tasks files: add checked tasks to an environment package.")
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # an error is one line, however narrow the terminal
 
 #: The help text of every command's ``--tasks`` option.
 TASKS_HELP = ("a tasks file (JSON Lines, e.g. from `envfactory gen tasks`) whose tasks stand in for the "
@@ -153,6 +153,24 @@ def add_cmd(
     del spec.tasks  # the cached set of the package's tasks: the next reader loads the file as it now is
     console.print(f"added {len(fresh)} task(s) to {target} ({len(own) + len(fresh)} in all)", markup=False,
                   highlight=False, soft_wrap=True)
+    if installed_copy(target):
+        err_console.print(f"note: {target} is in an installed copy of the package: the next pip install replaces it "
+                          f"and your tasks with it; install the checkout editable (pip install -e .) to add tasks to "
+                          f"env_images/, or keep them in a file and pass --tasks FILE", style="yellow", markup=False,
+                          highlight=False, soft_wrap=True)
+
+
+def installed_copy(path: Path) -> bool:
+    """Whether ``path`` lies in an installed (non-editable) copy of the package: under this interpreter's
+    ``site-packages`` (``sysconfig`` purelib or platlib)."""
+    import sysconfig
+
+    resolved = path.resolve()
+    for key in ("purelib", "platlib"):
+        root = Path(sysconfig.get_paths()[key]).resolve()
+        if resolved.is_relative_to(root):
+            return True
+    return False
 
 
 def refuse(refusals: Sequence[EnvFactoryError], target: Path) -> NoReturn:

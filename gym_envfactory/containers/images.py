@@ -114,7 +114,7 @@ def docker_client() -> Any:
     try:
         import docker
     except ImportError:
-        raise ImageError("the docker SDK is missing: pip install 'gym-envfactory[docker]'") from None
+        raise ImageError("the docker SDK is missing: pip install 'gym-envfactory[docker]' (in a checkout: pip install -e '.[docker]')") from None
     try:
         client = docker.from_env(timeout=300)
         client.ping()

@@ -413,7 +413,7 @@ class OpenAIPolicy(Policy):
         try:
             import openai
         except ImportError as exc:  # the optional extra
-            raise ValueError("the openai policy needs the 'openai' extra: pip install '.[openai]' in the checkout "
+            raise ValueError("the openai policy needs the 'openai' extra: pip install -e '.[openai]' in the checkout "
                              "(or pip install openai==3.57.0)") from exc
 
         self.model = model

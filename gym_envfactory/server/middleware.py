@@ -48,7 +48,7 @@ def is_loopback(host: str) -> bool:
 
 
 def require_token_off_loopback(host: str, token: str | None, *, what: str = "the control plane",
-                               how: str = "pass --token or set ENVFACTORY_TOKEN") -> None:
+                               how: str = "pass --token-file PATH (or --token, or set ENVFACTORY_TOKEN)") -> None:
     """Refuse to serve ``what`` on ``host`` when it is not loopback (:func:`is_loopback`) and no ``token`` is set.
 
     Raises:

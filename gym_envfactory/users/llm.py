@@ -1,7 +1,7 @@
 """The LLM user simulator (arXiv 2605.18703, §3.4): a :data:`~gym_envfactory.users.UserSource` that
 plays the user of a task (import name ``gym_envfactory.users.llm``; ``LLMUser`` is also importable from
 :mod:`gym_envfactory.users`, which loads this module on first use).  Needs the LLM client's libraries
-(:mod:`gym_envfactory.llm.client`: ``openai``, ``tenacity``, ``jsonschema``; ``pip install ".[llm]"``).
+(:mod:`gym_envfactory.llm.client`: ``openai``, ``tenacity``, ``jsonschema``; ``pip install -e ".[llm]"``).
 
 ``EnvFactoryEnv`` asks its user source for the next user message at ``reset`` (``turn_index`` = the first
 turn, empty conversation) and after every assistant reply that ends a turn (``turn_index`` = the next

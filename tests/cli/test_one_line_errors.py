@@ -28,7 +28,7 @@ def test_docker_commands_without_the_sdk_name_the_docker_extra(monkeypatch, args
     monkeypatch.setitem(sys.modules, "docker", None)  # `import docker` raises ImportError
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 1
-    assert _lines(res.output) == ["the docker SDK is missing: pip install 'gym-envfactory[docker]'"]
+    assert _lines(res.output) == ["the docker SDK is missing: pip install 'gym-envfactory[docker]' (in a checkout: pip install -e '.[docker]')"]
 
 
 def test_a_path_with_brackets_is_printed_as_given(tmp_path):
@@ -59,7 +59,7 @@ def test_gen_without_its_extras_is_one_line_naming_them(modules, args, extras):
     r = _envfactory_without(modules, *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     [line] = _lines(r.stderr)
-    assert f"pip install 'gym-envfactory[{extras}]'" in line and f"pip install '.[{extras}]'" in line
+    assert f"pip install 'gym-envfactory[{extras}]'" in line and f"pip install -e '.[{extras}]'" in line
     assert line.startswith(f"envfactory {args[0]} {args[1]} needs the ")
 
 

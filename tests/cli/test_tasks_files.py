@@ -168,6 +168,21 @@ def test_tasks_add_appends_checked_tasks_to_the_package(counter: tuple[str, Path
     assert "env" not in json.loads((d / "tasks.jsonl").read_text().splitlines()[1])  # the package's own: implied
     res = invoke("rollout", name, "--policy", "oracle", "--trust")
     assert res.exit_code == 0 and "3/3" in res.output
+    assert "installed copy" not in res.output  # a package outside site-packages: no note
+
+
+def test_tasks_add_into_an_installed_copy_says_a_reinstall_replaces_it(counter: tuple[str, Path], tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a plain (non-editable) install the catalog's packages live in site-packages: tasks added there
+    are lost at the next pip install, and the command says so (one line, with what to do)."""
+    import sysconfig
+
+    name, d = counter
+    paths = dict(sysconfig.get_paths())
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {**paths, "purelib": str(d.parent)})
+    res = invoke("tasks", "add", name, write_jsonl(tmp_path / "new.jsonl", [bump_task("new-9")]))
+    assert res.exit_code == 0, res.output
+    assert "installed copy" in res.output and "pip install -e ." in res.output and "--tasks FILE" in res.output
 
 
 @pytest.mark.parametrize("rows, line, field, needle", [

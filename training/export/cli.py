@@ -108,7 +108,7 @@ def export_rl(
     except (EnvFactoryError, ValueError) as exc:
         _fail(exc)
     except ImportError as exc:
-        _fail(RuntimeError(f"parquet needs the 'export' extra (pip install '.[export]'): {exc}"))
+        _fail(RuntimeError(f"parquet needs the 'export' extra (pip install -e '.[export]'): {exc}"))
     typer.echo(f"wrote {len(rows)} rows to {out}")
 
 
@@ -167,7 +167,7 @@ def export_sft(
     except EnvFactoryError as exc:
         _fail(exc)
     except ImportError as exc:  # --format envfactory --out X.parquet without pyarrow
-        _fail(RuntimeError(f"parquet needs the 'export' extra (pip install '.[export]'): {exc}"))
+        _fail(RuntimeError(f"parquet needs the 'export' extra (pip install -e '.[export]'): {exc}"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     info_path = out.parent / "dataset_info.json"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GRPO with VeRL 0.9.x on gym_envfactory environments, on a GPU box (8 GPUs by default; see
 # training/verl/config/envfactory_grpo.yaml).  Usage:
-#   pip install ".[train-verl]" vllm           # VeRL's rollout engine; pick the build for your CUDA
+#   pip install -e ".[train-verl]" vllm           # VeRL's rollout engine; pick the build for your CUDA
 #   bash training/verl/run_grpo.sh HotelBooking TeamCalendar -- trainer.n_gpus_per_node=4 actor_rollout_ref.model.path=/models/Qwen3-1.7B
 # Batch sizes follow the number of train rows (gym_envfactory.training.verl.launch: train_batch_size =
 # min(64, rows) rounded down to a multiple of ppo_mini_batch_size); it prints the steps VeRL will train and

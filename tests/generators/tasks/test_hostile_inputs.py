@@ -97,7 +97,7 @@ def test_read_chains_non_utf8_names_the_file_and_keeps_u2028(tmp_path: Path) -> 
 
 
 def test_graph_cli_errors_keep_brackets_and_name_the_extra(tmp_path, monkeypatch):
-    """Error text went through rich markup, which swallowed ``[synthesis]`` in "pip install '.[synthesis]'";
+    """Error text went through rich markup, which swallowed ``[synthesis]`` in "pip install -e '.[synthesis]'";
     and a missing extra was a traceback."""
     import builtins
 
@@ -118,5 +118,5 @@ def test_graph_cli_errors_keep_brackets_and_name_the_extra(tmp_path, monkeypatch
 
     monkeypatch.setattr(builtins, "__import__", no_networkx)
     r = CliRunner().invoke(graph_app, ["build", "HotelBooking", "--out", str(tmp_path / "G.json")])
-    assert r.exit_code == 1 and "pip install '.[synthesis]'" in r.output, r.output
+    assert r.exit_code == 1 and "pip install -e '.[synthesis]'" in r.output, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
