@@ -52,7 +52,9 @@ once (:class:`LiveEpisodes`); the server runs the environments in its own proces
 and fast-protocol sessions.  They are not the session manager's sessions, but each is admitted
 against its memory budget (``SessionManager.reserve_episode``: the cost of the environment's largest
 initial state) and refused with OpenEnv's ``CAPACITY_REACHED`` frame (HTTP 503, JSON-RPC -32000) when it
-would not fit; per-client quotas do not count them.  Needs the ``server``
+would not fit.  An HTTP MCP session with no WebSocket attached closes after the server's ``ttl_s``
+unused, and one client holds at most the manager's ``max_sessions_per_client`` of them; request bodies
+and frames are capped at the server's ``max_body_bytes`` (HTTP 413).  Needs the ``server``
 extra (starlette); OpenEnv itself is only needed by clients (extra ``openenv``).
 """
 
@@ -63,6 +65,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -157,6 +160,11 @@ class OpenEnvEpisode:
         self.episode_id: str | None = None
         self.step_count = 0
         self._tools: list[dict[str, Any]] = []
+        #: As an HTTP MCP session (``openenv/session/create``): the client that made it, when it was last
+        #: used (:attr:`LiveEpisodes.clock` seconds) and how many WebSockets are attached to it now.
+        self.client: str | None = None
+        self.last_used = 0.0
+        self.attached = 0
 
     @property
     def name(self) -> str:
@@ -176,10 +184,10 @@ class OpenEnvEpisode:
         data = dict(data or {})
         unknown = set(data) - RESET_KEYS
         if unknown:
-            raise OpenEnvActionError(f"unknown reset field(s) {sorted(unknown)}; reset takes {sorted(RESET_KEYS)}")
+            raise OpenEnvActionError(f"unknown reset field(s) {_clip(sorted(unknown))}; reset takes {sorted(RESET_KEYS)}")
         seed = data.pop("seed", None)
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-            raise OpenEnvActionError(f"seed must be an integer >= 0 (OpenEnv's ResetRequest), got {seed!r}")
+            raise OpenEnvActionError(f"seed must be an integer >= 0 (OpenEnv's ResetRequest), got {_clip(seed)}")
         episode_id = data.get("episode_id")
         if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
             raise OpenEnvActionError("episode_id must be a string of at most 255 characters (OpenEnv's ResetRequest)")
@@ -219,7 +227,7 @@ class OpenEnvEpisode:
             if not tool_calls:
                 message = content  # raw text: the gym parses <tool_call> blocks and keeps the text as generated
         else:
-            raise OpenEnvActionError(f"unknown action type {kind!r}; an action's 'type' is one of {list(ACTION_TYPES)}")
+            raise OpenEnvActionError(f"unknown action type {_clip(kind)}; an action's 'type' is one of {list(ACTION_TYPES)}")
         messages, reward, terminated, truncated, info = self.env.step(message)
         self.step_count += 1
         done = bool(terminated or truncated)
@@ -255,15 +263,48 @@ class OpenEnvEpisode:
 class LiveEpisodes:
     """The episodes the OpenEnv mounts of one app hold, at most ``cap`` at once (counting those being
     built): a connection beyond it gets OpenEnv's ``CAPACITY_REACHED`` error frame and is closed, as
-    OpenEnv's own server answers past ``max_concurrent_envs``."""
+    OpenEnv's own server answers past ``max_concurrent_envs``.
 
-    def __init__(self, cap: int, manager: Any = None) -> None:
+    Args:
+        cap: most live episodes (WebSocket connections and HTTP MCP sessions together).
+        manager: the server's session manager (memory budget), or ``None``.
+        ttl_s: seconds an HTTP MCP session with no WebSocket attached may sit unused before
+            :meth:`expired` closes it (the server's ``--ttl``); ``None``: never.
+        max_sessions_per_client: most HTTP MCP sessions one client (:func:`~gym_envfactory.server.manager.
+            authenticated_client`) may hold at once; ``None``: no per-client limit.
+        max_body_bytes: most bytes of a request body or WebSocket frame (the server's ``max_body_bytes``).
+        clock: monotonic seconds (injectable for tests).
+    """
+
+    def __init__(self, cap: int, manager: Any = None, *, ttl_s: float | None = None,
+                 max_sessions_per_client: int | None = None, max_body_bytes: int = 4 * 1024 * 1024,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.cap = cap
         self.episodes: set[OpenEnvEpisode] = set()
         self.pending = 0
         #: The server's session manager, whose memory budget every episode is admitted against
         #: (``reserve_episode``/``release_episode``), as its own sessions are; ``None``: no budget.
         self.manager = manager
+        #: HTTP MCP sessions (``openenv/session/create``) of every mount, by id.
+        self.sessions: dict[str, OpenEnvEpisode] = {}
+        self.ttl_s = ttl_s
+        self.max_sessions_per_client = max_sessions_per_client
+        self.max_body_bytes = max_body_bytes
+        self.clock = clock
+
+    def held_by(self, client: str) -> int:
+        """How many HTTP MCP sessions ``client`` holds."""
+        return sum(1 for ep in self.sessions.values() if ep.client == client)
+
+    def expired(self) -> list[OpenEnvEpisode]:
+        """Take out of :attr:`sessions` every HTTP MCP session unused for longer than :attr:`ttl_s` with no
+        WebSocket attached and no call running, and return them (the caller closes them: :func:`_drop`)."""
+        if self.ttl_s is None:
+            return []
+        cutoff = self.clock() - self.ttl_s
+        gone = [sid for sid, ep in self.sessions.items()
+                if ep.attached <= 0 and ep.last_used < cutoff and not ep.lock.locked()]
+        return [self.sessions.pop(sid) for sid in gone]
 
     def reserve(self, spec: EnvironmentSpec) -> int:
         """Admit one more episode of ``spec`` against the server's memory budget; returns the bytes reserved.
@@ -293,6 +334,54 @@ class LiveEpisodes:
                 self.release(ep.reserved)
                 ep.reserved = 0
         self.episodes.clear()
+        self.sessions.clear()
+
+
+def _clip(value: Any, limit: int = 200) -> str:
+    """``value`` as quoted in an error message (a string as it is, else its ``repr``), cut to ``limit``
+    characters: a client's huge value is never echoed back whole."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _locked(ep: OpenEnvEpisode, fn: Callable[..., Any], *args: Any) -> Any:
+    with ep.lock:
+        return fn(*args)
+
+
+async def _drop(live: LiveEpisodes, ep: OpenEnvEpisode) -> None:
+    """Close a live episode and give back its share of the memory budget."""
+    live.episodes.discard(ep)
+    try:
+        await asyncio.to_thread(_locked, ep, ep.close)
+    finally:
+        live.release(ep.reserved)
+        ep.reserved = 0
+
+
+async def _expire(live: LiveEpisodes) -> int:
+    """Close the HTTP MCP sessions :meth:`LiveEpisodes.expired` takes out; returns how many."""
+    gone = live.expired()
+    for ep in gone:
+        log.info("OpenEnv session of %s (client %s) expired after %s s unused", ep.name, ep.client, live.ttl_s)
+        await _drop(live, ep)
+    return len(gone)
+
+
+async def _expire_forever(live: LiveEpisodes, ttl_s: float) -> None:
+    """Expire idle HTTP MCP sessions every ``ttl_s / 4`` seconds (at least 0.05, at most 30), as the
+    server expires its own sessions."""
+    period = max(0.05, min(30.0, ttl_s / 4))
+    while True:
+        await asyncio.sleep(period)
+        try:
+            await _expire(live)
+        except Exception:  # a close that failed is logged; the sweep goes on
+            log.exception("expiring idle OpenEnv sessions failed")
+
+
+def _anonymous(request: Any) -> str:
+    return "anonymous"
 
 
 def _schemas(spec: EnvironmentSpec) -> dict[str, Any]:
@@ -323,13 +412,24 @@ def _schemas(spec: EnvironmentSpec) -> dict[str, Any]:
             "reset_observation": reset_observation, "state": state}
 
 
-def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live: LiveEpisodes) -> list[Any]:
-    """The OpenEnv routes of one environment (relative to its mount)."""
-    sessions: dict[str, OpenEnvEpisode] = {}  # HTTP MCP sessions (openenv/session/create), by id
+def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live: LiveEpisodes,
+                client_of: Callable[[Any], str]) -> list[Any]:
+    """The OpenEnv routes of one environment (relative to its mount); ``client_of(request)``: the client
+    an HTTP MCP session is counted against (raises ``BadRequestError`` for a bad client name)."""
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route, WebSocketRoute
     from starlette.websockets import WebSocket, WebSocketDisconnect
+
+    from gym_envfactory.server.app import read_capped_body
+
+    limit = live.max_body_bytes
+    too_big = f"request body over {limit} bytes"
+
+    def session(sid: str) -> OpenEnvEpisode | None:
+        """This environment's HTTP MCP session ``sid``, or ``None``."""
+        ep = live.sessions.get(sid)
+        return ep if ep is not None and ep.name == spec.name else None
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "healthy"})
@@ -346,9 +446,18 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
         return JSONResponse({"episode_id": None, "step_count": 0, "env": spec.name, "task_id": None, "turn": 0,
                              "done": None})
 
-    async def body(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        data = json.loads(raw) if raw.strip() else {}
+    async def body(request: Request) -> dict[str, Any] | None:
+        """The request's JSON object; ``None`` when the body is over ``limit`` bytes."""
+        try:
+            raw = await read_capped_body(request, limit)
+        except ValueError:
+            raise OpenEnvActionError("bad Content-Length") from None
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+            raise OpenEnvActionError(f"the request body is not valid JSON: {_clip(str(exc))}") from None
         if not isinstance(data, dict):
             raise OpenEnvActionError("the request body is a JSON object")
         return data
@@ -364,15 +473,19 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
                     ep.close()
             finally:
                 live.release(cost)
+        await _expire(live)
         if live.full():
             return JSONResponse({"detail": f"at capacity: {live.cap} OpenEnv episodes are live"}, status_code=503)
         live.pending += 1
         try:
-            return JSONResponse(await asyncio.to_thread(run, await body(request)))
+            data = await body(request)
+            if data is None:
+                return JSONResponse({"detail": too_big}, status_code=413, headers={"Connection": "close"})
+            return JSONResponse(await asyncio.to_thread(run, data))
         except MemoryBudgetError as exc:
-            return JSONResponse({"detail": str(exc)}, status_code=503)
-        except (EnvFactoryError, ValueError, TypeError) as exc:
-            return JSONResponse({"detail": str(exc)}, status_code=422)
+            return JSONResponse({"detail": _clip(str(exc), 2000)}, status_code=503)
+        except (EnvFactoryError, ValueError, TypeError, RecursionError) as exc:
+            return JSONResponse({"detail": _clip(str(exc), 2000)}, status_code=422)
         finally:
             live.pending -= 1
 
@@ -381,12 +494,11 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
                                        f"{OPENENV_PREFIX}/{spec.name}/ws (OpenEnv's EnvClient does), reset, then step"},
                             status_code=409)
 
-    def locked(ep: OpenEnvEpisode, fn: Callable[..., Any], *args: Any) -> Any:
-        with ep.lock:
-            return fn(*args)
-
     async def run(ep: OpenEnvEpisode, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.to_thread(locked, ep, fn, *args)
+        try:
+            return await asyncio.to_thread(_locked, ep, fn, *args)
+        finally:
+            ep.last_used = live.clock()
 
     async def new_episode() -> OpenEnvEpisode:
         """A new live episode, admitted against the server's memory budget (MemoryBudgetError if it does
@@ -405,34 +517,27 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
         live.episodes.add(ep)
         return ep
 
-    async def drop(ep: OpenEnvEpisode) -> None:
-        live.episodes.discard(ep)
-        try:
-            await asyncio.to_thread(locked, ep, ep.close)
-        finally:
-            live.release(ep.reserved)
-            ep.reserved = 0
-
     async def ws(websocket: WebSocket) -> None:
-        await websocket.accept()
         ep: OpenEnvEpisode | None = None
         attach = websocket.query_params.get("session_id")
-        if attach is not None and attach not in sessions:
-            await websocket.send_text(_error(f"Unknown session_id: {attach}", "SESSION_ERROR"))
-            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-                await websocket.close()
-            return
-        if attach is None and live.full():
-            await websocket.send_text(json.dumps({"type": "error", "data": {
-                "message": f"at capacity: {live.cap} OpenEnv episodes are live; retry later", "code": "CAPACITY_REACHED",
-                "active_sessions": len(live.episodes), "max_sessions": live.cap}}))
-            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-                await websocket.close()
-            return
+        if attach is None:
+            await _expire(live)  # idle HTTP MCP sessions give their room back
+        attached = session(attach) if attach is not None else None
+        if attached is not None:
+            attached.attached += 1  # not expired while a WebSocket is attached: counted before the accept
         try:
+            await websocket.accept()
+            if attach is not None and attached is None:
+                await websocket.send_text(_error(f"Unknown session_id: {_clip(attach)}", "SESSION_ERROR"))
+                return
+            if attach is None and live.full():
+                await websocket.send_text(json.dumps({"type": "error", "data": {
+                    "message": f"at capacity: {live.cap} OpenEnv episodes are live; retry later",
+                    "code": "CAPACITY_REACHED", "active_sessions": len(live.episodes), "max_sessions": live.cap}}))
+                return
             # an HTTP MCP session's episode (OpenEnv's production mode) outlives this connection
             try:
-                ep = sessions[attach] if attach is not None else await new_episode()
+                ep = attached if attached is not None else await new_episode()
             except MemoryBudgetError as exc:
                 await websocket.send_text(json.dumps({"type": "error", "data": {
                     "message": str(exc), "code": "CAPACITY_REACHED", "active_sessions": len(live.episodes),
@@ -440,10 +545,13 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
                 return
             while True:
                 text = await websocket.receive_text()
+                if len(text) > limit or len(text.encode()) > limit:
+                    await websocket.send_text(_error(f"frame over {limit} bytes", "VALIDATION_ERROR"))
+                    continue
                 try:
                     msg = json.loads(text)
-                except ValueError as exc:
-                    await websocket.send_text(_error(f"Invalid JSON: {exc}", "INVALID_JSON"))
+                except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+                    await websocket.send_text(_error(f"Invalid JSON: {_clip(str(exc))}", "INVALID_JSON"))
                     continue
                 kind = msg.get("type") if isinstance(msg, dict) else None
                 if kind == "close":
@@ -456,7 +564,7 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
                     elif kind == "state":
                         out = {"type": "state", "data": await run(ep, ep.state)}
                     else:
-                        await websocket.send_text(_error(f"Unknown message type: {kind}", "UNKNOWN_TYPE"))
+                        await websocket.send_text(_error(f"Unknown message type: {_clip(kind)}", "UNKNOWN_TYPE"))
                         continue
                 except (EnvFactoryError, ValueError, TypeError) as exc:
                     await websocket.send_text(_error(str(exc), "EXECUTION_ERROR"))
@@ -469,8 +577,11 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
         except WebSocketDisconnect:
             pass
         finally:
-            if ep is not None and attach is None:
-                await drop(ep)
+            if attached is not None:
+                attached.attached -= 1
+                attached.last_used = live.clock()  # its idle time counts from now
+            elif ep is not None:
+                await _drop(live, ep)
             with contextlib.suppress(RuntimeError, WebSocketDisconnect):
                 await websocket.close()
 
@@ -478,16 +589,35 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
         """OpenEnv's HTTP MCP endpoint (JSON-RPC 2.0): ``openenv/session/create`` / ``close``,
         ``tools/list`` and ``tools/call`` on a session (a ``/ws?session_id=`` connection resets it)."""
         try:
-            req = json.loads(await request.body())
+            raw = await read_capped_body(request, limit)
+        except ValueError:
+            return _rpc_error(None, -32600, "Invalid Request: bad Content-Length")
+        if raw is None:
+            return _rpc_error(None, -32600, f"Invalid Request: {too_big}", status_code=413, headers={"Connection": "close"})
+        try:
+            req = json.loads(raw)
             if not isinstance(req, dict) or req.get("jsonrpc") != "2.0" or not isinstance(req.get("method"), str):
                 return _rpc_error(None, -32600, "Invalid Request")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             return _rpc_error(None, -32700, "Parse error")
         rid, method, params = req.get("id"), req["method"], req.get("params") or {}
         if not isinstance(params, dict):
             return _rpc_error(rid, -32602, "Params must be an object")
         sid = params.get("session_id")
+        if sid is not None and not isinstance(sid, str):
+            return _rpc_error(rid, -32602, "Invalid params - 'session_id' must be a string")
+        await _expire(live)
         if method == "openenv/session/create":
+            try:
+                client = client_of(request)
+            except EnvFactoryError as exc:
+                return _rpc_error(rid, -32600, f"Invalid Request: {_clip(str(exc))}")
+            per_client = live.max_sessions_per_client
+            if per_client is not None and live.held_by(client) >= per_client:
+                return _rpc_error(rid, -32000, f"client {_clip(client)!r} holds {live.held_by(client)} OpenEnv "
+                                               f"sessions, the most one client may hold; close some "
+                                               f"(openenv/session/close), let them expire, or raise "
+                                               f"--max-sessions-per-client")
             if live.full():
                 return _rpc_error(rid, -32000, f"at capacity: {live.cap} OpenEnv episodes are live")
             try:
@@ -495,14 +625,17 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
             except MemoryBudgetError as exc:
                 return _rpc_error(rid, -32000, str(exc))
             sid = uuid.uuid4().hex
-            sessions[sid] = ep
+            ep.client, ep.last_used = client, live.clock()
+            live.sessions[sid] = ep
             return _rpc_result(rid, {"session_id": sid})
-        if sid is not None and sid not in sessions:
-            return _rpc_error(rid, -32602, f"Unknown session_id: {sid}")
+        if sid is not None and session(sid) is None:
+            return _rpc_error(rid, -32602, f"Unknown session_id: {_clip(sid)}")
+        if sid is not None:
+            live.sessions[sid].last_used = live.clock()  # a request naming a session uses it
         if method == "openenv/session/close":
             if sid is None:
                 return _rpc_error(rid, -32602, "Invalid params - 'session_id' is required")
-            await drop(sessions.pop(sid))
+            await _drop(live, live.sessions.pop(sid))
             return _rpc_result(rid, {"session_id": sid, "closed": True})
         if method == "tools/list":
             return _rpc_result(rid, {"tools": openenv_tools(spec.openai_tools())})
@@ -513,14 +646,14 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
             if sid is None:
                 return _rpc_error(rid, -32602, "tools/call runs on a session's episode: give 'session_id' "
                                                "(openenv/session/create, then reset it on /ws?session_id=...)")
-            ep = sessions[sid]
+            ep = live.sessions[sid]
             try:
                 out = await run(ep, ep.step, {"type": "call_tool", "tool_name": name,
                                               "arguments": params.get("arguments") or {}})
-            except (EnvFactoryError, ValueError, TypeError) as exc:
+            except (EnvFactoryError, ValueError, TypeError, RecursionError) as exc:
                 return _rpc_error(rid, -32000, str(exc))
             return _rpc_result(rid, {**out["observation"], "done": out["done"], "reward": out["reward"]})
-        return _rpc_error(rid, -32601, f"Method not found: {method}")
+        return _rpc_error(rid, -32601, f"Method not found: {_clip(method)}")
 
     return [Route("/health", health), Route("/schema", schema), Route("/metadata", metadata),
             Route("/state", state), Route("/reset", reset, methods=["POST"]), Route("/step", step, methods=["POST"]),
@@ -530,37 +663,47 @@ def _env_routes(spec: EnvironmentSpec, make: Callable[[], OpenEnvEpisode], live:
 def _rpc_result(rid: Any, result: Any) -> Any:
     from starlette.responses import JSONResponse
 
-    return JSONResponse({"jsonrpc": "2.0", "id": rid, "result": result})
+    return JSONResponse({"jsonrpc": "2.0", "id": _rpc_id(rid), "result": result})
 
 
-def _rpc_error(rid: Any, code: int, message: str) -> Any:
+def _rpc_error(rid: Any, code: int, message: str, status_code: int = 200, headers: dict[str, str] | None = None) -> Any:
     from starlette.responses import JSONResponse
 
-    return JSONResponse({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message, "data": None}})
+    error = {"code": code, "message": _clip(message, 2000), "data": None}
+    return JSONResponse({"jsonrpc": "2.0", "id": _rpc_id(rid), "error": error}, status_code=status_code, headers=headers)
+
+
+def _rpc_id(rid: Any) -> Any:
+    """The request's JSON-RPC ``id`` as echoed: a string or number of at most 200 characters, else ``None``."""
+    ok = rid is None or isinstance(rid, (str, int, float)) and not isinstance(rid, bool) and len(str(rid)) <= 200
+    return rid if ok else None
 
 
 def _error(message: str, code: str) -> str:
     """An OpenEnv ``WSErrorResponse`` frame (``EnvClient`` raises ``RuntimeError`` with its message)."""
-    return json.dumps({"type": "error", "data": {"message": message, "code": code}}, ensure_ascii=False)
+    return json.dumps({"type": "error", "data": {"message": _clip(message, 2000), "code": code}}, ensure_ascii=False)
 
 
 def _mounts(specs: Mapping[str, EnvironmentSpec], middleware: list[Any], live: LiveEpisodes,
-            **env_kwargs: Any) -> list[Any]:
+            client_of: Callable[[Any], str] = _anonymous, **env_kwargs: Any) -> list[Any]:
     from starlette.routing import Mount
 
     mounts = []
     for name, spec in specs.items():
         def make(spec: EnvironmentSpec = spec) -> OpenEnvEpisode:
             return OpenEnvEpisode(spec, **env_kwargs)
-        mounts.append(Mount(f"{OPENENV_PREFIX}/{name}", routes=_env_routes(spec, make, live), middleware=middleware))
+        mounts.append(Mount(f"{OPENENV_PREFIX}/{name}", routes=_env_routes(spec, make, live, client_of), middleware=middleware))
     return mounts
 
 
 def openenv_routes(manager: Any, config: Any) -> tuple[list[Any], Callable[[Any], Any]]:
     """The ``envfactory.routes`` entry point: OpenEnv mounts ``/openenv/<Env>`` for every environment
     ``manager`` serves, behind the server's Host/Origin guard and bearer token (``config``), and a
-    lifespan hook closing the live episodes at shutdown.  Returns ``(routes, hook)``.  At most
-    ``config.max_sessions`` OpenEnv episodes live at once (:class:`LiveEpisodes`).
+    lifespan hook expiring idle HTTP MCP sessions (``config.ttl_s``) and closing the live episodes at
+    shutdown.  Returns ``(routes, hook)``.  At most ``config.max_sessions`` OpenEnv episodes live at once
+    (:class:`LiveEpisodes`), at most ``manager.max_sessions_per_client`` HTTP MCP sessions per client (the
+    client as the server's own routes name it: ``X-Envfactory-Client`` proved by its key or the bearer
+    token), and a request body or frame holds at most ``config.max_body_bytes`` (HTTP 413 above).
 
     Episodes run in this process (``trust=True``): the server already imported and runs every package it
     serves; run the server in a sandbox (``backend="isolated"``, Docker) for untrusted ones."""
@@ -570,21 +713,48 @@ def openenv_routes(manager: Any, config: Any) -> tuple[list[Any], Callable[[Any]
 
     middleware = [Middleware(OriginHostGuardMiddleware, host=config.host, allowed_origins=config.allowed_origins),
                   Middleware(BearerAuthMiddleware, token=config.token)]
-    live = LiveEpisodes(int(config.max_sessions), manager)
+    live = LiveEpisodes(int(config.max_sessions), manager, ttl_s=getattr(config, "ttl_s", None),
+                        max_sessions_per_client=getattr(manager, "max_sessions_per_client", None),
+                        max_body_bytes=int(getattr(config, "max_body_bytes", 4 * 1024 * 1024)))
+    return _mounts(manager.specs, middleware, live, _client_reader(config.token), backend="inprocess",
+                   trust=True), _lifespan(live)
 
+
+def _client_reader(token: str | None) -> Callable[[Any], str]:
+    """``request -> client``: :func:`~gym_envfactory.server.manager.authenticated_client` of its headers."""
+    from gym_envfactory.protocol import AUTHORIZATION_HEADER, CLIENT_HEADER, CLIENT_KEY_HEADER
+    from gym_envfactory.server.manager import authenticated_client
+
+    def client_of(request: Any) -> str:
+        headers = request.headers
+        return authenticated_client(headers.get(CLIENT_HEADER), token=token, key=headers.get(CLIENT_KEY_HEADER),
+                                    authorization=headers.get(AUTHORIZATION_HEADER))
+    return client_of
+
+
+def _lifespan(live: LiveEpisodes) -> Callable[[Any], Any]:
+    """A lifespan hook: expire idle HTTP MCP sessions while the app runs, close every episode at shutdown."""
     @contextlib.asynccontextmanager
     async def hook(app: Any) -> AsyncIterator[None]:
+        sweeper = asyncio.create_task(_expire_forever(live, live.ttl_s)) if live.ttl_s is not None else None
         try:
             yield
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
             live.close_all()
+    return hook
 
-    return _mounts(manager.specs, middleware, live, backend="inprocess", trust=True), hook
 
-
-def openenv_app(envs: list[str | EnvironmentSpec], *, max_episodes: int = 1024, **env_kwargs: Any) -> Any:
+def openenv_app(envs: list[str | EnvironmentSpec], *, max_episodes: int = 1024, ttl_s: float | None = None,
+                max_sessions_per_client: int | None = None, max_body_bytes: int = 4 * 1024 * 1024,
+                clock: Callable[[], float] = time.monotonic, **env_kwargs: Any) -> Any:
     """A Starlette app serving only the OpenEnv mounts of ``envs`` (no token: bind it to loopback), for
-    tests and embedding: at most ``max_episodes`` live at once; ``env_kwargs`` go to each episode's
+    tests and embedding: at most ``max_episodes`` live at once; ``ttl_s``, ``max_sessions_per_client``,
+    ``max_body_bytes`` and ``clock`` as :class:`LiveEpisodes` takes them (the client: the
+    ``X-Envfactory-Client`` header, on trust); ``env_kwargs`` go to each episode's
     :class:`~gym_envfactory.EnvFactoryEnv`."""
     from starlette.applications import Starlette
 
@@ -594,4 +764,6 @@ def openenv_app(envs: list[str | EnvironmentSpec], *, max_episodes: int = 1024, 
     for e in envs:
         spec = e if isinstance(e, EnvironmentSpec) else get_environment(e)
         specs[spec.name] = spec
-    return Starlette(routes=_mounts(specs, [], LiveEpisodes(max_episodes), **env_kwargs))
+    live = LiveEpisodes(max_episodes, ttl_s=ttl_s, max_sessions_per_client=max_sessions_per_client,
+                        max_body_bytes=max_body_bytes, clock=clock)
+    return Starlette(routes=_mounts(specs, [], live, _client_reader(None), **env_kwargs), lifespan=_lifespan(live))

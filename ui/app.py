@@ -128,6 +128,9 @@ class _State:
             with self.lock:
                 self.graph_error = exc
         finally:
+            with self.lock:  # a BaseException (SystemExit, KeyboardInterrupt) left neither: say so, or the page loops
+                if self.graph is None and self.graph_error is None:
+                    self.graph_error = RuntimeError("the tool graph build was interrupted before it finished")
             self.graph_done.set()
 
     def tool_graph(self, wait_s: float = 1.0) -> tuple[Any, float | None, Exception | None]:

@@ -82,7 +82,7 @@ from gym_envfactory.server.middleware import (
 )
 
 __all__ = ["build_app", "ServerConfig", "ServerState", "Metrics", "is_loopback", "host_header_name", "FrameGate",
-           "frame_gate", "frame_refusal", "FRAME_FACTOR", "SMALL_FRAME_ESTIMATE",
+           "frame_gate", "frame_refusal", "read_capped_body", "FRAME_FACTOR", "SMALL_FRAME_ESTIMATE",
            "InsecureBindError", "LOOPBACK", "CLOSE_ON_DISCONNECT_HEADER"]
 
 log = logging.getLogger(__name__)
@@ -329,6 +329,27 @@ async def metrics_endpoint(request: Request) -> Response:
     return Response(_state(request).metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
 
+async def read_capped_body(request: Request, limit: int) -> bytes | None:
+    """The body of ``request``, or ``None`` when it is over ``limit`` bytes (answer 413 with
+    ``Connection: close``).  At most ``limit`` bytes are kept; an over-limit body is drained so the client
+    reads the answer, unless it passes ``16 * limit`` bytes (or its Content-Length says it will), where
+    reading stops and the client sees the connection close.  Shared by every HTTP route that reads a body
+    (``/v1/rpc``, the OpenEnv mounts).
+
+    Raises:
+        ValueError: the Content-Length header is not an integer.
+    """
+    length = int(request.headers.get("content-length") or 0)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= limit:
+            chunks.append(chunk)
+        elif size > 16 * limit or length > 16 * limit:
+            return None  # stop reading an absurd body
+    return b"".join(chunks) if size <= limit else None
+
+
 async def rpc(request: Request) -> Response:
     """``POST /v1/rpc``: one JSON-RPC request or batch; 200 with the answer, 204 for notifications only,
     the error's HTTP status (:data:`~gym_envfactory.protocol.HTTP_STATUS`, else 400) for a single error,
@@ -341,24 +362,16 @@ async def rpc(request: Request) -> Response:
         caller = Caller(_client(request, state.config.token))
     except BadRequestError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
-    too_big = JSONResponse({"error": f"request body over {limit} bytes"}, status_code=413,
-                           headers={"Connection": "close"})
     try:
-        length = int(request.headers.get("content-length") or 0)
+        body = await read_capped_body(request, limit)
     except ValueError:
         return JSONResponse({"error": "bad Content-Length"}, status_code=400)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size <= limit:
-            chunks.append(chunk)
-        elif size > 16 * limit or length > 16 * limit:
-            return too_big  # stop reading an absurd body; the client sees the connection close
-    if size > limit:
-        return too_big  # drained, so the client reads this 413
+    if body is None:
+        return JSONResponse({"error": f"request body over {limit} bytes"}, status_code=413,
+                            headers={"Connection": "close"})
     try:
-        async with state.frame_admitted(size, wait=False):
-            out = await state.dispatch(b"".join(chunks), "http", caller)
+        async with state.frame_admitted(len(body), wait=False):
+            out = await state.dispatch(body, "http", caller)
     except MemoryBudgetError as exc:
         return Response(frame_refusal(exc), status_code=HTTP_STATUS[ERR_MEMORY], media_type="application/json")
     if out is None:

@@ -287,3 +287,17 @@ def test_a_failed_graph_build_is_shown_and_the_next_visit_tries_again():
         if r.status_code != 202:
             break
     assert r.status_code == 200 and len(calls) == 2
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the build thread's SystemExit
+def test_a_graph_build_ended_by_a_base_exception_is_an_error_not_an_endless_wait():
+    def exiting_source(names):
+        raise SystemExit(3)  # a BaseException that is not an Exception: ends the build thread quietly
+
+    c = client_of(create_app(graph_source=exiting_source, check_images=False))
+    r = c.get("/env/HotelBooking/graph")
+    for _ in range(600):  # hang guard: each request waits up to 1 s for the build
+        if r.status_code != 202:
+            break
+        r = c.get("/env/HotelBooking/graph")
+    assert r.status_code == 500 and "interrupted" in r.text and "reload to try again" in r.text
