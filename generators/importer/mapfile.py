@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gym_envfactory.environment.manifest import DOMAINS
+from gym_envfactory.environment.manifest import DOMAINS, NAME_RE
 
 from ..errors import ImporterError
 
@@ -49,7 +49,7 @@ class ImportMapError(ImporterError):
 
 
 class _Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)  # "yes" is not a boolean
 
     name: str | None = None
     domain: str | None = None
@@ -98,21 +98,48 @@ def _where(key: str, field: str | None = None) -> str:
     return f"files.{json.dumps(key)}" + (f".{field}" if field else "")
 
 
+def _json_problem(path: Path, *, lines: bool) -> str | None:
+    """Why ``path`` is not a JSON document (``lines``: JSON Lines of objects), naming it and the line; or ``None``."""
+    kind = "JSON Lines of objects" if lines else "JSON"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    except UnicodeDecodeError:
+        return f"{path} is not UTF-8 text (expected {kind})"
+    docs = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()] if lines else [(1, text)]
+    for n, doc in docs:
+        try:
+            value = json.loads(doc)
+        except json.JSONDecodeError as exc:
+            return f"{path} line {exc.lineno if not lines else n}: not {kind}: {exc.msg}"
+        except RecursionError:
+            return f"{path} line {n}: nested too deeply to parse"
+        if lines and not isinstance(value, dict):
+            return f"{path} line {n}: not {kind}: a {type(value).__name__}, not an object"
+    return None
+
+
 def load_import_map(path: str | Path, folder: str | Path | None = None) -> ImportMap:
     """Read and check the mapping file ``path`` (format in the module doc).  With ``folder``, every key
     must name a ``*.py`` file of it (by name or stem).
 
     Raises:
         ImportMapError: the file is missing or unparsable (with its line), the top level is not one
-            ``files`` table, an entry has an unknown field, a field of the wrong type, an unknown domain,
-            two of ``class``/``api_class``/``state_model`` that exclude each other, a path that is not a
-            file, or a key naming no file of ``folder``.
+            ``files`` table, an entry has an unknown field, a field of the wrong type (strict: ``"yes"`` is
+            not a boolean), a name that is not an environment name (CamelCase, as the catalog's
+            :data:`~gym_envfactory.environment.manifest.NAME_RE`), an unknown domain, two of
+            ``class``/``api_class``/``state_model`` that exclude each other, a path that is not a
+            file or not JSON (``initial_state``) / JSON Lines (``tasks``, ``scenarios``), or a key naming
+            no file of ``folder``.
     """
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ImportMapError(f"cannot read the map file: {exc.strerror or exc}", file=p) from None
+    except UnicodeDecodeError as exc:
+        raise ImportMapError(f"not UTF-8 text (byte {exc.start}); save the map as UTF-8", file=p) from None
     try:
         if p.suffix.lower() == ".json":
             raw: Any = json.loads(text)
@@ -122,6 +149,8 @@ def load_import_map(path: str | Path, folder: str | Path | None = None) -> Impor
         raise ImportMapError(f"not JSON: {exc.msg}", file=p, line=exc.lineno) from None
     except tomllib.TOMLDecodeError as exc:
         raise ImportMapError(f"not TOML: {exc}", file=p) from None
+    except RecursionError:
+        raise ImportMapError("nested too deeply to parse; a map is one table 'files' of flat tables", file=p) from None
     if not isinstance(raw, dict) or set(raw) != {"files"} or not isinstance(raw["files"], dict):
         extra = sorted(set(raw) - {"files"}) if isinstance(raw, dict) else []
         hint = f" (unknown top-level key(s): {', '.join(extra)})" if extra else ""
@@ -146,6 +175,9 @@ def load_import_map(path: str | Path, folder: str | Path | None = None) -> Impor
             raise ImportMapError(msg, file=p, field=_where(key, loc)) from None
         if names is not None and key not in names:
             raise ImportMapError(f"names no *.py file of {folder}", file=p, field=_where(key))
+        if e.name is not None and not NAME_RE.match(e.name):
+            raise ImportMapError(f"name {e.name!r} is not an environment name: CamelCase ASCII ([A-Z][A-Za-z0-9]*)",
+                                 file=p, field=_where(key, "name"))
         if e.domain is not None and e.domain not in DOMAINS:
             raise ImportMapError(f"unknown domain {e.domain!r}; one of {', '.join(DOMAINS)}", file=p,
                                  field=_where(key, "domain"))
@@ -161,6 +193,9 @@ def load_import_map(path: str | Path, folder: str | Path | None = None) -> Impor
             full = (base / rel).resolve()
             if not full.is_file():
                 raise ImportMapError(f"no such file: {full}", file=p, field=_where(key, fld))
+            bad = _json_problem(full, lines=fld != "initial_state")
+            if bad:
+                raise ImportMapError(bad, file=p, field=_where(key, fld))
             paths[fld] = full
         if key in entries or (key.endswith(".py") and key[:-3] in entries) or f"{key}.py" in entries:
             raise ImportMapError("the file has two tables (by name and by stem)", file=p, field=_where(key))
