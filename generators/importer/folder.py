@@ -21,7 +21,7 @@ from typing import Any
 from gym_envfactory.errors import EnvFactoryError
 
 from ..errors import PackageExistsError
-from .mapfile import ImportMap, MapEntry, _where
+from .mapfile import ImportMap, MapEntry, map_field
 from .options import ImportData, ImportOptions
 from .server import ImportedPackage, import_server_package
 
@@ -104,7 +104,7 @@ def _import_class(src: Path, entry: MapEntry, options: ImportOptions, taken: dic
 def _class_refusal(import_map: ImportMap | None, entry: MapEntry, sandbox: str) -> str:
     """Why a ``class = "..."`` entry is not imported under ``--sandbox sandbox`` (docker or process): a plain
     class runs in this process, as ``--class`` does, which refuses these sandboxes too."""
-    where = f"{import_map.path} field {_where(entry.key, 'class')}: " if import_map is not None else ""
+    where = f"{import_map.path} field {map_field(entry.key, 'class')}: " if import_map is not None else ""
     return (f"{where}class = {entry.class_name!r} runs the file in this process (no sandbox yet): --sandbox {sandbox} "
             "cannot apply; import trusted files with --sandbox inline, or drop 'class' from its table")
 
@@ -137,6 +137,7 @@ def import_folder(folder: Path, options: ImportOptions, import_map: ImportMap | 
             analysis=dataclasses.replace(options.analysis, state_model=e.state_model or options.analysis.state_model,
                                          api_class=e.api_class or options.analysis.api_class),
             output=dataclasses.replace(options.output, taken=dict(taken)))
+        row: dict[str, Any]
         try:
             if e.class_name and options.sandbox.sandbox not in ("auto", "inline"):
                 row = {"file": src, "done": None, "error": _class_refusal(import_map, e, options.sandbox.sandbox)}

@@ -15,7 +15,8 @@ tasks.  The map gives them, so the whole corpus is one command.  TOML or JSON (b
     scenarios = "bank_scenarios.jsonl" # copied into scenarios.jsonl (--scenarios)
 
     [files."calculator.py"]
-    class = "Calculator"               # a plain Python class (--class): runs in this process
+    class = "Calculator"               # a plain Python class (--class): runs in this process, so
+                                       # refused under --sandbox docker/process (as --class is)
     lenient_types = true               # --lenient-types for this class
 
     [files."notes.txt.py"]
@@ -39,7 +40,7 @@ from gym_envfactory.environment.manifest import DOMAINS, NAME_RE
 
 from ..errors import ImporterError
 
-__all__ = ["ImportMap", "ImportMapError", "MapEntry", "load_import_map"]
+__all__ = ["ImportMap", "ImportMapError", "MapEntry", "load_import_map", "map_field"]
 
 
 class ImportMapError(ImporterError):
@@ -94,7 +95,8 @@ class ImportMap:
         return self.entries.get(src.name) or self.entries.get(src.stem)
 
 
-def _where(key: str, field: str | None = None) -> str:
+def map_field(key: str, field: str | None = None) -> str:
+    """The dotted place of ``field`` of file ``key``'s table in a map: ``files."bank.py".domain``."""
     return f"files.{json.dumps(key)}" + (f".{field}" if field else "")
 
 
@@ -164,7 +166,7 @@ def load_import_map(path: str | Path, folder: str | Path | None = None) -> Impor
     entries: dict[str, MapEntry] = {}
     for key, value in raw["files"].items():
         if not isinstance(value, dict):
-            raise ImportMapError(f"must be a table of options, not {type(value).__name__}", file=p, field=_where(key))
+            raise ImportMapError(f"must be a table of options, not {type(value).__name__}", file=p, field=map_field(key))
         try:
             e = _Entry.model_validate(value)
         except ValidationError as exc:
@@ -172,18 +174,18 @@ def load_import_map(path: str | Path, folder: str | Path | None = None) -> Impor
             loc = ".".join(str(x) for x in err["loc"]) or None
             msg = ("unknown field; the fields are " + ", ".join(sorted({*(_Entry.model_fields), "class"} - {"class_name"}))
                    if err["type"] == "extra_forbidden" else err["msg"])
-            raise ImportMapError(msg, file=p, field=_where(key, loc)) from None
+            raise ImportMapError(msg, file=p, field=map_field(key, loc)) from None
         if names is not None and key not in names:
-            raise ImportMapError(f"names no *.py file of {folder}", file=p, field=_where(key))
+            raise ImportMapError(f"names no *.py file of {folder}", file=p, field=map_field(key))
         if e.name is not None and not NAME_RE.match(e.name):
             raise ImportMapError(f"name {e.name!r} is not an environment name: CamelCase ASCII ([A-Z][A-Za-z0-9]*)",
-                                 file=p, field=_where(key, "name"))
+                                 file=p, field=map_field(key, "name"))
         if e.domain is not None and e.domain not in DOMAINS:
             raise ImportMapError(f"unknown domain {e.domain!r}; one of {', '.join(DOMAINS)}", file=p,
-                                 field=_where(key, "domain"))
+                                 field=map_field(key, "domain"))
         if e.class_name is not None and (e.api_class or e.state_model):
             raise ImportMapError("'class' imports a plain class; 'api_class' and 'state_model' apply to servers only",
-                                 file=p, field=_where(key, "class"))
+                                 file=p, field=map_field(key, "class"))
         paths: dict[str, Path | None] = {}
         for fld in ("initial_state", "tasks", "scenarios"):
             rel = getattr(e, fld)
@@ -192,13 +194,13 @@ def load_import_map(path: str | Path, folder: str | Path | None = None) -> Impor
                 continue
             full = (base / rel).resolve()
             if not full.is_file():
-                raise ImportMapError(f"no such file: {full}", file=p, field=_where(key, fld))
+                raise ImportMapError(f"no such file: {full}", file=p, field=map_field(key, fld))
             bad = _json_problem(full, lines=fld != "initial_state")
             if bad:
-                raise ImportMapError(bad, file=p, field=_where(key, fld))
+                raise ImportMapError(bad, file=p, field=map_field(key, fld))
             paths[fld] = full
         if key in entries or (key.endswith(".py") and key[:-3] in entries) or f"{key}.py" in entries:
-            raise ImportMapError("the file has two tables (by name and by stem)", file=p, field=_where(key))
+            raise ImportMapError("the file has two tables (by name and by stem)", file=p, field=map_field(key))
         entries[key] = MapEntry(key=key, name=e.name, domain=e.domain, description=e.description,
                                 initial_state=paths["initial_state"], state_model=e.state_model,
                                 api_class=e.api_class, class_name=e.class_name, tasks=paths["tasks"],
