@@ -3,7 +3,9 @@
 Each ``*.py`` of the folder (not starting with ``_``) is imported on its own, with the command line's
 options overridden by its table in the mapping file (:mod:`.mapfile`): a server through
 :func:`~.server.import_server_package` (sandboxed), a ``class = "Name"`` entry through
-:func:`~.python_class.import_class_package` (this process).  A refusal does not stop the others.  Two
+:func:`~.python_class.import_class_package` (this process; so refused, as ``--class`` is, under
+``--sandbox docker`` or ``process``).  A refusal, or any failure of one file, does not stop the others:
+it is a row of the summary.  Two
 files that would publish one name: the second is refused, naming the first and asking for a name
 (``--overwrite`` never lets one file of a run replace another's package).
 """
@@ -11,6 +13,7 @@ files that would publish one name: the second is refused, naming the first and a
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,11 +21,13 @@ from typing import Any
 from gym_envfactory.errors import EnvFactoryError
 
 from ..errors import PackageExistsError
-from .mapfile import ImportMap, MapEntry
+from .mapfile import ImportMap, MapEntry, map_field
 from .options import ImportData, ImportOptions
 from .server import ImportedPackage, import_server_package
 
 __all__ = ["import_folder", "import_one", "scenario_for"]
+
+log = logging.getLogger(__name__)
 
 
 def scenario_for(src: Path, given: Path | None) -> Path | None:
@@ -87,11 +92,21 @@ def _import_class(src: Path, entry: MapEntry, options: ImportOptions, taken: dic
         spec = load_environment(dest)
         tools = {n: bool(t.read_only) for n, t in spec.tools.items()}
         states = list(spec.initial_states) if hasattr(spec, "initial_states") else ["small"]
+    except (EnvFactoryError, ValueError, OSError, ImportError) as exc:
+        return {"file": src, "done": None, "error": f"written to {dest} but does not load: {exc}"}
     finally:
         purge_modules(env_name)
     done = ImportedPackage(name=env_name, path=dest, tools=tools, initial_states=states, sandbox="inline",
                            digest=package_digest(dest), validation=None)
     return {"file": src, "done": done, "error": None, "validated": options.checks.validate, "class": entry.class_name}
+
+
+def _class_refusal(import_map: ImportMap | None, entry: MapEntry, sandbox: str) -> str:
+    """Why a ``class = "..."`` entry is not imported under ``--sandbox sandbox`` (docker or process): a plain
+    class runs in this process, as ``--class`` does, which refuses these sandboxes too."""
+    where = f"{import_map.path} field {map_field(entry.key, 'class')}: " if import_map is not None else ""
+    return (f"{where}class = {entry.class_name!r} runs the file in this process (no sandbox yet): --sandbox {sandbox} "
+            "cannot apply; import trusted files with --sandbox inline, or drop 'class' from its table")
 
 
 def import_folder(folder: Path, options: ImportOptions, import_map: ImportMap | None = None, *,
@@ -122,7 +137,17 @@ def import_folder(folder: Path, options: ImportOptions, import_map: ImportMap | 
             analysis=dataclasses.replace(options.analysis, state_model=e.state_model or options.analysis.state_model,
                                          api_class=e.api_class or options.analysis.api_class),
             output=dataclasses.replace(options.output, taken=dict(taken)))
-        row = _import_class(src, e, opts, taken) if e.class_name else import_one(src, opts)
+        row: dict[str, Any]
+        try:
+            if e.class_name and options.sandbox.sandbox not in ("auto", "inline"):
+                row = {"file": src, "done": None, "error": _class_refusal(import_map, e, options.sandbox.sandbox)}
+            elif e.class_name:
+                row = _import_class(src, e, opts, taken)
+            else:
+                row = import_one(src, opts)
+        except Exception as exc:  # one file's failure is a row of the summary, never the end of the run
+            log.debug("importing %s failed", src, exc_info=True)
+            row = {"file": src, "done": None, "error": f"{type(exc).__name__}: {exc}"}
         if row["done"] is not None:
             taken[row["done"].name] = src.name
         rows.append(row)

@@ -167,19 +167,24 @@ def import_class_package(
     on the scenarios given (a failure removes nothing published: it raises before publication).
 
     Raises:
-        ImporterError: no such file or class, or the class cannot become an environment (see
+        ImporterError: the environment name (``name``, else ``class_name``) is not CamelCase ASCII
+            (:data:`~gym_envfactory.environment.manifest.NAME_RE`; checked before the file runs), no
+            such file or class, or the class cannot become an environment (see
             :func:`import_python_class`), or validation failed.
         PackageExistsError: the folder exists and ``overwrite`` is false.
     """
-    from gym_envfactory.environment.manifest import Manifest, Provenance
+    from gym_envfactory.environment.manifest import NAME_RE, Manifest, Provenance
     from gym_envfactory.environment.package import load_environment
     from gym_envfactory.validation import validate_environment
 
     from ..packages import purge_modules, write_environment_package
     from .sandbox import tracebacks_at_debug, validation_summary
-    from .server import DEFAULT_OUT_DIR, bridge_source, undo_source, validation_refusal
+    from .server import DEFAULT_OUT_DIR, bridge_source, env_name_refusal, undo_source, validation_refusal
 
     src = Path(path).resolve()
+    env_name = name or class_name
+    if not NAME_RE.match(env_name):  # before anything runs or is written: never a folder outside out_dir
+        raise ImporterError(env_name_refusal(env_name, given=name is not None), file=src)
     if not src.is_file():
         raise ImporterError("no such file", file=src)
     src_bytes = src.read_bytes()
@@ -188,7 +193,6 @@ def import_class_package(
     network = network_imports(src_bytes.decode("utf-8", errors="replace"), str(src))
     if network:
         raise ImporterError("refused: " + "\n  ".join(network), file=src)
-    env_name = name or class_name
     module_name = f"envfactory_class_import_{hashlib.sha256(src_bytes).hexdigest()[:12]}"
     try:
         module = bridge.load_source(module_name, src)

@@ -24,7 +24,7 @@ from typing import Any, Unpack
 
 from pydantic import BaseModel
 
-from gym_envfactory.environment.manifest import Manifest, Provenance
+from gym_envfactory.environment.manifest import NAME_RE, Manifest, Provenance
 from gym_envfactory.environment.package import load_environment
 from gym_envfactory.environment.spec import EnvironmentSpec
 
@@ -57,6 +57,13 @@ def undo_source() -> str:
     """The text of :mod:`.undo`, written into every imported package as ``_undo.py`` (beside
     ``_bridge.py``, which uses it).  Raises ``OSError`` when the file cannot be read."""
     return importlib.resources.files(__package__).joinpath("undo.py").read_text(encoding="utf-8")
+
+
+def env_name_refusal(name: str, *, given: bool = True) -> str:
+    """The message refusing environment name ``name`` (not :data:`~gym_envfactory.environment.manifest.NAME_RE`):
+    ``given``: it came from ``--name``/``name=``, else from the file (its class)."""
+    where = "" if given else " (taken from the class; try passing --name NAME)"
+    return f"environment name {name!r} is not CamelCase ASCII ([A-Z][A-Za-z0-9]*){where}"
 
 
 def _jsonl_objects(src: str | Path | Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
@@ -213,6 +220,8 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
     if mode == "process":
         warn_process_mode(log, f"importing {path}")
     src = Path(path).resolve()
+    if man.name is not None and not NAME_RE.match(man.name):  # before the file runs: never a folder outside out_dir
+        raise ImporterError(env_name_refusal(man.name), file=src)
     if not src.is_file():
         raise ImporterError("no such file", file=src)
     src_bytes = src.read_bytes()  # the one read: the package and the provenance hash come from these bytes
@@ -238,6 +247,8 @@ def import_server_package(path: str | Path, options: ImportOptions | None = None
         except ImporterError as exc:
             raise ImporterError(str(exc.args[0]) if exc.args else str(exc), file=src) from None
         env_name = str(built["env_name"])
+        if not NAME_RE.match(env_name):  # the sandbox's answer is checked too: never a folder outside out_dir
+            raise ImporterError(env_name_refusal(env_name, given=man.name is not None), file=src)
         folder = out / env_name
         if env_name in opts.output.taken:
             raise ImporterError(f"{env_name} is also the name of {opts.output.taken[env_name]}, imported before it in "

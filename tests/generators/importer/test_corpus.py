@@ -56,7 +56,8 @@ def _process_sandbox(monkeypatch):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """``envfactory import tests/generators/fixtures/corpus --map map.toml --out OUT`` (validation on)."""
+    """``envfactory import tests/generators/fixtures/corpus --map map.toml --out OUT`` (validation on;
+    --sandbox auto without docker: the servers in a child process, the class entries here, as --class)."""
     from gym_envfactory.generators.sandbox import container
 
     out = tmp_path_factory.mktemp("corpus")
@@ -66,8 +67,7 @@ def corpus(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setattr(container, "docker_available", lambda image=None: False)
     try:
-        res = CliRunner().invoke(app, ["import", str(CORPUS), "--map", str(CORPUS / "map.toml"), "--out", str(out),
-                                       "--sandbox", "process"])
+        res = CliRunner().invoke(app, ["import", str(CORPUS), "--map", str(CORPUS / "map.toml"), "--out", str(out)])
     finally:
         mp.undo()
     return out, res

@@ -57,8 +57,8 @@ def test_a_folder_imports_in_one_command_with_each_files_options(tmp_path):
                                 'domain = "travel"\n\n[files."calculator.py"]\nclass = "Calculator"\nname = "MapCalc"\n',
                                 encoding="utf-8")
     out = tmp_path / "out"
-    res = CliRunner().invoke(_app(), ["import", str(d), "--map", str(d / "map.toml"), "--out", str(out),
-                                      "--sandbox", "process"])
+    # --sandbox auto (docker absent: process for the servers; the class entry runs here, as --class does)
+    res = CliRunner().invoke(_app(), ["import", str(d), "--map", str(d / "map.toml"), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "3 of 3 imported and validated" in res.output
     domains = {p.name: tomllib.loads((p / "environment.toml").read_text())["domain"] for p in out.iterdir()
@@ -94,6 +94,11 @@ def test_two_files_giving_one_name_are_asked_for_a_name_not_to_overwrite(tmp_pat
     ('{"files": {"a": 3}}', ".json", 'files."a"', "must be a table"),
     ('{"files": {', ".json", None, "not JSON"),
     ('[files\n', ".toml", None, "not TOML"),
+    # review fixes (branch fix-import-map): strict booleans, environment names, deep nesting
+    ('[files."a.py"]\nlenient_types = "yes"\n', ".toml", 'files."a.py".lenient_types', "valid boolean"),
+    ('[files."a.py"]\nname = "../../escaped"\n', ".toml", 'files."a.py".name', "'../../escaped' is not an environment"),
+    ('[files."a.py"]\nclass = "A"\nname = "lower_case"\n', ".toml", 'files."a.py".name', "'lower_case' is not an"),
+    ('{"files": ' + "[" * 100_000, ".json", None, "nested too deeply"),
 ])
 def test_a_malformed_map_names_the_file_the_key_and_the_field(tmp_path, text, suffix, field, message):
     d = tmp_path / "servers"
@@ -167,3 +172,92 @@ def test_the_corpus_calculator_package_runs(tmp_path):
         assert s.call("divide", {"a": 9, "b": 3}).content == 3 and s.state() == {}
     finally:
         purge_modules("CorpusCalcPkg")
+
+
+# ----------------------------------------------------------------------------- review fixes (fix-import-map)
+def test_a_non_utf8_map_is_one_line_naming_the_map(tmp_path):
+    d = _copy(tmp_path, "calculator.py")
+    m = tmp_path / "map.toml"
+    m.write_bytes(b"\xff\xfe[files]\n")
+    with pytest.raises(ImportMapError, match="not UTF-8") as info:
+        load_import_map(m, d)
+    assert info.value.file == str(m)
+    res = CliRunner().invoke(_app(), ["import", str(d), "--map", str(m), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "not UTF-8" in res.output
+
+
+def test_a_map_tasks_file_that_is_not_json_lines_names_the_file_and_the_field(tmp_path):
+    d = _copy(tmp_path, "calculator.py")
+    (tmp_path / "t.jsonl").write_text('{"id": "a"}\nroot:x:0:0:root:/root:/bin/bash\n', encoding="utf-8")
+    m = tmp_path / "map.toml"
+    m.write_text('[files."calculator.py"]\nclass = "Calculator"\ntasks = "t.jsonl"\n', encoding="utf-8")
+    with pytest.raises(ImportMapError) as info:
+        load_import_map(m, d)
+    assert info.value.field == 'files."calculator.py".tasks'
+    assert f"{tmp_path / 't.jsonl'} line 2: not JSON Lines" in str(info.value) and str(m) in str(info.value)
+
+
+_MARKING_CLASS = """from pathlib import Path
+Path({marker!r}).write_text("ran")
+
+
+class {cls}:
+    \"\"\"Counts.\"\"\"
+
+    def __init__(self):
+        self.total: int = 0
+
+    def add(self, x: int) -> int:
+        \"\"\"Add x.\"\"\"
+        self.total += x
+        return self.total
+"""
+
+
+def test_a_class_entry_under_a_process_sandbox_is_refused_and_the_others_import(tmp_path):
+    d = _copy(tmp_path, "parcel_desk.py")
+    marker = tmp_path / "ran"
+    (d / "counter.py").write_text(_MARKING_CLASS.format(marker=str(marker), cls="Counter"), encoding="utf-8")
+    m = tmp_path / "map.toml"
+    m.write_text('[files."counter.py"]\nclass = "Counter"\n', encoding="utf-8")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(_app(), ["import", str(d), "--map", str(m), "--out", str(out), "--sandbox", "process",
+                                      "--no-validate"])
+    text = _flat(res.output)
+    assert res.exit_code == 1, res.output
+    assert not marker.exists()  # the file never ran in this process
+    assert "1of2imported(notvalidated);1refused" in text
+    assert _flat(f'{m} field files."counter.py".class') in text and "--sandboxprocesscannotapply" in text
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["Parcel"]
+
+
+def test_a_bad_name_writes_nothing_outside_out_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    src = tmp_path / "counter.py"
+    src.write_text(_MARKING_CLASS.format(marker=str(marker), cls="counter"), encoding="utf-8")
+    out = tmp_path / "a" / "out"
+    for extra in (["--name", "../../escaped"], []):  # given, or the class's own (not CamelCase) name
+        res = CliRunner().invoke(_app(), ["import", str(src), "--class", "counter", "--out", str(out), *extra])
+        assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+        assert "isnotCamelCaseASCII" in _flat(res.output) and ("passing--name" in _flat(res.output)) == (not extra)
+    assert not marker.exists() and not out.exists() and not (tmp_path / "escaped").exists()
+    from gym_envfactory.generators.importer import import_server_package
+
+    with pytest.raises(ImporterError, match="'../x' is not CamelCase"):
+        import_server_package(CORPUS / "parcel_desk.py", name="../x", out_dir=out, sandbox="process")
+    assert not out.exists() and not (tmp_path / "a" / "x").exists()
+
+
+def test_any_failure_of_one_file_is_a_row_not_a_traceback(tmp_path, monkeypatch):
+    from gym_envfactory.generators.importer import folder as folder_mod
+    from gym_envfactory.generators.importer.options import ImportOptions, OutputOptions
+
+    d = _copy(tmp_path, "parcel_desk.py", "parcel_depot.py")
+
+    def boom(src, options):
+        raise RuntimeError(f"unexpected in {src.name}")
+
+    monkeypatch.setattr(folder_mod, "import_one", boom)
+    rows = folder_mod.import_folder(d, ImportOptions(output=OutputOptions(out_dir=tmp_path / "out")))
+    assert [r["error"] for r in rows] == ["RuntimeError: unexpected in parcel_depot.py",
+                                          "RuntimeError: unexpected in parcel_desk.py"]
