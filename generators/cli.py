@@ -514,10 +514,14 @@ def gen_tasks(
         "--structured-output",
         help="send each stage's JSON schema as response_format: none, json_schema (vLLM, SGLang, hosted APIs) "
              "or json_object (llama-cpp-python's server)")] = "none",
+    trust: Annotated[bool, typer.Option("--trust", help="generate tasks for untrusted packages too (provenance "
+                                        "generated or imported): their code then runs in this process, with your "
+                                        "environment variables, files and network")] = False,
 ) -> None:
     """QueryGen (arXiv 2605.18703 §3.4): sample tool chains and turn them into verified multi-turn tasks
     (scenario, initial state, turns, refinement, pass@k solving); writes tasks.jsonl, their verified
-    trajectories and statistics."""
+    trajectories and statistics.  Chains and solving run the environments' code in this process, so an
+    untrusted package (written by EnvGen or the importer) is refused unless --trust."""
     from gym_envfactory.environment.catalog import get_environment, list_environments, strip_gym_id
 
     if writer not in ("llm", "template"):
@@ -526,8 +530,11 @@ def gen_tasks(
         _fail_line("give environment names or --all (not both)")
     if writer == "template":
         need_extras("gen tasks --writer template", "synthesis")
+        from .tasks.solvable import require_trusted
+
         try:
             names = [get_environment(strip_gym_id(e)).name for e in (list_environments() if all_envs else envs or [])]
+            require_trusted(names, trust=trust, doing="gen tasks --writer template")
         except EnvFactoryError as exc:
             _fail_line(str(exc))
         raise typer.Exit(run_template_writer(names, n=n, seed=seed, budget=budget, out=out, graph=graph,
@@ -544,8 +551,11 @@ def gen_tasks(
     if structured_output not in ("none", "json_schema", "json_object"):
         _fail_line(f"--structured-output must be none, json_schema or json_object, not {structured_output!r}")
     try:
+        from .tasks.solvable import require_trusted
+
         chosen = get_preset(preset)
         names = [get_environment(strip_gym_id(e)).name for e in (list_environments() if all_envs else envs or [])]
+        require_trusted(names, trust=trust, doing="gen tasks")
         options = QueryGenOptions(preset=chosen, k=k, seed=seed, checkpoint_dir=checkpoint_dir / "chains",
                                   concurrency=concurrency)
         config = LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env, seed=seed,

@@ -175,21 +175,28 @@ def sample_cmd(
     check: Annotated[bool, typer.Option("--check/--no-check",
                                         help="execute each chain in a session and keep the runnable ones")] = True,
     budget: Annotated[int | None, typer.Option("--budget", min=1, help="chain checks at most (default 10 n + 50)")] = None,
+    trust: Annotated[bool, typer.Option("--trust", help="with --check, execute chains over untrusted packages too "
+                                        "(provenance generated or imported): their code then runs in this process, "
+                                        "with your environment variables, files and network")] = False,
 ) -> None:
     """Sample tool chains from a graph (sampler.sample_chains); with --check (the default) keep sampling and
     executing them (solvable.sample_solvable) until --n run or --budget checks were made, and say why any
-    were dropped; write them as JSONL (sampler.write_chains)."""
+    were dropped; write them as JSONL (sampler.write_chains).  --check runs the environments' code in this
+    process, so a graph over an untrusted package (written by EnvGen or the importer) is refused unless
+    --trust (or --no-check)."""
     _need_synthesis_extra()
     from gym_envfactory.generators.tasks.graph import load_graph
 
     try:
         from gym_envfactory.generators.tasks.sampler import sample_chains, write_chains
-        from gym_envfactory.generators.tasks.solvable import sample_solvable
+        from gym_envfactory.generators.tasks.solvable import require_trusted, sample_solvable
     except ImportError as exc:
         _fail(EnvFactoryError(f"the chain sampler is not available: {exc}"))
     try:
         G = load_graph(graph)
         if check:
+            require_trusted(sorted({a["env"] for _, a in G.nodes(data=True) if a.get("kind") == "tool"}),
+                            trust=trust, doing="graph sample --check")
             with _err.status("sampling and checking chains"):
                 found = sample_solvable(G, n, seed=seed, budget=budget)
             chains, line = found.chains, found.summary()

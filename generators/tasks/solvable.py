@@ -24,12 +24,40 @@ import networkx as nx
 
 from gym_envfactory.generators.tasks.sampler import Chain, ChainCheck, check_chain, sample_chains
 
-__all__ = ["SolvableSample", "sample_solvable", "drop_reason", "default_budget", "Accept", "Checker"]
+__all__ = ["SolvableSample", "sample_solvable", "drop_reason", "default_budget", "Accept", "Checker", "require_trusted"]
 
 #: ``accept(chain, check) -> None`` to keep a solvable chain, or the reason it is dropped.
 Accept = Callable[[Chain, ChainCheck], "str | None"]
 #: ``check(chain, variant) -> ChainCheck`` (default: :func:`~.sampler.check_chain` on the default states).
 Checker = Callable[[Chain, int], ChainCheck]
+
+
+def require_trusted(envs: Iterable[str], *, trust: bool, doing: str) -> None:
+    """Refuse to execute chains over untrusted packages (provenance ``generated`` or ``imported``) in this
+    process unless ``trust``: :func:`~.sampler.check_chain` and QueryGen's solving run the environments'
+    code here, as ``envfactory validate`` does, so the same rule holds (docs/architecture.md, "Backends").
+    Names the catalog does not know are skipped (the sampler reports them as drops).
+
+    Raises:
+        UntrustedPackageError: one of ``envs`` is untrusted and ``trust`` is false; the message names the
+            packages, what ``doing`` would run, and says to pass ``--trust``.
+    """
+    if trust:
+        return
+    from gym_envfactory.environment.catalog import get_environment
+    from gym_envfactory.errors import EnvFactoryError, UntrustedPackageError
+
+    untrusted = []
+    for name in dict.fromkeys(envs):
+        try:
+            spec = get_environment(name)
+        except EnvFactoryError:
+            continue
+        if not spec.manifest.provenance.trusted:
+            untrusted.append(f"{spec.name} (provenance {spec.manifest.provenance.kind})")
+    if untrusted:
+        raise UntrustedPackageError(f"{', '.join(untrusted)} untrusted: {doing} runs their code in this process; "
+                                    f"pass --trust to do so (EnvGen and the importer validated them in their sandbox)")
 
 
 def default_budget(n: int) -> int:

@@ -14,6 +14,7 @@ left out; the others are written.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -23,9 +24,9 @@ import typer
 
 from gym_envfactory.cli.tasks import err_console, tasks_app
 from gym_envfactory.environment.catalog import get_environment
-from gym_envfactory.environment.paperformat import ImportedTask, read_rows, tasks_from_rows, tasks_from_sft_rows
+from gym_envfactory.environment.paperformat import KWARGS, ImportedTask, read_rows, tasks_from_rows, tasks_from_sft_rows
 from gym_envfactory.environment.taskfiles import read_tasks
-from gym_envfactory.errors import DatasetError, EnvFactoryError, UntrustedPackageError
+from gym_envfactory.errors import ArgumentError, DatasetError, EnvFactoryError, UntrustedPackageError
 from gym_envfactory.replay import task_reference
 from gym_envfactory.state_compare import state_diff
 
@@ -56,12 +57,18 @@ def check_final_configs(item: ImportedTask, file: Path | None, *, trust: bool = 
 
     Raises:
         DatasetError: the task does not load or replay, or a state differs (names the row, the field
-            ``extra_info.mcp_factory_kwargs.final_config.<server>.<path>`` and both values).
+            ``extra_info.mcp_factory_kwargs.final_config.<server>.<path>`` and both values).  A refusal
+            of the task's own fields is named by the row and row field it came from: an invalid initial
+            state by ``...initial_config.<server>.<path>``, a ground-truth call by
+            ``reward_model.ground_truth[i]`` (``.arguments.<name>``, ``.masked_arguments``, ``.name``).
         UntrustedPackageError: an environment of the task is untrusted (generated or imported) and
             ``trust`` is false: the replay runs its code in this process, as ``envfactory validate`` does.
     """
     task = item.task
-    groups = read_tasks([task])
+    try:
+        groups = read_tasks([task])
+    except DatasetError as err:
+        raise _at_row(err, item, file) from None
     primary = next(iter(groups))
     taskset = groups[primary]
     spec = get_environment(primary)
@@ -71,7 +78,21 @@ def check_final_configs(item: ImportedTask, file: Path | None, *, trust: bool = 
         names = ", ".join(f"{s.name} (provenance {s.manifest.provenance.kind})" for s in untrusted)
         raise UntrustedPackageError(f"{names}: checking the rows replays their ground truth in this process; pass "
                                     f"--trust to do so (the importer validated the package in its sandbox)")
-    reference = task_reference(spec, parsed, taskset)
+    for env, server in item.servers.items():  # each initial_config named by its own row and server
+        first = next((r for r in item.rows if r is not None and server in r.initial), None)
+        if first is None:
+            continue
+        try:
+            get_environment(env).dump_state(first.initial[server])
+        except EnvFactoryError as exc:
+            inner = getattr(exc, "field", None)
+            raise DatasetError(f"row {first.number}: initial_config of {server!r} is no state of {env}: "
+                               f"{getattr(exc, 'message', exc)}", file=file, line=first.number, task_id=task["task_id"],
+                               field=f"{KWARGS}.initial_config.{server}" + (f".{inner}" if inner else "")) from None
+    try:
+        reference = task_reference(spec, parsed, taskset)
+    except DatasetError as err:
+        raise _at_row(err, item, file) from None
     envs = parsed.envs
     for t, row in enumerate(item.rows):
         if row is None:
@@ -86,7 +107,7 @@ def check_final_configs(item: ImportedTask, file: Path | None, *, trust: bool = 
             except EnvFactoryError as exc:
                 raise DatasetError(f"row {row.number}: final_config of {server!r} is no state of {env}: {exc}",
                                    file=file, line=row.number, task_id=task["task_id"],
-                                   field=f"extra_info.mcp_factory_kwargs.final_config.{server}") from None
+                                   field=f"{KWARGS}.final_config.{server}") from None
         actual = reference.turn_states[t]
         if len(envs) == 1:
             pairs = [(envs[0], actual, expected.get(envs[0]), reference.excluded_fields, reference.set_fields)]
@@ -103,7 +124,58 @@ def check_final_configs(item: ImportedTask, file: Path | None, *, trust: bool = 
                     f"row {row.number}: replaying the ground truth gives a state that differs from final_config at "
                     f"{d.path}: final_config has {d.expected}, the replay {d.actual}", file=file, line=row.number,
                     task_id=task["task_id"],
-                    field=f"extra_info.mcp_factory_kwargs.final_config.{item.servers[env]}.{d.path}")
+                    field=f"{KWARGS}.final_config.{item.servers[env]}.{d.path}")
+
+
+_CALL_FIELD = re.compile(r"^turns\.(\d+)\.ground_truth\.(\d+)(\..*)?$")
+
+
+def _at_row(err: DatasetError, item: ImportedTask, file: Path | None) -> DatasetError:
+    """``err``, raised reading or replaying the task converted from ``item``'s rows and naming a task field
+    (``turns.T.ground_truth.C...``, ``initial_state...``), named instead by the file, the row that field
+    came from and the row's own field (``reward_model.ground_truth[C].arguments.<name>``,
+    ``extra_info.mcp_factory_kwargs.initial_config.<server>...``); ``err`` itself when no row holds it."""
+    tid = item.task["task_id"]
+    parts = [f"task {tid!r}"] + [f"{k} {v}" for k, v in (("turn", err.turn), ("call", err.call)) if v is not None]
+    prefix = ", ".join(parts) + ": "
+    core = err.message[len(prefix):] if err.message.startswith(prefix) else err.message
+    where = err.field or ""
+    m = _CALL_FIELD.match(where)
+    if m is not None:
+        t, c, rest = int(m[1]), int(m[2]), m[3] or ""
+        row = item.rows[t] if t < len(item.rows) else None
+        if row is None or c >= len(row.calls):
+            return err
+        if not rest:  # the call failed: name the argument the tool's argument policy rejects, if one is
+            rest = _bad_argument(item, item.task["turns"][t]["ground_truth"][c])
+        return DatasetError(f"row {row.number}: {core}", file=file, line=row.number, task_id=tid,
+                            field=f"reward_model.ground_truth[{c}]{rest}")
+    if where == "initial_state" or where.startswith("initial_state."):
+        if len(item.servers) != 1:
+            return err
+        [server] = item.servers.values()
+        first = next((r for r in item.rows if r is not None and server in r.initial), None)
+        if first is None:
+            return err
+        return DatasetError(f"row {first.number}: {core}", file=file, line=first.number, task_id=tid,
+                            field=f"{KWARGS}.initial_config.{server}{where[len('initial_state'):]}")
+    return err
+
+
+def _bad_argument(item: ImportedTask, call: Mapping[str, Any]) -> str:
+    """``.arguments.<field>`` (or ``.arguments``) when ``call``'s arguments break its tool's argument
+    policy (:meth:`~gym_envfactory.environment.tools.ToolSpec.validate_arguments`), else ``""``."""
+    for env in item.servers:
+        tool = get_environment(env).tools.get(call["name"])
+        if tool is None:
+            continue
+        try:
+            tool.validate_arguments(call.get("arguments", {}))
+        except ArgumentError as exc:
+            inner = exc.details[0]["field"] if exc.details else "<arguments>"
+            return ".arguments" + ("" if inner == "<arguments>" else f".{inner}")
+        return ""
+    return ""
 
 
 def _unprefixed(paths: Sequence[str], env: str) -> tuple[str, ...]:

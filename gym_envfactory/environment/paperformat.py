@@ -107,41 +107,73 @@ def read_rows(path: str | Path) -> list[tuple[int, Any]]:
     if text.lstrip().startswith("["):
         try:
             rows = json.loads(text)
-        except ValueError as exc:
-            raise DatasetError(f"not JSON: {exc}", file=path) from None
+        except (ValueError, RecursionError) as exc:
+            raise DatasetError(f"not JSON: {_json_problem(exc)}", file=path) from None
         return list(enumerate(rows, 1))
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 out.append((n, json.loads(line)))
-            except ValueError as exc:
-                raise DatasetError(f"not JSON: {exc}", file=path, line=n) from None
+            except (ValueError, RecursionError) as exc:
+                raise DatasetError(f"not JSON: {_json_problem(exc)}", file=path, line=n) from None
     return out
+
+
+#: The most of a file :func:`is_paper_rows_file` reads to find its first record (bytes, as characters).
+FIRST_RECORD_LIMIT = 1 << 24
+
+
+def _json_problem(exc: BaseException) -> str:
+    """What a failed ``json.loads`` says; nesting too deep for the parser (``RecursionError``) in words."""
+    return "nested too deeply to parse" if isinstance(exc, RecursionError) else str(exc)
+
+
+def _first_record(path: Path) -> Any:
+    """The first JSON value of a JSON Lines file (its first line) or of a JSON list (its first item), read
+    in growing chunks up to :data:`FIRST_RECORD_LIMIT`; ``None`` when there is none within it."""
+    decoder = json.JSONDecoder()
+    buf, size = "", 1 << 16
+    with path.open(encoding="utf-8") as fh:
+        while True:
+            chunk = fh.read(size)
+            buf += chunk
+            text = buf.lstrip()
+            if text.startswith("["):
+                text = text[1:].lstrip()
+            try:
+                return decoder.raw_decode(text)[0]
+            except RecursionError:
+                return None
+            except ValueError:
+                if not chunk or len(buf) >= FIRST_RECORD_LIMIT:
+                    return None
+            size = min(2 * size, FIRST_RECORD_LIMIT)
 
 
 def is_paper_rows_file(path: str | Path) -> bool:
     """True when ``path`` holds the paper's RL rows rather than tasks: a parquet file, or JSON (Lines)
-    whose first object has ``prompt``, ``reward_model`` and ``extra_info``."""
+    whose first record (first line, or first item of a list) is an object with ``prompt``,
+    ``reward_model`` and ``extra_info`` (a later record's keys are not looked at)."""
     path = Path(path)
     if path.suffix == ".parquet":
         return True
     try:
-        with path.open(encoding="utf-8") as fh:
-            head = fh.read(1 << 16)
+        first = _first_record(path)
     except (OSError, UnicodeDecodeError):
         return False
-    head = head.lstrip().lstrip("[").lstrip()
-    return head.startswith("{") and all(f'"{k}"' in head for k in ("prompt", "reward_model", "extra_info"))
+    return isinstance(first, dict) and all(k in first for k in ("prompt", "reward_model", "extra_info"))
 
 
 def _json(value: Any, *, file: Path | None, line: int, field: str) -> Any:
-    """``value`` parsed when it is JSON text (the paper writes nested values as JSON strings)."""
+    """``value`` parsed when it is JSON text (the paper writes nested values as JSON strings).
+    Raises :class:`DatasetError` (file, row, field) for text that is not JSON or nests too deeply."""
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except ValueError as exc:
-            raise DatasetError(f"row {line}: not JSON text: {exc}", file=file, line=line, field=field) from None
+        except (ValueError, RecursionError) as exc:
+            raise DatasetError(f"row {line}: not JSON text: {_json_problem(exc)}", file=file, line=line,
+                               field=field) from None
     return value
 
 
@@ -382,15 +414,23 @@ def tasks_from_rows(rows: Sequence[tuple[int, Any]], *, file: str | Path | None 
             children.setdefault(parent[r.number][0].number, []).append(r)
     out: list[ImportedTask] = []
 
-    def chains(r: PaperRow, path_so_far: list[PaperRow]) -> Iterable[list[PaperRow]]:
-        kids = children.get(r.number, [])
-        if not kids:
-            yield [*path_so_far, r]
-        for kid in kids:
-            yield from chains(kid, [*path_so_far, r])
+    def chains(head: PaperRow) -> list[list[PaperRow]]:
+        """The conversations from ``head``: each path to a row no other row continues, depth first (a
+        stack, not recursion: a conversation may have thousands of rows)."""
+        paths, stack = [], [head]
+        while stack:
+            r = stack.pop()
+            kids = children.get(r.number, [])
+            if not kids:
+                path = [r]
+                while path[-1] is not head:
+                    path.append(parent[path[-1].number][0])
+                paths.append(path[::-1])
+            stack.extend(reversed(kids))
+        return paths
 
     for head in (r for r in parsed if r.number not in parent):
-        paths = list(chains(head, []))
+        paths = chains(head)
         for chain in paths:
             tid = f"{prefix}{head.number}" if len(paths) == 1 else f"{prefix}{head.number}-{chain[-1].number}"
             try:
@@ -558,7 +598,7 @@ def _sft_task(number: int, steps: list[tuple[str, str]], resolver: _Resolver, ta
         for text in tool_call_blocks(out):
             try:
                 call = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 call = None
             if not (isinstance(call, Mapping) and isinstance(call.get("name"), str)
                     and isinstance(call.get("arguments", {}), Mapping)):

@@ -4,7 +4,7 @@ any LLM, and those tasks go through rollout, export and gym.make with the oracle
 The corpus (tests/generators/fixtures/corpus_tasks/) holds three single-file FastMCP servers in the EnvFactory
 layout with typed results (a library, a shop, a help desk; small states).  They are imported with
 ``envfactory import FOLDER`` into a temporary catalog (``$ENVFACTORY_CATALOG``); then ``envfactory gen tasks
---all --writer template --n 20`` runs in a child process over the whole catalog (the shipped environments and
+--all --writer template --trust --n 20`` runs in a child process over the whole catalog (the shipped environments and
 the corpus) and every environment must get 20 tasks that the oracle scored 1.0, at least half of them
 state-changing, some multi-turn, some in the held-out ``test`` split.
 """
@@ -65,6 +65,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = {**os.environ, "ENVFACTORY_CATALOG": str(catalog),
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     proc = subprocess.run([sys.executable, "-m", "gym_envfactory.cli", "gen", "tasks", "--all", "--writer", "template",
+                           "--trust",  # the imported corpus is untrusted: its chains run in this child
                            "--n", str(N), "--out", str(out), "--checkpoint-dir", str(tmp / "qg")],
                           capture_output=True, text=True, env=env, timeout=900, cwd=tmp)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
