@@ -100,7 +100,7 @@ class EnvFactoryTaskset(Taskset[NeMoGymTask, EnvFactoryTasksetConfig]):
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise DatasetError(f"cannot read the dataset: {exc}", file=path) from None
-            out = []
+            out: list[tuple[tuple[str | None, int | None], dict[str, Any]]] = []
             for n, line in enumerate(text.splitlines(), 1):
                 if not line.strip():
                     continue
