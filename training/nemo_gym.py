@@ -286,7 +286,9 @@ class NeMoGymSessions:
             env.close()
             raise
         sid = secrets.token_urlsafe(16)
-        rollout = _Rollout(env, options or None, limits, self.clock())
+        assert env.task is not None
+        # the replay at /verify must play the task played here, also one the env drew (a row with no task_id)
+        rollout = _Rollout(env, {**options, "task_id": env.task.task_id}, limits, self.clock())
         with self._lock:
             full = len(self._rollouts) >= self.max_sessions
             if not full:
@@ -333,8 +335,8 @@ class NeMoGymSessions:
 
         The episode is reset to the rollout's start and ``response`` replayed: each model response one step
         (:func:`assistant_steps`: its parallel calls together, ``arguments`` as the model wrote them), under
-        the env's step limits, then the turn ends (with an empty reply when the last response still called
-        tools).  So a call the agent answered itself (an unknown tool, unparsable arguments) counts as the
+        the env's step limits; the closing reply ends the turn (an empty one when the last response still
+        called tools), and a row of a whole multi-turn task is scored as it stands after that turn.  So a call the agent answered itself (an unknown tool, unparsable arguments) counts as the
         invalid call it is (``P_len``), and a rollout ``envfactory rollout`` would have truncated is truncated
         here at the same step."""
         rollout = self._take(sid, pop=True)
@@ -347,11 +349,12 @@ class NeMoGymSessions:
             try:
                 env.max_steps, env.max_steps_per_turn = rollout.limits.max_steps, rollout.limits.max_steps_per_turn
                 env.reset(options=rollout.options)
-                for step in assistant_steps(response):
+                steps = assistant_steps(response)
+                for step in steps:
                     if env.done:
                         break
                     env.step(step)
-                if not env.done:
+                if not env.done and (not steps or steps[-1].get("tool_calls")):  # the reply ends the turn once
                     env.step({"role": "assistant", "content": ""})
                 return env.last_score if env.done and env.last_score is not None else env.score()
             finally:

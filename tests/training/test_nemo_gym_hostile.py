@@ -296,3 +296,29 @@ def test_deeply_nested_bodies_are_422_or_an_invalid_call_never_a_crash():
         got = c.post("/verify", json={"response": {"output": [
             {"type": "function_call", "name": "search_hotels", "arguments": "[" * 5000}]}}).json()
     assert got["p_len"] == 1.0 and got["reward"] == 0.0
+
+
+def test_a_drawn_task_is_the_one_replayed_and_a_whole_task_row_scores_its_first_turn():
+    sessions = NeMoGymSessions("HotelBooking")
+    try:
+        sid = sessions.seed({})  # no task_id: the env draws one; /verify must replay that one
+        held = sessions._rollouts[sid]
+        assert held.env.task is not None and held.options == {"task_id": held.env.task.task_id}
+    finally:
+        sessions.close()
+    # a row of the whole multi-turn task hotel-003: turn 0 played right, then the reply; scored as it stands
+    calls = [("find_guest_by_email", json.dumps({"email": "ada.lovelace@example.com"})),
+             ("list_guest_bookings", json.dumps({"guest_id": "G-001"}))]
+    env = EnvFactoryEnv("HotelBooking")
+    env.reset(options={"task_id": "hotel-003"})
+    for c in calls:
+        env.step(tool_message([c]))
+    env.step({"role": "assistant", "content": "Done."})
+    expected = env.score()
+    env.close()
+    assert expected.r_traj > 0
+    with client(resources_app("HotelBooking")) as c:
+        c.post("/seed_session", json={"reset_options": {"task_id": "hotel-003"}})
+        got = c.post("/verify", json={"response": as_response([([c], ["x"], "") for c in calls]
+                                                              + [([], [], "Done.")])}).json()
+    assert {k: got[k] for k in components(expected)} == pytest.approx(components(expected))
