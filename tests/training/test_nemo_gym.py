@@ -243,7 +243,8 @@ def test_the_module_writes_rows_and_serves_an_environment(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "gym_envfactory.training.nemo_gym", "HotelBooking", "--port", str(port)],
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                            env={**{k: v for k, v in os.environ.items() if not k.startswith("ENVFACTORY_TOKEN")},
+                                 "PYTHONPATH": os.pathsep.join(sys.path)})  # loopback, no token
     try:
         c = Client(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 60
