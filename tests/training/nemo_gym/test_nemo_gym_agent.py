@@ -39,6 +39,12 @@ from tests.training.hotel_scripts import CASES, rollout_record  # noqa: E402
 HOST = "127.0.0.1"
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """NeMo Gym's config parser (Hydra) writes ``outputs/<date>/`` in the working directory: keep it in tmp_path."""
+    monkeypatch.chdir(tmp_path)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind((HOST, 0))
