@@ -44,6 +44,7 @@ from verifiers.v1.taskset import Taskset
 from verifiers.v1.tasksets.nemo_gym import NeMoGymConfig, NeMoGymData, NeMoGymEnv, NeMoGymTask
 from verifiers.v1.tasksets.nemo_gym.toolset import NeMoGymToolset
 
+from gym_envfactory.errors import DatasetError
 from gym_envfactory.training.nemo_gym import dataset_rows, resources_app
 
 __all__ = ["EnvFactoryTaskset", "EnvFactoryEnv", "EnvFactoryTasksetConfig", "load_environment", "TASKSET_ID"]
@@ -82,36 +83,73 @@ class EnvFactoryTaskset(Taskset[NeMoGymTask, EnvFactoryTasksetConfig]):
         return [NeMoGymToolset(config.tools)]
 
     def rows(self) -> list[dict[str, Any]]:
-        """The rows this taskset plays (from ``dataset`` when set, else from ``env``)."""
+        """The rows this taskset plays (from ``dataset`` when set, else from ``env``).
+
+        Raises:
+            DatasetError: a line of ``dataset`` is not JSON, not an object, or lacks ``responses_create_params``
+                (an object); the error names the file, the line (1-based) and the key.
+        """
+        return [row for _, row in self._sourced_rows()]
+
+    def _sourced_rows(self) -> list[tuple[tuple[str | None, int | None], dict[str, Any]]]:
+        """``((file, line), row)`` for each row (``(None, None)`` for rows made from ``env``)."""
         cfg = self.config
         if str(cfg.dataset) not in ("", "."):
-            return [json.loads(line) for line in cfg.dataset.expanduser().read_text(encoding="utf-8").splitlines()
-                    if line.strip()]
+            path = cfg.dataset.expanduser()
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise DatasetError(f"cannot read the dataset: {exc}", file=path) from None
+            out: list[tuple[tuple[str | None, int | None], dict[str, Any]]] = []
+            for n, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError) as exc:
+                    raise DatasetError(f"not a JSON row: {str(exc)[:200]}", file=path, line=n) from None
+                if not isinstance(row, dict):
+                    raise DatasetError(f"a row must be a JSON object, got {type(row).__name__}", file=path, line=n)
+                if not isinstance(row.get("responses_create_params"), dict):
+                    raise DatasetError("missing or not an object (a NeMo Gym row: input, tools)", file=path, line=n,
+                                       field="responses_create_params")
+                if not isinstance(row.get("reset_options") or {}, dict):
+                    raise DatasetError("not an object (task_id, start_turn, end_turn)", file=path, line=n,
+                                       field="reset_options")
+                out.append(((str(path), n), row))
+            return out
         rows = dataset_rows(cfg.env, split=cfg.split, per_turn=cfg.per_turn, **cfg.env_kwargs)
         if cfg.task_ids is not None:
             keep = set(cfg.task_ids)
             rows = [r for r in rows if r["reset_options"]["task_id"] in keep]
-        return rows
+        return [((None, None), r) for r in rows]
 
     def load(self) -> Iterator[NeMoGymTask]:
         """The tasks, named ``<task_id>`` or ``<task_id>:t<turn>`` (per-turn rows).
 
         Raises:
             ValueError: no rows (no tasks in the selection).
+            DatasetError: a bad row (:meth:`rows`), or ``responses_create_params`` verifiers cannot read (file,
+                line and key named).
         """
         from verifiers.v1.dialects.responses import ResponsesDialect
 
         dialect = ResponsesDialect()
-        rows = self.rows()
+        rows = self._sourced_rows()
         if not rows:
             raise ValueError(f"{self.config.env}: no tasks to play (split {self.config.split!r}, "
                              f"task_ids {self.config.task_ids!r})")
-        for row in rows:
+        for (file, line), row in rows:
             options = row.get("reset_options") or {}
             name = str(options.get("task_id"))
             if options.get("start_turn") is not None:
                 name += f":t{options['start_turn']}"
-            request = dialect.parse_request(row["responses_create_params"])
+            try:
+                request = dialect.parse_request(row["responses_create_params"])
+            except Exception as exc:  # noqa: BLE001 - verifiers' own validation errors, whatever their type
+                first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                raise DatasetError(f"verifiers cannot read it: {first}", file=file, line=line,
+                                   field="responses_create_params") from None
             yield NeMoGymTask(NeMoGymData(id=name, name=name, prompt=request.messages, row=row), self.config.task)
 
 

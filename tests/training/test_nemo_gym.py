@@ -116,7 +116,9 @@ def test_oracle_episode_scores_one_with_components_and_sessions_are_isolated(row
         assert SESSION_COOKIE in ok.cookies  # set again on every tool response (NeMo Gym's agent keeps the latest)
         # b's episode never saw a's write: its booking is still there to cancel
         assert b.post("/cancel_hotel_booking", json={"booking_id": "BK-0002", "reason": ""}).json()["status"] == "cancelled"
-        done = a.post("/verify", json=row | {"response": reply("314.10 comes back to your card.")}).json()
+        # the response lists the call, as NeMo Gym's agent writes it: /verify scores the model responses it holds
+        cancel = [("cancel_hotel_booking", {"booking_id": "BK-0002", "reason": ""})]
+        done = a.post("/verify", json=row | {"response": reply("314.10 comes back to your card.", cancel)}).json()
         assert done["reward"] == 1.0 and done["responses_create_params"] == row["responses_create_params"]
         assert done["reward_components"] == {"r_traj": 1.0, "r_state": 1.0, "r_output": 1.0, "p_len": 0.0, "penalty": 0.0}
         assert done["r_traj"] == 1.0 and done["vacuous"] == []
@@ -219,7 +221,8 @@ def test_a_later_turn_of_a_multi_turn_task_starts_from_the_ground_truth_state(ro
         with clients() as (c,):
             c.post("/seed_session", json=row)
             c.post("/cancel_hotel_booking", json={"booking_id": booking, "reason": "online"})
-            out = c.post("/verify", json=row | {"response": reply(text)}).json()
+            calls = [("cancel_hotel_booking", {"booking_id": booking, "reason": "online"})]
+            out = c.post("/verify", json=row | {"response": reply(text, calls)}).json()
         assert out["reward"] == pytest.approx(expected.reward)
         assert out["r_state"] == expected.r_state and out["r_traj"] == expected.r_traj
         got.append(out["reward"])
@@ -240,7 +243,8 @@ def test_the_module_writes_rows_and_serves_an_environment(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "gym_envfactory.training.nemo_gym", "HotelBooking", "--port", str(port)],
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                            env={**{k: v for k, v in os.environ.items() if not k.startswith("ENVFACTORY_TOKEN")},
+                                 "PYTHONPATH": os.pathsep.join(sys.path)})  # loopback, no token
     try:
         c = Client(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 60

@@ -39,6 +39,12 @@ from tests.training.hotel_scripts import CASES, rollout_record  # noqa: E402
 HOST = "127.0.0.1"
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """NeMo Gym's config parser (Hydra) writes ``outputs/<date>/`` in the working directory: keep it in tmp_path."""
+    monkeypatch.chdir(tmp_path)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -141,3 +147,35 @@ def test_generated_and_imported_packages_through_the_simple_agent(tmp_path, monk
     with nemo_stack(script, env=name, monkeypatch=monkeypatch) as (agent_url, _):
         got = [requests.post(f"{agent_url}/run", json=row, timeout=120).json()["reward"] for _ in attempts]
     assert got == pytest.approx(expected) and got[0] == 1.0 and got[1] < 1.0
+
+
+def test_parallel_and_double_encoded_calls_through_the_simple_agent(tmp_path, monkeypatch):
+    """What the fix of the review's findings rests on, through NeMo Gym's own agent: two model responses of
+    parallel calls (16 surplus and the right one) are two steps, as in ``envfactory rollout`` (reward 0.5, not a
+    truncated 0.0), and arguments the model double-encoded (docs/cases.md C09), which the agent posts as a JSON
+    string, run as the object they hold."""
+    import json
+
+    from tests.training.hotel_scripts import call
+
+    monkeypatch.setattr(sys, "argv", ["nemo-gym"])
+    rows = {r["reset_options"]["task_id"]: r for r in dataset_rows("HotelBooking")}
+    search = {"city": "Vienna", "check_in": "2026-12-10", "check_out": "2026-12-13", "guests": 2, "min_stars": 4,
+              "amenities": ["parking"]}
+    surplus = [call("list_hotel_destinations")] * 16
+    parallel = [{"content": None, "tool_calls": surplus[:8]},
+                {"content": None, "tool_calls": [*surplus[8:], call("search_hotels", **search)]},
+                {"content": "Schoenbrunn Garden Inn fits."}]
+    double = [{"content": None, "tool_calls": [{"type": "function", "function": {
+                  "name": "search_hotels", "arguments": json.dumps(json.dumps(search))}}]},
+              {"content": "Schoenbrunn Garden Inn fits."}]
+    cases = [("hotel-002", parallel), ("hotel-002", double)]
+    expected = [rollout_record(tmp_path, tid, script) for tid, script in cases]
+    assert expected[0]["reward"] == pytest.approx(0.5) and expected[1]["reward"] == 1.0
+    with nemo_stack([r for _, script in cases for r in script], monkeypatch=monkeypatch) as (agent_url, chat):
+        bodies = [requests.post(f"{agent_url}/run", json=rows[tid], timeout=120).json() for tid, _ in cases]
+        assert not chat.errors
+    for (tid, _), exp, body in zip(cases, expected, bodies, strict=True):
+        assert body["reward"] == pytest.approx(exp["reward"]), tid
+        for key in ("r_traj", "r_state", "r_output", "p_len"):
+            assert body["reward_components"][key] == pytest.approx(exp["components"][key]), (tid, key)
