@@ -25,11 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: SNOOP (the secret looked for in this process's environment and in /proc/<ppid>/environ and every
 #: other /proc/<pid>/environ, at import and in the tool) plus a network probe and a look for the
-#: engine's socket, both at import and in the tool; every answer is recorded by the probe.
+#: engine's socket, both at import and in the tool; every answer is recorded by the probe.  The probe
+#: imports ``socket`` by a computed name, past the importer's static refusal of network client modules
+#: (issue 26 item 8), so the test shows what the Docker sandbox itself holds.
 NET = '''
 
 def net() -> str:
-    import socket
+    # past the importer's static refusal of network modules on purpose: the container must hold anyway
+    socket = __import__("so" + "cket")
 
     for addr in (("1.1.1.1", 53), ("172.17.0.1", 2375), ("10.0.2.2", 80)):
         try:
