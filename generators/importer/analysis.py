@@ -84,6 +84,16 @@ def mcp_annotations(node: ast.FunctionDef | ast.AsyncFunctionDef | None) -> dict
     return out
 
 
+def assigned_targets(node: ast.AST) -> list[ast.AST]:
+    """What ``node`` assigns to or deletes: the targets of an ``=``, augmented or annotated assignment or a
+    ``del``; ``[]`` for any other node."""
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        return list(node.targets)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return [node.target]
+    return []
+
+
 def _rooted_at(node: ast.AST, names: set[str]) -> bool:
     while isinstance(node, (ast.Attribute, ast.Subscript)):
         node = node.value
@@ -138,13 +148,7 @@ def _mutates_self(cls: type, method: str, seen: set[str] | None = None) -> bool:
             owners.add(sub.target.id)
     self_name = args[0].arg
     for sub in ast.walk(node):
-        targets: list[ast.AST] = []
-        if isinstance(sub, ast.Assign):
-            targets = list(sub.targets)
-        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
-            targets = [sub.target]
-        elif isinstance(sub, ast.Delete):
-            targets = list(sub.targets)
+        targets = assigned_targets(sub)
         for target in targets:
             if isinstance(target, (ast.Attribute, ast.Subscript)) and _rooted_at(target, owners):
                 return True
@@ -207,13 +211,7 @@ def written_attributes(cls: type, method: str, seen: set[str] | None = None) -> 
                 roots[sub.target.id] = attr
     out: set[str] = set()
     for sub in ast.walk(node):
-        targets: list[ast.AST] = []
-        if isinstance(sub, ast.Assign):
-            targets = list(sub.targets)
-        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
-            targets = [sub.target]
-        elif isinstance(sub, ast.Delete):
-            targets = list(sub.targets)
+        targets = assigned_targets(sub)
         calls: list[ast.AST] = []
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
             if sub.func.attr in _MUTATORS:
