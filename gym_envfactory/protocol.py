@@ -26,12 +26,14 @@ import os
 import secrets
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 
 __all__ = [
     "listening_socket",
     "HEALTH_PATH", "READY_PATH", "METRICS_PATH", "WS_PATH", "RPC_PATH", "MCP_PATH", "mcp_path",
     "CLIENT_HEADER", "CLIENT_KEY_HEADER", "SESSION_HEADER", "CLOSE_ON_DISCONNECT_HEADER", "SPLIT_HEADER", "AUTHORIZATION_HEADER",
     "CLIENT_QUERY", "CLOSE_ON_DISCONNECT_QUERY", "bearer_authorization", "bearer_credentials", "bearer_token_matches",
+    "read_token_file",
     "ERR_PARSE", "ERR_INVALID_REQUEST", "ERR_METHOD", "ERR_PARAMS", "ERR_INTERNAL", "ERR_UNKNOWN_SESSION",
     "ERR_CAPACITY", "ERR_BAD_REQUEST", "ERR_UNAUTHORIZED", "ERR_OWNERSHIP", "ERR_MEMORY", "ERROR_CODES",
     "HTTP_STATUS", "UNAUTHORIZED_MESSAGE",
@@ -84,6 +86,24 @@ CLIENT_QUERY = "client"
 """``/v1/ws`` query parameter standing in for :data:`CLIENT_HEADER` (browsers cannot set WebSocket headers)."""
 CLOSE_ON_DISCONNECT_QUERY = "close_on_disconnect"
 """``/v1/ws`` query parameter standing in for :data:`CLOSE_ON_DISCONNECT_HEADER`."""
+
+
+def read_token_file(path: str | os.PathLike[str]) -> str:
+    """The bearer token held in ``path`` (its first line, surrounding whitespace stripped): what
+    ``--token-file`` of ``envfactory serve``, ``envfactory ui`` and the NeMo Gym resources server read.
+
+    Raises:
+        ValueError: the file cannot be read or holds no token.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the token file {path}: {exc}") from None
+    lines = text.strip().splitlines()
+    token = lines[0].strip() if lines else ""
+    if not token:
+        raise ValueError(f"the token file {path} is empty")
+    return token
 
 
 def bearer_authorization(token: str) -> dict[str, str]:

@@ -44,12 +44,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from gym_envfactory import EnvFactoryEnv, get_environment
 from gym_envfactory.envs.options import EpisodeLimits
 from gym_envfactory.errors import CapacityError, EnvFactoryError
+from gym_envfactory.protocol import read_token_file
 from gym_envfactory.reward import EpisodeScore
 
 __all__ = ["resources_app", "dataset_rows", "verify_fields", "responses_tools", "assistant_steps", "SESSION_COOKIE",
@@ -494,22 +494,6 @@ def resources_app(env_id: str, *, host: str = "127.0.0.1", token: str | None = N
     return app
 
 
-def _read_token_file(path: str) -> str:
-    """The bearer token in ``path`` (its first line, stripped), as ``envfactory serve --token-file`` reads it.
-
-    Raises:
-        ValueError: the file cannot be read or holds no token.
-    """
-    try:
-        lines = Path(path).read_text(encoding="utf-8").strip().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read the token file {path}: {exc}") from None
-    token = lines[0].strip() if lines else ""
-    if not token:
-        raise ValueError(f"the token file {path} is empty")
-    return token
-
-
 def main(argv: list[str] | None = None) -> None:
     """Serve one environment as a NeMo Gym resources server (blocking), or write its dataset rows::
 
@@ -563,7 +547,7 @@ def main(argv: list[str] | None = None) -> None:
     token_file = token_file or (os.environ.get("ENVFACTORY_TOKEN_FILE") if token is None else None)
     try:
         if token_file:
-            token = _read_token_file(token_file)
+            token = read_token_file(token_file)
         token = token or os.environ.get("ENVFACTORY_TOKEN") or None
         app = resources_app(args.env, host=args.host, token=token, max_sessions=args.max_sessions, ttl_s=args.ttl,
                             trust=args.trust)

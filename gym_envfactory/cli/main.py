@@ -385,15 +385,12 @@ def read_token_file(path: Path) -> str:
     Raises:
         typer.BadParameter: the file cannot be read or holds no token.
     """
+    from gym_envfactory.protocol import read_token_file as read
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise typer.BadParameter(f"cannot read the token file {path}: {exc}") from None
-    lines = text.strip().splitlines()
-    token = lines[0].strip() if lines else ""
-    if not token:
-        raise typer.BadParameter(f"the token file {path} is empty")
-    return token
+        return read(path)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 @app.command("serve")
