@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 from gym_envfactory.ui.rollouts import Episode, split_turns
 
-__all__ = ["EpisodeRow", "RolloutQuery", "SORT_KEYS", "COMPONENT_KEYS", "summarise", "sort_rows", "component_means",
+__all__ = ["finite_number", "EpisodeRow", "RolloutQuery", "SORT_KEYS", "COMPONENT_KEYS", "summarise", "sort_rows", "component_means",
            "Side", "parse_side", "compare_rows", "output_weighted"]
 
 #: Columns ``sort=`` accepts: row attribute names.
@@ -63,7 +63,8 @@ class EpisodeRow:
     weighs_output: bool = True
 
 
-def _number(v: Any) -> float | None:
+def finite_number(v: Any) -> float | None:
+    """``v`` as a finite float; ``None`` for a bool, a non-number, an infinity or NaN (JSON read from logs)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     try:
@@ -91,10 +92,10 @@ def summarise(fi: int, episodes: Sequence[Episode], split_of: Callable[[str, str
         steps = r.get("steps")
         rows.append(EpisodeRow(
             fi=fi, ei=ei, line=e.line, task_id=tid, env=env, policy=str(r.get("policy", "")),
-            split=split_of(env, tid), reward=None if e.problem else _number(r.get("reward")),
+            split=split_of(env, tid), reward=None if e.problem else finite_number(r.get("reward")),
             steps=steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
             n_errors=len(r.get("errors") or []), truncated=r.get("truncated") is True, codes=sorted(codes),
-            components={k: f for k in COMPONENT_KEYS if (f := _number(comps.get(k))) is not None},
+            components={k: f for k in COMPONENT_KEYS if (f := finite_number(comps.get(k))) is not None},
             malformed=e.problem, text="\n".join(texts).lower(), weighs_output=output_weighted(r)))
     return rows
 
@@ -103,7 +104,7 @@ def _float_param(params: Mapping[str, str], key: str, problems: list[str]) -> fl
     raw = params.get(key, "").strip()
     if not raw:
         return None
-    v = _number(_try_float(raw))
+    v = finite_number(_try_float(raw))
     if v is None:
         problems.append(f"{key}={raw!r} is not a number; ignored")
     return v

@@ -13,12 +13,12 @@ Three forms, told apart by their content:
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gym_envfactory.errors import DatasetError
+from gym_envfactory.ui.browse import finite_number
 
 __all__ = ["TrainingPoint", "TrainingCurves", "read_training_log", "REWARD_METRICS"]
 
@@ -57,16 +57,6 @@ class TrainingCurves:
         return list(dict.fromkeys(k for p in self.points if p.phase == phase for k in p.metrics))
 
 
-def _finite(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _point(obj: Any, path: Path, line: int | None, entry: str) -> TrainingPoint | None:
     """The point of one entry (``line`` of a JSONL file, or ``entry`` such as ``steps[3]``), ``None`` for an
     object without ``step`` (a header, trainer_state's closing summary)."""
@@ -74,12 +64,12 @@ def _point(obj: Any, path: Path, line: int | None, entry: str) -> TrainingPoint 
         raise DatasetError("a training log entry must be a JSON object", file=str(path), line=line, field=entry or None)
     if "step" not in obj:
         return None
-    step = _finite(obj["step"])
+    step = finite_number(obj["step"])
     if step is None:
         raise DatasetError(f"step must be a finite number, got {str(obj['step'])[:40]}", file=str(path), line=line,
                            field=f"{entry}.step" if entry else "step")
     phase = obj.get("phase", "")
-    metrics = {str(k): f for k, v in obj.items() if k not in ("step", "phase") and (f := _finite(v)) is not None}
+    metrics = {str(k): f for k, v in obj.items() if k not in ("step", "phase") and (f := finite_number(v)) is not None}
     return TrainingPoint(str(phase) if phase is not None else "", step, metrics)
 
 
