@@ -9,18 +9,14 @@ much memory this test process happens to hold; one test uses the real resident s
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
@@ -28,7 +24,7 @@ from gym_envfactory import define_environment, get_environment, tool
 from gym_envfactory.backends.remote import RemoteSession, SessionClient, process_client_id
 from gym_envfactory.environment.catalog import add_environment, forget_environment
 from gym_envfactory.errors import BadRequestError, CapacityError, MemoryBudgetError, RemoteError
-from gym_envfactory.server import SessionManager, fastproto, listening_socket
+from gym_envfactory.server import SessionManager, fastproto
 from gym_envfactory.server.admission import (
     ENCODE_FACTOR,
     MIN_HEADROOM,
@@ -39,6 +35,7 @@ from gym_envfactory.server.admission import (
     parse_size,
 )
 from gym_envfactory.server.app import ServerConfig, build_app
+from tests.server.in_thread import serving
 
 ENV = "TeamCalendar"
 MiB = 1024 * 1024
@@ -62,21 +59,8 @@ def large_cost(env: str = ENV) -> int:
 def running(m: SessionManager) -> Iterator[str]:
     """``m`` served by uvicorn on a free loopback port, in a thread of this process."""
     app = build_app(m, ServerConfig())
-    sock = listening_socket("127.0.0.1", 0)
-    sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    for _ in range(1000):
-        if server.started:
-            break
-        time.sleep(0.01)
-    try:
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+    with serving(app) as where:
+        yield where
 
 
 def state_frame(ids: list[str], method: str = "state") -> str:

@@ -10,7 +10,6 @@ could not be served before that timeout, and the recorded order would say so.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import threading
@@ -21,7 +20,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from pydantic import BaseModel
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
@@ -29,8 +27,9 @@ from websockets.sync.client import connect
 from gym_envfactory import define_environment, get_environment, tool
 from gym_envfactory.environment.catalog import add_environment, forget_environment
 from gym_envfactory.errors import CapacityError, SessionOwnershipError
-from gym_envfactory.server import SessionManager, fastproto, listening_socket
+from gym_envfactory.server import SessionManager, fastproto
 from gym_envfactory.server.app import ServerConfig, build_app
+from tests.server.in_thread import serving
 
 ENV = "LoadProbe"
 ENV_SERVED = "PersonalFinance"  # a catalog environment, for a server in its own process
@@ -83,21 +82,8 @@ def clean_events() -> Iterator[None]:
 def running(manager: SessionManager, **config: Any) -> Iterator[str]:
     """``manager`` served by uvicorn on a free loopback port, in a thread of this process."""
     app = build_app(manager, ServerConfig(**config))
-    sock = listening_socket("127.0.0.1", 0)
-    sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    for _ in range(1000):
-        if server.started:
-            break
-        time.sleep(0.01)
-    try:
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+    with serving(app) as where:
+        yield where
 
 
 def post(addr: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:

@@ -5,40 +5,24 @@ openenv package; tests/training/openenv/ drives the same endpoint with OpenEnv's
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 
 import pytest
-import uvicorn
 from websockets.sync.client import connect
 
-from gym_envfactory.protocol import listening_socket
 from gym_envfactory.server import ROUTES_GROUP
 from gym_envfactory.training.openenv import OpenEnvEpisode, openenv_app
+from tests.server.in_thread import serving
 
 
 @contextlib.contextmanager
 def running(app) -> Iterator[str]:
-    sock = listening_socket("127.0.0.1", 0)
-    sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    for _ in range(1000):
-        if server.started:
-            break
-        time.sleep(0.01)
-    try:
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+    with serving(app) as where:
+        yield where
 
 
 @pytest.fixture(scope="module")
