@@ -45,19 +45,16 @@ def require_trusted(envs: Iterable[str], *, trust: bool, doing: str) -> None:
     if trust:
         return
     from gym_envfactory.environment.catalog import get_environment
-    from gym_envfactory.errors import EnvFactoryError, UntrustedPackageError
+    from gym_envfactory.environment.spec import require_trusted as require
+    from gym_envfactory.errors import EnvFactoryError
 
-    untrusted = []
+    specs = []
     for name in dict.fromkeys(envs):
         try:
-            spec = get_environment(name)
+            specs.append(get_environment(name))
         except EnvFactoryError:
             continue
-        if not spec.manifest.provenance.trusted:
-            untrusted.append(f"{spec.name} (provenance {spec.manifest.provenance.kind})")
-    if untrusted:
-        raise UntrustedPackageError(f"{', '.join(untrusted)} untrusted: {doing} runs their code in this process; "
-                                    f"pass --trust to do so (EnvGen and the importer validated them in their sandbox)")
+    require(specs, trust=False, doing=doing)
 
 
 def default_budget(n: int) -> int:

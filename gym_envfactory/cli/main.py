@@ -31,10 +31,10 @@ from rich.table import Table
 
 from gym_envfactory.cli.tasks import TASKS_HELP, left_out_note, read_tasks_option
 from gym_envfactory.environment.catalog import get_environment, import_environment_module, list_environments
-from gym_envfactory.environment.spec import EnvironmentSpec
+from gym_envfactory.environment.spec import EnvironmentSpec, require_trusted
 from gym_envfactory.environment.taskfiles import tasks_for
 from gym_envfactory.environment.tasks import Task
-from gym_envfactory.errors import EnvFactoryError, UntrustedPackageError
+from gym_envfactory.errors import EnvFactoryError
 
 if TYPE_CHECKING:  # pragma: no cover
     from gym_envfactory.rollout.runner import EpisodeResult
@@ -195,10 +195,7 @@ def validate_cmd(
             spec = get_environment(name)
             if given is not None:
                 spec = spec.with_tasks(tasks_for(given, spec.name))
-            if not trust and not spec.manifest.provenance.trusted:
-                raise UntrustedPackageError(
-                    f"{spec.name} is untrusted (provenance {spec.manifest.provenance.kind}): validating it runs its code "
-                    f"in this process; pass --trust to do so (EnvGen and the importer validated it in their sandbox)")
+            require_trusted([spec], trust=trust, doing="validating")
             with _validation_progress(spec.name) as progress:
                 report = validate_environment(spec, progress=progress)
         except Exception as exc:  # noqa: BLE001 - one broken package never stops the others' validation

@@ -25,8 +25,9 @@ import typer
 from gym_envfactory.cli.tasks import err_console, tasks_app
 from gym_envfactory.environment.catalog import get_environment
 from gym_envfactory.environment.paperformat import KWARGS, ImportedTask, read_rows, tasks_from_rows, tasks_from_sft_rows
+from gym_envfactory.environment.spec import require_trusted
 from gym_envfactory.environment.taskfiles import read_tasks
-from gym_envfactory.errors import ArgumentError, DatasetError, EnvFactoryError, UntrustedPackageError
+from gym_envfactory.errors import ArgumentError, DatasetError, EnvFactoryError
 from gym_envfactory.replay import task_reference
 from gym_envfactory.state_compare import state_diff
 
@@ -73,11 +74,8 @@ def check_final_configs(item: ImportedTask, file: Path | None, *, trust: bool = 
     taskset = groups[primary]
     spec = get_environment(primary)
     parsed = taskset.get(task["task_id"])
-    untrusted = [get_environment(e) for e in parsed.envs if not get_environment(e).manifest.provenance.trusted]
-    if untrusted and not trust:
-        names = ", ".join(f"{s.name} (provenance {s.manifest.provenance.kind})" for s in untrusted)
-        raise UntrustedPackageError(f"{names}: checking the rows replays their ground truth in this process; pass "
-                                    f"--trust to do so (the importer validated the package in its sandbox)")
+    require_trusted([get_environment(e) for e in parsed.envs], trust=trust,
+                    doing="checking the rows (replaying their ground truth)")
     for env, server in item.servers.items():  # each initial_config named by its own row and server
         first = next((r for r in item.rows if r is not None and server in r.initial), None)
         if first is None:

@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -33,9 +33,9 @@ from gym_envfactory.environment.manifest import STATE_NAME_RE, Manifest, canonic
 from gym_envfactory.environment.scenarios import Scenario, load_scenarios
 from gym_envfactory.environment.tasks import TaskSet
 from gym_envfactory.environment.tools import ToolSpec
-from gym_envfactory.errors import SpecError
+from gym_envfactory.errors import SpecError, UntrustedPackageError
 
-__all__ = ["EnvironmentSpec"]
+__all__ = ["EnvironmentSpec", "require_trusted"]
 
 log = logging.getLogger(__name__)
 
@@ -273,14 +273,20 @@ class EnvironmentSpec:
 # ------------------------------------------------------------------------------------ registry
 
 
+def require_trusted(specs: Iterable[EnvironmentSpec], *, trust: bool, doing: str) -> None:
+    """Refuse to run untrusted packages' code in this process (provenance ``generated`` or ``imported``:
+    :attr:`Provenance.trusted`) unless ``trust``: the one rule of ``envfactory validate``, ``gen tasks``,
+    ``graph sample --check`` and ``tasks import`` (docs/architecture.md, "Trust").
 
-
-
-
-
-
-
-
-
-
+    Raises:
+        UntrustedPackageError: a spec of ``specs`` is untrusted and ``trust`` is false; the message names the
+            packages and their provenance, says what ``doing`` would run here, and to pass ``--trust``.
+    """
+    if trust:
+        return
+    untrusted = [s for s in dict.fromkeys(specs) if not s.manifest.provenance.trusted]
+    if untrusted:
+        names = ", ".join(f"{s.name} (provenance {s.manifest.provenance.kind})" for s in untrusted)
+        raise UntrustedPackageError(f"{names} untrusted: {doing} runs their code in this process; pass --trust to "
+                                    f"do so (EnvGen and the importer validated them in their sandbox)")
 

@@ -131,6 +131,16 @@ def test_graph_sample_check_refuses_an_untrusted_package_without_trust(probe: di
     assert out.exists() and "untrusted" not in res.output
 
 
+def test_validate_refuses_an_untrusted_package_without_trust_by_the_same_rule(probe: dict[str, Any]) -> None:
+    """``envfactory validate`` shares the rule (environment.spec.require_trusted) and its message."""
+    from gym_envfactory.cli import app
+
+    res = CliRunner().invoke(app, ["validate", probe["name"]])
+    text = _one_line(res.output)
+    assert res.exit_code == 1 and f"{probe['name']} (provenance {probe['kind']}) untrusted: validating" in text, text
+    assert "pass --trust" in text and not probe["sentinel"].exists()
+
+
 def test_shipped_packages_need_no_trust() -> None:
     from gym_envfactory.generators.tasks.solvable import require_trusted
 
